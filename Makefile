@@ -1,0 +1,67 @@
+# HeteroFlow — the two commands of README.md, and the rest.
+#   make run    install what is missing, build, start the demo (see README)
+#   make test   install what is missing, build, run every test (incl. TSan)
+#   make bench  build and run every benchmark; JSON in build/bench-results/
+SHELL := /bin/bash
+BUILD ?= build
+TSAN_BUILD ?= build-tsan
+ASAN_BUILD ?= build-asan
+GENERATOR := -G Ninja
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build run test test-tsan test-asan bench format \
+        format-check tidy clean
+
+all: build
+
+deps:
+	@scripts/bootstrap.sh
+
+configure: deps
+	@cmake -S . -B $(BUILD) $(GENERATOR) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD)
+
+run: build
+	$(BUILD)/src/demo/hf-demo --cluster configs/demo-cluster.json
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 1200
+	@$(MAKE) --no-print-directory test-tsan
+
+# The concurrency tests again under ThreadSanitizer (label "tsan").
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) $(GENERATOR) -DHF_SANITIZE=thread \
+	    -DHF_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(TSAN_BUILD) --target ledger_concurrency_test
+	cd $(TSAN_BUILD) && ctest --output-on-failure -L tsan
+
+# The core (ledger, scheduler) tests under ASan + UBSan (label "core").
+test-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DHF_SANITIZE=address \
+	    -DHF_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(ASAN_BUILD)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L core --timeout 1800
+
+# Every *_bench binary, each writing build/bench-results/<name>.json.
+bench: build
+	@mkdir -p $(BUILD)/bench-results
+	@set -e; for b in $$(find $(BUILD)/bench -maxdepth 2 -type f -name '*_bench' -perm -u+x | sort); do \
+	  name=$$(basename $$b); echo "== $$name"; \
+	  $$b --benchmark_out=$(BUILD)/bench-results/$$name.json \
+	      --benchmark_out_format=json; \
+	done
+	@echo "results: $(BUILD)/bench-results/"
+
+format:
+	@git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+format-check:
+	@git ls-files '*.cc' '*.h' | xargs clang-format --dry-run --Werror
+
+tidy: configure
+	@git ls-files 'src/*.cc' | xargs clang-tidy -p $(BUILD) --quiet
+
+clean:
+	rm -rf $(BUILD) $(TSAN_BUILD) $(ASAN_BUILD)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages HeteroFlow builds and tests with, but only
+# those missing, so `make run` / `make test` work on a fresh machine and cost
+# nothing on a ready one. docs/DEPENDENCIES.md says why each one is here.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config git
+  # libraries (see docs/DEPENDENCIES.md)
+  nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsqlite3-dev
+  libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev
+  # testing and benchmarks
+  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
+  # code style
+  clang-format clang-tidy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "bootstrap: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo="sudo"
+  else
+    echo "bootstrap: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

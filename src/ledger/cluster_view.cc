@@ -1,0 +1,182 @@
+#include "ledger/cluster_view.h"
+
+#include <algorithm>
+
+#include "ledger/cluster_state.h"
+
+namespace hf::ledger {
+
+const char* RejectReasonName(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kLost: return "gpu_lost";
+    case RejectReason::kMigMode: return "mig_mode";
+    case RejectReason::kModelMismatch: return "model_mismatch";
+    case RejectReason::kTenantConstraint: return "tenant_constraint";
+    case RejectReason::kBusy: return "gpu_busy";
+    case RejectReason::kNoMemory: return "no_memory";
+    case RejectReason::kNoCompute: return "no_compute";
+    case RejectReason::kNodeCpu: return "node_cpu";
+    case RejectReason::kNodeHostMemory: return "node_host_memory";
+    case RejectReason::kTooFewGpus: return "too_few_gpus_on_node";
+    case RejectReason::kCount: break;
+  }
+  return "unknown";
+}
+
+std::size_t ClusterView::gpu_slot_count() const { return state_->gpus.size(); }
+std::size_t ClusterView::node_slot_count() const {
+  return state_->nodes.size();
+}
+const GpuRecord& ClusterView::gpu(GpuId id) const {
+  return state_->gpus[id.value()];
+}
+const NodeRecord& ClusterView::node(NodeId id) const {
+  return state_->nodes[id.value()];
+}
+bool ClusterView::HasGpu(GpuId id) const {
+  return id.valid() && id.value() < state_->gpus.size() &&
+         state_->gpus[id.value()].live;
+}
+bool ClusterView::HasNode(NodeId id) const {
+  return id.valid() && id.value() < state_->nodes.size() &&
+         state_->nodes[id.value()].live;
+}
+std::size_t ClusterView::live_gpu_count() const {
+  return state_->live_gpu_count;
+}
+MemoryMib ClusterView::largest_gpu_memory_mib() const {
+  return state_->gpu_memory_counts.empty()
+             ? 0
+             : state_->gpu_memory_counts.rbegin()->first;
+}
+ComputePercent ClusterView::default_compute_percent() const {
+  return state_->options.default_compute_percent;
+}
+
+SharingKey ClusterView::SharingKeyOf(TenantId tenant) const {
+  auto it = state_->tenant_group.find(tenant);
+  if (it != state_->tenant_group.end() && state_->groups.contains(it->second)) {
+    return SharingKey::Group(it->second);
+  }
+  return SharingKey::Solo(tenant);
+}
+
+ComputePercent ClusterView::AccountedCompute(
+    const PlacementRequest& request) const {
+  if (request.kind == RequestKind::kWholeGpus) return kFullComputePercent;
+  return request.compute_percent.value_or(
+      state_->options.default_compute_percent);
+}
+
+std::uint64_t ClusterView::ModelMaskOf(const PlacementRequest& request) const {
+  if (request.allowed_models.empty()) return ~std::uint64_t{0};
+  std::uint64_t mask = 0;
+  for (const std::string& model : request.allowed_models) {
+    auto it = state_->model_bits.find(model);
+    if (it != state_->model_bits.end()) mask |= it->second;
+  }
+  return mask;
+}
+
+bool ClusterView::ModelAllowed(const PlacementRequest& request,
+                               const GpuRecord& g) const {
+  if (request.allowed_models.empty()) return true;
+  return std::find(request.allowed_models.begin(), request.allowed_models.end(),
+                   g.spec.model) != request.allowed_models.end();
+}
+
+std::optional<RejectReason> ClusterView::CheckSlice(
+    const GpuRecord& g, const PlacementRequest& request) const {
+  if (!g.healthy()) return RejectReason::kLost;
+  if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
+  // Tenancy, fail-closed: an occupied GPU takes only the same sharing key.
+  if (!g.empty() && !(g.domain == SharingKeyOf(request.tenant))) {
+    return RejectReason::kTenantConstraint;
+  }
+  if (g.whole_owned) return RejectReason::kBusy;
+  if (request.memory_mib.value_or(0) > g.free_memory_mib()) {
+    return RejectReason::kNoMemory;
+  }
+  if (AccountedCompute(request) > g.free_compute_percent()) {
+    return RejectReason::kNoCompute;
+  }
+  return CheckNodeResources(node(g.node), request);
+}
+
+std::optional<RejectReason> ClusterView::CheckWholeGpu(
+    const GpuRecord& g, const PlacementRequest& request) const {
+  if (!g.healthy()) return RejectReason::kLost;
+  if (g.spec.mig_capable) return RejectReason::kMigMode;
+  if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
+  if (!g.empty()) {
+    return g.domain == SharingKeyOf(request.tenant)
+               ? RejectReason::kBusy
+               : RejectReason::kTenantConstraint;
+  }
+  return std::nullopt;
+}
+
+std::optional<RejectReason> ClusterView::CheckNodeResources(
+    const NodeRecord& n, const PlacementRequest& request) const {
+  if (request.cpu_milli > n.free_cpu_milli()) return RejectReason::kNodeCpu;
+  if (request.host_memory_mib > n.free_host_memory_mib()) {
+    return RejectReason::kNodeHostMemory;
+  }
+  return std::nullopt;
+}
+
+std::vector<GpuId> ClusterView::EligibleWholeGpus(
+    const NodeRecord& n, const PlacementRequest& request) const {
+  std::vector<GpuId> out;
+  for (GpuId id : n.gpus) {
+    if (!CheckWholeGpu(gpu(id), request)) out.push_back(id);
+  }
+  return out;
+}
+
+std::optional<GpuId> ClusterView::BestFitSliceGpu(
+    const PlacementRequest& request) const {
+  const MemoryMib memory = request.memory_mib.value_or(0);
+  if (memory > MaxSliceMemoryMib(largest_gpu_memory_mib())) return std::nullopt;
+  const FitAttrs need{AccountedCompute(request), request.cpu_milli,
+                      request.host_memory_mib, ModelMaskOf(request)};
+  if (need.model_mask == 0) return std::nullopt;
+  const auto accept = [&](FitIndex::Slot slot) {
+    return !CheckSlice(state_->gpus[slot], request).has_value();
+  };
+  const FitIndex& index = state_->gpu_index;
+  FitIndex::Slot best =
+      index.FindFirst(state_->empty_gpus, memory, need, accept);
+  auto domain = state_->domain_gpus.find(SharingKeyOf(request.tenant));
+  if (domain != state_->domain_gpus.end()) {
+    FitIndex::Slot shared = index.FindFirst(domain->second, memory, need, accept);
+    if (shared != FitIndex::kNil &&
+        (best == FitIndex::kNil || index.KeyOf(shared) < index.KeyOf(best))) {
+      best = shared;
+    }
+  }
+  if (best == FitIndex::kNil) return std::nullopt;
+  return GpuId(best);
+}
+
+std::optional<std::vector<GpuId>> ClusterView::BestFitWholeGpus(
+    const PlacementRequest& request) const {
+  if (request.gpu_count <= 0) return std::nullopt;
+  const FitAttrs need{request.gpu_count, request.cpu_milli,
+                      request.host_memory_mib, ModelMaskOf(request)};
+  if (need.model_mask == 0) return std::nullopt;
+  std::vector<GpuId> chosen;
+  const auto accept = [&](FitIndex::Slot slot) {
+    const NodeRecord& n = state_->nodes[slot];
+    if (CheckNodeResources(n, request)) return false;
+    chosen = EligibleWholeGpus(n, request);
+    return chosen.size() >= static_cast<std::size_t>(request.gpu_count);
+  };
+  const FitIndex::Slot found = state_->node_index.FindFirst(
+      state_->whole_nodes, request.gpu_count, need, accept);
+  if (found == FitIndex::kNil) return std::nullopt;
+  chosen.resize(static_cast<std::size_t>(request.gpu_count));
+  return chosen;
+}
+
+}  // namespace hf::ledger

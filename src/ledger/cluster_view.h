@@ -1,0 +1,161 @@
+// The ledger's state records and ClusterView, the read-only window that
+// placement policies and explainers see.
+//
+// Policies are pure functions of (ClusterView, PlacementRequest) (STYLE.md,
+// Ray's scheduling policies); only Ledger changes state. A view is valid only
+// while the Ledger lock that produced it is held (Ledger::Read / Ledger::Place
+// hand one to a callback), so a policy can never act on a stale snapshot.
+//
+// Thread-safety: a ClusterView must not outlive the callback it was given to.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/quantity.h"
+#include "ledger/fit_index.h"
+#include "ledger/model.h"
+
+namespace hf::ledger {
+
+// Which tenants may share a GPU with each other: tenants of one defined
+// shared group share the group's key; any other tenant has a key of its own.
+// A GPU's domain is the common key of the tenants on it.
+struct SharingKey {
+  enum class Kind : std::uint8_t { kNone, kSolo, kGroup, kConflict };
+  Kind kind = Kind::kNone;  // kNone: an empty GPU
+  std::uint64_t id = 0;     // tenant id (kSolo) or group id (kGroup)
+
+  static SharingKey Solo(TenantId t) { return {Kind::kSolo, t.value()}; }
+  static SharingKey Group(GroupId g) { return {Kind::kGroup, g.value()}; }
+  static SharingKey Conflict() { return {Kind::kConflict, 0}; }
+  friend bool operator==(const SharingKey&, const SharingKey&) = default;
+};
+
+struct SharingKeyHash {
+  std::size_t operator()(const SharingKey& k) const noexcept {
+    return std::hash<std::uint64_t>{}(k.id * 4 + static_cast<int>(k.kind));
+  }
+};
+
+struct NodeRecord {
+  NodeId id;
+  NodeSpec spec;
+  bool live = false;
+  std::uint64_t tie_rank = 0;  // Best-Fit tie-break among equal GPUs
+  CpuMilli used_cpu_milli = 0;
+  MemoryMib used_host_memory_mib = 0;
+  std::vector<GpuId> gpus;  // live GPUs, ascending id
+
+  CpuMilli free_cpu_milli() const { return spec.cpu_milli - used_cpu_milli; }
+  MemoryMib free_host_memory_mib() const {
+    return spec.host_memory_mib - used_host_memory_mib;
+  }
+};
+
+struct GpuRecord {
+  GpuId id;
+  NodeId node;
+  GpuSpec spec;
+  bool live = false;
+  std::uint64_t model_bit = 0;  // this model's bit in request model masks
+  MemoryMib used_memory_mib = 0;
+  ComputePercent used_compute_percent = 0;
+  int allocation_count = 0;  // live allocations touching this GPU
+  bool whole_owned = false;  // held by a whole-GPU allocation
+  // Tenants with allocations here and how many each (small: usually 1).
+  std::vector<std::pair<TenantId, int>> tenants;
+  SharingKey domain;  // common sharing key of `tenants`
+
+  MemoryMib free_memory_mib() const {
+    return spec.memory_mib - used_memory_mib;
+  }
+  ComputePercent free_compute_percent() const {
+    return kFullComputePercent - used_compute_percent;
+  }
+  bool healthy() const { return spec.health == GpuHealth::kOk; }
+  bool empty() const { return allocation_count == 0; }
+};
+
+// Why one GPU (or node) cannot take a request, in the order checks apply.
+enum class RejectReason : int {
+  kLost = 0,          // GPU marked lost
+  kMigMode,           // whole-GPU request on a GPU in MIG mode
+  kModelMismatch,     // model not in the request's allowed list
+  kTenantConstraint,  // another tenant outside the caller's shared group
+  kBusy,              // whole-GPU request: GPU already holds allocations
+  kNoMemory,          // free memory below the request
+  kNoCompute,         // free compute below the request
+  kNodeCpu,           // the node's free CPU below the request
+  kNodeHostMemory,    // the node's free host memory below the request
+  kTooFewGpus,        // whole-GPU request: node has too few eligible GPUs
+  kCount,
+};
+inline constexpr int kRejectReasonCount = static_cast<int>(RejectReason::kCount);
+
+const char* RejectReasonName(RejectReason reason);
+
+struct ClusterState;  // defined in ledger/cluster_state.h
+
+class ClusterView {
+ public:
+  explicit ClusterView(const ClusterState& state) : state_(&state) {}
+
+  // --- plain reads ---
+  // Slots are dense; check `live` on each record.
+  std::size_t gpu_slot_count() const;
+  std::size_t node_slot_count() const;
+  const GpuRecord& gpu(GpuId id) const;  // REQUIRES: id < gpu_slot_count()
+  const NodeRecord& node(NodeId id) const;
+  bool HasGpu(GpuId id) const;  // live
+  bool HasNode(NodeId id) const;
+  std::size_t live_gpu_count() const;
+  MemoryMib largest_gpu_memory_mib() const;  // 0 with no GPUs
+  ComputePercent default_compute_percent() const;
+
+  // The key under which `tenant` may share GPUs (fail-closed: a tenant in an
+  // undefined group, or unknown, shares with nobody but itself).
+  SharingKey SharingKeyOf(TenantId tenant) const;
+
+  // The compute a slice request is accounted at (its percent, or the default).
+  ComputePercent AccountedCompute(const PlacementRequest& request) const;
+  // Bit mask of the request's allowed models (all bits when the list is
+  // empty; 0 when none of them exists in the cluster).
+  std::uint64_t ModelMaskOf(const PlacementRequest& request) const;
+  bool ModelAllowed(const PlacementRequest& request, const GpuRecord& g) const;
+
+  // --- the admission rules, one place for each (SPEC.md section 5) ---
+  // The first reason `gpu` cannot take the slice `request` now, or nullopt.
+  std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
+                                         const PlacementRequest& request) const;
+  // The first reason `gpu` cannot be handed out whole to `request` now,
+  // ignoring node resources and GPU count (checked per node).
+  std::optional<RejectReason> CheckWholeGpu(
+      const GpuRecord& gpu, const PlacementRequest& request) const;
+  // Node-level resources (CPU, host memory) for `request`.
+  std::optional<RejectReason> CheckNodeResources(
+      const NodeRecord& node, const PlacementRequest& request) const;
+  // The GPUs of `node` that `request` may take whole, ascending id.
+  std::vector<GpuId> EligibleWholeGpus(const NodeRecord& node,
+                                       const PlacementRequest& request) const;
+
+  // --- indexed Best-Fit queries (no cluster scan) ---
+  // The admissible GPU with the least free memory (ties: node rank, then GPU
+  // id) for a slice request, or nullopt.
+  std::optional<GpuId> BestFitSliceGpu(const PlacementRequest& request) const;
+  // The admissible node with the fewest free whole GPUs (ties: rank, id)
+  // that can take `request.gpu_count` GPUs, and the GPUs chosen there.
+  std::optional<std::vector<GpuId>> BestFitWholeGpus(
+      const PlacementRequest& request) const;
+
+ private:
+  const ClusterState* state_;
+};
+
+}  // namespace hf::ledger

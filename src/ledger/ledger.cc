@@ -1,0 +1,556 @@
+#include "ledger/ledger.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace hf::ledger {
+namespace {
+
+std::uint64_t TieRank(std::uint64_t seed, NodeId node) {
+  if (seed == 0) return node.value();
+  std::uint64_t z = seed ^ (node.value() * 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+void AddTenant(GpuRecord& gpu, TenantId tenant, int delta) {
+  auto it = std::find_if(gpu.tenants.begin(), gpu.tenants.end(),
+                         [&](const auto& p) { return p.first == tenant; });
+  if (it == gpu.tenants.end()) {
+    gpu.tenants.emplace_back(tenant, delta);
+    return;
+  }
+  it->second += delta;
+  if (it->second == 0) gpu.tenants.erase(it);
+}
+
+}  // namespace
+
+const char* PlacementOutcomeName(PlacementOutcome outcome) {
+  switch (outcome) {
+    case PlacementOutcome::kPlaced: return "placed";
+    case PlacementOutcome::kRetryLater: return "retry_later";
+    case PlacementOutcome::kInfeasible: return "infeasible";
+    case PlacementOutcome::kInvalid: return "invalid";
+  }
+  return "unknown";
+}
+
+Status ValidatePlacementRequest(const PlacementRequest& r) {
+  if (!r.tenant.valid()) return Status::InvalidArgument("is required", "tenant");
+  if (r.cpu_milli < 0) {
+    return Status::InvalidArgument("must be >= 0", "cpu_milli");
+  }
+  if (r.host_memory_mib < 0) {
+    return Status::InvalidArgument("must be >= 0", "host_memory_mb");
+  }
+  for (const std::string& model : r.allowed_models) {
+    if (model.empty()) {
+      return Status::InvalidArgument("must not contain empty model names",
+                                     "gpu_models");
+    }
+  }
+  if (r.kind == RequestKind::kWholeGpus) {
+    if (r.gpu_count < 1) {
+      return Status::InvalidArgument("must be >= 1 for whole GPUs",
+                                     "gpu_required");
+    }
+    if (r.memory_mib.has_value() || r.compute_percent.has_value()) {
+      return Status::InvalidArgument(
+          "must not be combined with gpu_required (whole GPUs are not sliced)",
+          r.memory_mib.has_value() ? "gpu_memory_mb" : "gpu_compute_ratio");
+    }
+    return Status::Ok();
+  }
+  if (r.gpu_count != 0) {
+    return Status::InvalidArgument(
+        "must not be combined with gpu_memory_mb or gpu_compute_ratio",
+        "gpu_required");
+  }
+  if (!r.memory_mib.has_value() && !r.compute_percent.has_value()) {
+    return Status::InvalidArgument(
+        "a slice needs gpu_memory_mb or gpu_compute_ratio", "gpu_memory_mb");
+  }
+  if (r.memory_mib.has_value() && *r.memory_mib < kMinSliceMemoryMib) {
+    return Status::InvalidArgument(
+        "must be >= " + std::to_string(kMinSliceMemoryMib) + " MB, got " +
+            std::to_string(*r.memory_mib),
+        "gpu_memory_mb");
+  }
+  if (r.compute_percent.has_value() &&
+      (*r.compute_percent < 1 || *r.compute_percent > kFullComputePercent)) {
+    return Status::InvalidArgument(
+        "must be in (0, 1] (1..100 percent), got " +
+            std::to_string(*r.compute_percent) + "%",
+        "gpu_compute_ratio");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
+  if (options.default_compute_percent < 1 ||
+      options.default_compute_percent > kFullComputePercent) {
+    return Status::InvalidArgument("must be in 1..100",
+                                   "default_compute_percent");
+  }
+  return std::unique_ptr<Ledger>(new Ledger(options));
+}
+
+Ledger::Ledger(LedgerOptions options) { state_.options = options; }
+
+// ---------------------------------------------------------------- inventory
+
+StatusOr<NodeId> Ledger::AddNode(const NodeSpec& spec) {
+  if (spec.name.empty()) return Status::InvalidArgument("is required", "name");
+  if (spec.cpu_milli < 0) {
+    return Status::InvalidArgument("must be >= 0", "cpu_milli");
+  }
+  if (spec.host_memory_mib < 0) {
+    return Status::InvalidArgument("must be >= 0", "host_memory_mib");
+  }
+  std::lock_guard lock(mu_);
+  const NodeId id(state_.nodes.size());
+  NodeRecord& node = state_.nodes.emplace_back();
+  node.id = id;
+  node.spec = spec;
+  node.live = true;
+  node.tie_rank = TieRank(state_.options.tie_break_seed, id);
+  state_.ReindexNode(id);
+  return id;
+}
+
+Status Ledger::RemoveNode(NodeId id) {
+  std::lock_guard lock(mu_);
+  if (!ClusterView(state_).HasNode(id)) {
+    return Status::NotFound("node " + std::to_string(id.value()));
+  }
+  NodeRecord& node = state_.nodes[id.value()];
+  for (GpuId g : node.gpus) {
+    if (!state_.gpus[g.value()].empty()) {
+      return Status::FailedPrecondition(
+          "node " + node.spec.name + " still holds allocations on GPU " +
+          state_.gpus[g.value()].spec.uuid + "; release them first");
+    }
+  }
+  if (node.used_cpu_milli != 0 || node.used_host_memory_mib != 0) {
+    return Status::Internal("node resources accounted without allocations");
+  }
+  const std::vector<GpuId> gpus = node.gpus;
+  for (GpuId g : gpus) HF_RETURN_IF_ERROR(CheckGpuLocked(g));
+  for (GpuId g : gpus) {
+    GpuRecord& gpu = state_.gpus[g.value()];
+    gpu.live = false;
+    state_.gpu_by_uuid.erase(gpu.spec.uuid);
+    if (--state_.gpu_memory_counts[gpu.spec.memory_mib] == 0) {
+      state_.gpu_memory_counts.erase(gpu.spec.memory_mib);
+    }
+    --state_.live_gpu_count;
+    state_.Reindex(g);
+  }
+  node.gpus.clear();
+  node.live = false;
+  state_.ReindexNode(id);
+  return Status::Ok();
+}
+
+Status Ledger::CheckGpuLocked(GpuId id) const {
+  if (!ClusterView(state_).HasGpu(id)) {
+    return Status::NotFound("GPU " + std::to_string(id.value()));
+  }
+  return Status::Ok();
+}
+
+StatusOr<GpuId> Ledger::AddGpu(NodeId node_id, const GpuSpec& spec) {
+  if (spec.uuid.empty()) return Status::InvalidArgument("is required", "uuid");
+  if (spec.model.empty()) return Status::InvalidArgument("is required", "model");
+  if (spec.vendor.empty()) {
+    return Status::InvalidArgument("is required", "vendor");
+  }
+  if (spec.memory_mib <= 0) {
+    return Status::InvalidArgument("must be > 0", "memory_mib");
+  }
+  if (spec.index < 0) return Status::InvalidArgument("must be >= 0", "index");
+  std::lock_guard lock(mu_);
+  if (!ClusterView(state_).HasNode(node_id)) {
+    return Status::NotFound("node " + std::to_string(node_id.value()));
+  }
+  if (state_.gpu_by_uuid.contains(spec.uuid)) {
+    return Status::AlreadyExists("GPU " + spec.uuid + " is already registered");
+  }
+  NodeRecord& node = state_.nodes[node_id.value()];
+  for (GpuId g : node.gpus) {
+    if (state_.gpus[g.value()].spec.index == spec.index) {
+      return Status::AlreadyExists("node " + node.spec.name +
+                                   " already has a GPU at index " +
+                                   std::to_string(spec.index));
+    }
+  }
+  const GpuId id(state_.gpus.size());
+  GpuRecord& gpu = state_.gpus.emplace_back();
+  gpu.id = id;
+  gpu.node = node_id;
+  gpu.spec = spec;
+  gpu.live = true;
+  gpu.model_bit = state_.ModelBit(spec.model);
+  node.gpus.push_back(id);
+  state_.gpu_by_uuid.emplace(spec.uuid, id);
+  ++state_.gpu_memory_counts[spec.memory_mib];
+  ++state_.live_gpu_count;
+  state_.Reindex(id);
+  return id;
+}
+
+Status Ledger::RemoveGpu(GpuId id) {
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(CheckGpuLocked(id));
+  GpuRecord& gpu = state_.gpus[id.value()];
+  if (!gpu.empty()) {
+    return Status::FailedPrecondition(
+        "GPU " + gpu.spec.uuid + " still holds " +
+        std::to_string(gpu.allocation_count) + " allocation(s); release first");
+  }
+  gpu.live = false;
+  state_.gpu_by_uuid.erase(gpu.spec.uuid);
+  if (--state_.gpu_memory_counts[gpu.spec.memory_mib] == 0) {
+    state_.gpu_memory_counts.erase(gpu.spec.memory_mib);
+  }
+  --state_.live_gpu_count;
+  auto& gpus = state_.nodes[gpu.node.value()].gpus;
+  gpus.erase(std::remove(gpus.begin(), gpus.end(), id), gpus.end());
+  state_.Reindex(id);
+  return Status::Ok();
+}
+
+Status Ledger::SetGpuHealth(GpuId id, GpuHealth health) {
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(CheckGpuLocked(id));
+  GpuRecord& gpu = state_.gpus[id.value()];
+  if (gpu.spec.health == health) return Status::Ok();
+  gpu.spec.health = health;
+  state_.Reindex(id);
+  return Status::Ok();
+}
+
+Status Ledger::SetGpuCapabilities(GpuId id, bool mig_capable,
+                                  bool mps_capable) {
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(CheckGpuLocked(id));
+  GpuRecord& gpu = state_.gpus[id.value()];
+  const bool mig_changed = gpu.spec.mig_capable != mig_capable;
+  gpu.spec.mig_capable = mig_capable;
+  gpu.spec.mps_capable = mps_capable;
+  if (mig_changed) state_.Reindex(id);
+  return Status::Ok();
+}
+
+Status Ledger::SetNodeContainerized(NodeId id, bool containerized) {
+  std::lock_guard lock(mu_);
+  if (!ClusterView(state_).HasNode(id)) {
+    return Status::NotFound("node " + std::to_string(id.value()));
+  }
+  state_.nodes[id.value()].spec.containerized = containerized;
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------ tenancy
+
+void Ledger::RecomputeDomainsLocked() {
+  // Group changes are rare admin operations; a full pass keeps this simple.
+  for (GpuRecord& gpu : state_.gpus) {
+    if (!gpu.live || gpu.tenants.empty()) continue;
+    const SharingKey domain = state_.ComputeDomain(gpu);
+    if (domain == gpu.domain) continue;
+    gpu.domain = domain;
+    state_.Reindex(gpu.id);
+  }
+}
+
+Status Ledger::DefineGroup(GroupId group) {
+  if (!group.valid()) return Status::InvalidArgument("is required", "group");
+  std::lock_guard lock(mu_);
+  if (state_.groups.contains(group)) {
+    return Status::AlreadyExists("group " + std::to_string(group.value()));
+  }
+  state_.groups.emplace(group, 0);
+  return Status::Ok();
+}
+
+Status Ledger::RemoveGroup(GroupId group) {
+  std::lock_guard lock(mu_);
+  if (!state_.groups.contains(group)) {
+    return Status::NotFound("group " + std::to_string(group.value()));
+  }
+  state_.groups.erase(group);
+  std::erase_if(state_.tenant_group,
+                [&](const auto& entry) { return entry.second == group; });
+  RecomputeDomainsLocked();
+  return Status::Ok();
+}
+
+Status Ledger::SetTenantGroup(TenantId tenant, std::optional<GroupId> group) {
+  if (!tenant.valid()) return Status::InvalidArgument("is required", "tenant");
+  std::lock_guard lock(mu_);
+  if (group.has_value() && !state_.groups.contains(*group)) {
+    return Status::NotFound("group " + std::to_string(group->value()) +
+                            " is not defined");
+  }
+  auto it = state_.tenant_group.find(tenant);
+  if (it != state_.tenant_group.end()) {
+    --state_.groups[it->second];
+    state_.tenant_group.erase(it);
+  }
+  if (group.has_value()) {
+    state_.tenant_group.emplace(tenant, *group);
+    ++state_.groups[*group];
+  }
+  RecomputeDomainsLocked();
+  return Status::Ok();
+}
+
+// --------------------------------------------------------------- allocation
+
+Status Ledger::ValidateChoiceLocked(const PlacementRequest& request,
+                                    const std::vector<GpuId>& gpus) const {
+  const ClusterView view(state_);
+  if (request.kind == RequestKind::kSlice) {
+    if (gpus.size() != 1) {
+      return Status::Internal("a slice needs exactly one GPU, policy gave " +
+                              std::to_string(gpus.size()));
+    }
+    if (!view.HasGpu(gpus[0])) return Status::Internal("unknown GPU chosen");
+    if (request.memory_mib.value_or(0) >
+        MaxSliceMemoryMib(view.largest_gpu_memory_mib())) {
+      return Status::Internal("slice above 90% of the largest GPU chosen");
+    }
+    if (auto reason = view.CheckSlice(view.gpu(gpus[0]), request)) {
+      return Status::Internal(std::string("chosen GPU fails rule ") +
+                              RejectReasonName(*reason));
+    }
+    return Status::Ok();
+  }
+  if (gpus.size() != static_cast<std::size_t>(request.gpu_count)) {
+    return Status::Internal("policy chose the wrong number of GPUs");
+  }
+  std::set<GpuId> distinct(gpus.begin(), gpus.end());
+  if (distinct.size() != gpus.size()) {
+    return Status::Internal("policy chose one GPU twice");
+  }
+  NodeId node;
+  for (GpuId g : gpus) {
+    if (!view.HasGpu(g)) return Status::Internal("unknown GPU chosen");
+    const GpuRecord& gpu = view.gpu(g);
+    if (node.valid() && gpu.node != node) {
+      return Status::Internal("whole GPUs chosen on more than one node");
+    }
+    node = gpu.node;
+    if (auto reason = view.CheckWholeGpu(gpu, request)) {
+      return Status::Internal(std::string("chosen GPU fails rule ") +
+                              RejectReasonName(*reason));
+    }
+  }
+  if (auto reason = view.CheckNodeResources(view.node(node), request)) {
+    return Status::Internal(std::string("chosen node fails rule ") +
+                            RejectReasonName(*reason));
+  }
+  return Status::Ok();
+}
+
+void Ledger::ApplyLocked(const Allocation& a, int sign) {
+  NodeRecord& node = state_.nodes[a.node.value()];
+  node.used_cpu_milli += sign * a.cpu_milli;
+  node.used_host_memory_mib += sign * a.host_memory_mib;
+  for (GpuId g : a.gpus) {
+    GpuRecord& gpu = state_.gpus[g.value()];
+    if (a.kind == RequestKind::kWholeGpus) {
+      gpu.used_memory_mib += sign * gpu.spec.memory_mib;
+      gpu.used_compute_percent += sign * kFullComputePercent;
+      gpu.whole_owned = sign > 0;
+    } else {
+      gpu.used_memory_mib += sign * a.memory_mib;
+      gpu.used_compute_percent += sign * a.compute_percent;
+    }
+    gpu.allocation_count += sign;
+    AddTenant(gpu, a.tenant, sign);
+    gpu.domain = state_.ComputeDomain(gpu);
+    state_.Reindex(g);
+  }
+  if (a.cpu_milli != 0 || a.host_memory_mib != 0) {
+    state_.RefreshNodeResources(a.node);
+  }
+}
+
+Allocation Ledger::CommitLocked(const PlacementRequest& request,
+                                const std::vector<GpuId>& gpus, SliceId id) {
+  const ClusterView view(state_);
+  Allocation a;
+  a.id = id;
+  a.tenant = request.tenant;
+  a.kind = request.kind;
+  a.node = view.gpu(gpus.front()).node;
+  a.gpus = gpus;
+  a.cpu_milli = request.cpu_milli;
+  a.host_memory_mib = request.host_memory_mib;
+  if (request.kind == RequestKind::kSlice) {
+    a.memory_mib = request.memory_mib.value_or(0);
+    a.compute_percent = view.AccountedCompute(request);
+    a.compute_defaulted = !request.compute_percent.has_value();
+  } else {
+    for (GpuId g : gpus) a.memory_mib += view.gpu(g).spec.memory_mib;
+    a.compute_percent = kFullComputePercent;
+  }
+  ApplyLocked(a, +1);
+  state_.allocations.emplace(id, a);
+  return a;
+}
+
+PlacementResult Ledger::Place(const PlacementRequest& request,
+                              const PlacementPolicy& policy) {
+  PlacementResult result;
+  if (Status s = ValidatePlacementRequest(request); !s.ok()) {
+    result.outcome = PlacementOutcome::kInvalid;
+    result.message = s.message();
+    result.status = std::move(s);
+    return result;
+  }
+  std::lock_guard lock(mu_);
+  const ClusterView view(state_);
+  std::optional<std::vector<GpuId>> choice = policy.Choose(view, request);
+  if (!choice.has_value()) return ExplainNoPlacement(view, request);
+  if (Status s = ValidateChoiceLocked(request, *choice); !s.ok()) {
+    s = s.WithContext("placement policy " + std::string(policy.name()));
+    result.outcome = PlacementOutcome::kInvalid;
+    result.message = s.message();
+    result.status = std::move(s);
+    return result;
+  }
+  result.outcome = PlacementOutcome::kPlaced;
+  result.allocation =
+      CommitLocked(request, *choice, SliceId(state_.next_slice_id++));
+  result.message = "placed";
+  return result;
+}
+
+Status Ledger::Release(SliceId id) {
+  std::lock_guard lock(mu_);
+  auto it = state_.allocations.find(id);
+  if (it == state_.allocations.end()) {
+    return Status::NotFound("slice " + std::to_string(id.value()) +
+                            " is not allocated");
+  }
+  const Allocation a = std::move(it->second);
+  state_.allocations.erase(it);
+  ApplyLocked(a, -1);
+  return Status::Ok();
+}
+
+StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
+  if (!allocation.id.valid()) return Status::InvalidArgument("is required", "id");
+  if (!allocation.tenant.valid()) {
+    return Status::InvalidArgument("is required", "tenant");
+  }
+  if (allocation.gpus.empty()) {
+    return Status::InvalidArgument("must name at least one GPU", "gpus");
+  }
+  if (allocation.kind == RequestKind::kSlice && allocation.gpus.size() != 1) {
+    return Status::InvalidArgument("a slice sits on exactly one GPU", "gpus");
+  }
+  if (allocation.memory_mib < 0 || allocation.compute_percent < 0 ||
+      allocation.compute_percent > kFullComputePercent ||
+      allocation.cpu_milli < 0 || allocation.host_memory_mib < 0) {
+    return Status::InvalidArgument("quantities out of range", "allocation");
+  }
+  std::lock_guard lock(mu_);
+  if (state_.allocations.contains(allocation.id)) {
+    return Status::AlreadyExists("slice " +
+                                 std::to_string(allocation.id.value()));
+  }
+  const ClusterView view(state_);
+  std::set<GpuId> distinct(allocation.gpus.begin(), allocation.gpus.end());
+  if (distinct.size() != allocation.gpus.size()) {
+    return Status::InvalidArgument("names one GPU twice", "gpus");
+  }
+  const NodeId node =
+      view.HasGpu(allocation.gpus[0]) ? view.gpu(allocation.gpus[0]).node
+                                      : NodeId();
+  const SharingKey key = view.SharingKeyOf(allocation.tenant);
+  for (GpuId g : allocation.gpus) {
+    if (!view.HasGpu(g)) {
+      return Status::NotFound("GPU " + std::to_string(g.value()));
+    }
+    const GpuRecord& gpu = view.gpu(g);
+    if (gpu.node != node) {
+      return Status::InvalidArgument("GPUs on more than one node", "gpus");
+    }
+    if (!gpu.empty() && !(gpu.domain == key)) {
+      return Status::FailedPrecondition(
+          "GPU " + gpu.spec.uuid +
+          " holds another tenant outside this tenant's shared group");
+    }
+    if (allocation.kind == RequestKind::kWholeGpus ? !gpu.empty()
+                                                   : gpu.whole_owned) {
+      return Status::FailedPrecondition("GPU " + gpu.spec.uuid +
+                                        " is already held");
+    }
+    if (allocation.kind == RequestKind::kSlice &&
+        (allocation.memory_mib > gpu.free_memory_mib() ||
+         allocation.compute_percent > gpu.free_compute_percent())) {
+      return Status::FailedPrecondition(
+          "GPU " + gpu.spec.uuid + " has " +
+          std::to_string(gpu.free_memory_mib()) + " MB and " +
+          std::to_string(gpu.free_compute_percent()) +
+          "% free; restoring would oversell it");
+    }
+  }
+  PlacementRequest as_request;
+  as_request.cpu_milli = allocation.cpu_milli;
+  as_request.host_memory_mib = allocation.host_memory_mib;
+  if (auto reason = view.CheckNodeResources(view.node(node), as_request)) {
+    return Status::FailedPrecondition(
+        std::string("node lacks the resources: ") + RejectReasonName(*reason));
+  }
+  Allocation a = allocation;
+  a.node = node;
+  if (a.kind == RequestKind::kWholeGpus) {
+    a.memory_mib = 0;
+    for (GpuId g : a.gpus) a.memory_mib += view.gpu(g).spec.memory_mib;
+    a.compute_percent = kFullComputePercent;
+  }
+  ApplyLocked(a, +1);
+  state_.allocations.emplace(a.id, a);
+  state_.next_slice_id = std::max(state_.next_slice_id, a.id.value() + 1);
+  return a;
+}
+
+// -------------------------------------------------------------------- reads
+
+std::optional<Allocation> Ledger::GetAllocation(SliceId id) const {
+  std::lock_guard lock(mu_);
+  auto it = state_.allocations.find(id);
+  if (it == state_.allocations.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<Allocation> Ledger::Allocations() const {
+  std::lock_guard lock(mu_);
+  std::vector<Allocation> out;
+  out.reserve(state_.allocations.size());
+  for (const auto& [id, a] : state_.allocations) out.push_back(a);
+  std::sort(out.begin(), out.end(),
+            [](const Allocation& x, const Allocation& y) { return x.id < y.id; });
+  return out;
+}
+
+std::size_t Ledger::allocation_count() const {
+  std::lock_guard lock(mu_);
+  return state_.allocations.size();
+}
+
+void Ledger::Read(const std::function<void(const ClusterView&)>& fn) const {
+  std::lock_guard lock(mu_);
+  fn(ClusterView(state_));
+}
+
+}  // namespace hf::ledger

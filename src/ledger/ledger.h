@@ -1,0 +1,136 @@
+// Ledger: the single owner of GPU accounting. It holds the nodes, GPUs,
+// tenants, shared groups and live allocations, and it alone changes them.
+//
+// Every mutation re-checks the admission rules of SPEC.md section 5, so no
+// sequence of calls can oversell a GPU: memory and compute accounted on a GPU
+// never exceed its capacity, and tenants outside one shared group never share
+// a GPU. Placement asks a PlacementPolicy where to go; failures say why, with
+// per-reason counts, and tell "never fits in this cluster" (kInfeasible) from
+// "retry later" (kRetryLater).
+//
+// Thread-safety: all public methods are thread-safe (one internal mutex).
+// ClusterViews handed to callbacks are valid only inside the callback.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/status.h"
+#include "ledger/cluster_state.h"
+#include "ledger/cluster_view.h"
+#include "ledger/model.h"
+#include "ledger/placement_policy.h"
+
+namespace hf::ledger {
+
+enum class PlacementOutcome {
+  kPlaced,
+  kRetryLater,  // fits the cluster, not its current state
+  kInfeasible,  // would not fit even if every GPU were empty and healthy
+  kInvalid,     // the request itself is malformed (see `status`)
+};
+
+const char* PlacementOutcomeName(PlacementOutcome outcome);
+
+struct PlacementResult {
+  PlacementOutcome outcome = PlacementOutcome::kInvalid;
+  Allocation allocation;  // when kPlaced
+  // When not placed: per live GPU, the first rule it failed (whole-GPU
+  // requests also count nodes with too few eligible GPUs under kTooFewGpus).
+  std::array<int, kRejectReasonCount> reject_counts{};
+  int gpus_considered = 0;
+  std::string message;  // for people: what happened and why
+  Status status;        // kInvalid: what is wrong, naming the field
+
+  bool placed() const { return outcome == PlacementOutcome::kPlaced; }
+  int count(RejectReason r) const {
+    return reject_counts[static_cast<int>(r)];
+  }
+};
+
+// Checks a request's own shape (not the cluster): the rules every entry
+// point shares. InvalidArgument names the API field.
+Status ValidatePlacementRequest(const PlacementRequest& request);
+
+// Explains why `request` has no place now: per-reason counts, the
+// infeasible/retry verdict and a message. Scans the cluster; called only on
+// the failure path.
+PlacementResult ExplainNoPlacement(const ClusterView& view,
+                                   const PlacementRequest& request);
+
+class Ledger {
+ public:
+  // Fails (InvalidArgument) on bad options; see LedgerOptions.
+  static StatusOr<std::unique_ptr<Ledger>> Create(LedgerOptions options = {});
+
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // --- inventory ---
+  StatusOr<NodeId> AddNode(const NodeSpec& spec);
+  // Removes a node and its GPUs. FailedPrecondition while any holds an
+  // allocation (nothing is dropped silently).
+  Status RemoveNode(NodeId node);
+  // Adds a GPU to a live node. AlreadyExists for a UUID already present.
+  StatusOr<GpuId> AddGpu(NodeId node, const GpuSpec& spec);
+  // FailedPrecondition while the GPU holds allocations.
+  Status RemoveGpu(GpuId gpu);
+  // Lost GPUs take nothing new; their allocations stay until released.
+  Status SetGpuHealth(GpuId gpu, GpuHealth health);
+  // Capability bits as probed on each heartbeat.
+  Status SetGpuCapabilities(GpuId gpu, bool mig_capable, bool mps_capable);
+  Status SetNodeContainerized(NodeId node, bool containerized);
+
+  // --- tenancy ---
+  Status DefineGroup(GroupId group);
+  // Members of a removed group share with nobody (fail-closed); GPUs they
+  // share become closed to new slices until those slices go.
+  Status RemoveGroup(GroupId group);
+  // Puts a tenant into a defined group (NotFound otherwise), or takes it out
+  // with nullopt.
+  Status SetTenantGroup(TenantId tenant, std::optional<GroupId> group);
+
+  // --- allocation ---
+  // Validates, asks `policy`, re-checks its choice and commits it.
+  PlacementResult Place(const PlacementRequest& request,
+                        const PlacementPolicy& policy);
+  // Returns exactly the allocation's quota. NotFound for an unknown id.
+  Status Release(SliceId id);
+  // Records an allocation that already exists in the world (restart recovery,
+  // the compensation path) with its own id, on the GPUs it names. Checks
+  // capacity and tenancy but not health, models or the 90% rule (a lost GPU
+  // keeps its slices). Moves the id counter past `allocation.id`.
+  StatusOr<Allocation> Restore(const Allocation& allocation);
+
+  // --- reads ---
+  std::optional<Allocation> GetAllocation(SliceId id) const;
+  std::vector<Allocation> Allocations() const;  // ascending id
+  std::size_t allocation_count() const;
+  // Runs `fn` with a consistent read-only view, under the lock.
+  void Read(const std::function<void(const ClusterView&)>& fn) const;
+  // Verifies every invariant of cluster_state.h by brute force; Internal
+  // with the first violation. For tests and debugging; O(cluster).
+  Status CheckInvariants() const;
+
+ private:
+  explicit Ledger(LedgerOptions options);
+
+  Status CheckGpuLocked(GpuId gpu) const;
+  Status ValidateChoiceLocked(const PlacementRequest& request,
+                              const std::vector<GpuId>& gpus) const;
+  Allocation CommitLocked(const PlacementRequest& request,
+                          const std::vector<GpuId>& gpus, SliceId id);
+  void ApplyLocked(const Allocation& allocation, int sign);
+  void RecomputeDomainsLocked();
+
+  mutable std::mutex mu_;
+  ClusterState state_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace hf::ledger

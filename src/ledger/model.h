@@ -1,0 +1,99 @@
+// Value types of the ledger: what a node, a GPU, a request and an allocation
+// are. No behaviour beyond small accessors lives here (STYLE.md: value types
+// apart from the stateful manager).
+//
+// Thread-safety: plain value types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/ids.h"
+#include "common/quantity.h"
+
+namespace hf::ledger {
+
+// The smallest slice memory the platform accepts (SPEC.md section 4).
+inline constexpr MemoryMib kMinSliceMemoryMib = 32;
+
+enum class GpuHealth { kOk, kLost };
+
+struct NodeSpec {
+  std::string name;
+  CpuMilli cpu_milli = 0;         // allocatable CPU
+  MemoryMib host_memory_mib = 0;  // allocatable host memory
+  bool containerized = false;     // the agent runs inside a container
+};
+
+struct GpuSpec {
+  std::string uuid;
+  int index = 0;                  // index on its node
+  std::string vendor = "nvidia";  // lower case: "nvidia", "ascend", ...
+  std::string model;              // e.g. "A100-SXM4-80GB", "V100M16"
+  MemoryMib memory_mib = 0;
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
+  bool mig_capable = false;  // MIG mode is currently Enabled
+  bool mps_capable = false;  // MPS daemon alive and compute capability >= 7.0
+  GpuHealth health = GpuHealth::kOk;
+};
+
+enum class RequestKind { kSlice, kWholeGpus };
+
+// A request for GPU resources by one tenant. Quantities are integers; the
+// API layer converts ratios with RatioToPercent before building one.
+struct PlacementRequest {
+  TenantId tenant;
+  RequestKind kind = RequestKind::kSlice;
+  // Slice: at least one of the two. A slice without a compute percent is
+  // accounted at LedgerOptions::default_compute_percent.
+  std::optional<MemoryMib> memory_mib;
+  std::optional<ComputePercent> compute_percent;
+  // Whole GPUs: how many, all on one node.
+  int gpu_count = 0;
+  // Optional node-level resources.
+  CpuMilli cpu_milli = 0;
+  MemoryMib host_memory_mib = 0;
+  // GPU models the task accepts; empty means any.
+  std::vector<std::string> allowed_models;
+
+  static PlacementRequest Slice(TenantId tenant,
+                                std::optional<MemoryMib> memory_mib,
+                                std::optional<ComputePercent> compute_percent) {
+    PlacementRequest r;
+    r.tenant = tenant;
+    r.kind = RequestKind::kSlice;
+    r.memory_mib = memory_mib;
+    r.compute_percent = compute_percent;
+    return r;
+  }
+  static PlacementRequest WholeGpus(TenantId tenant, int count) {
+    PlacementRequest r;
+    r.tenant = tenant;
+    r.kind = RequestKind::kWholeGpus;
+    r.gpu_count = count;
+    return r;
+  }
+};
+
+// A live grant: one slice on one GPU, or N whole GPUs on one node. Whole GPUs
+// account their full memory and 100% compute on each GPU.
+struct Allocation {
+  SliceId id;
+  TenantId tenant;
+  RequestKind kind = RequestKind::kSlice;
+  NodeId node;
+  std::vector<GpuId> gpus;             // 1 for a slice
+  MemoryMib memory_mib = 0;            // accounted per GPU
+  ComputePercent compute_percent = 0;  // accounted per GPU
+  bool compute_defaulted = false;      // slice had no ratio; default applied
+  CpuMilli cpu_milli = 0;
+  MemoryMib host_memory_mib = 0;
+
+  friend bool operator==(const Allocation&, const Allocation&) = default;
+};
+
+}  // namespace hf::ledger

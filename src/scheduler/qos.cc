@@ -1,0 +1,62 @@
+#include "scheduler/qos.h"
+
+namespace hf::scheduler {
+
+std::string_view QosLevelName(QosLevel level) {
+  switch (level) {
+    case QosLevel::kGold: return "gold";
+    case QosLevel::kSilver: return "silver";
+    case QosLevel::kBronze: return "bronze";
+  }
+  return "bronze";
+}
+
+bool SupportsMpsLimits(int cc_major, int cc_minor) {
+  return cc_major > 7 || (cc_major == 7 && cc_minor >= 0);
+}
+
+QosDecision DeriveQos(const ledger::GpuSpec& gpu, bool node_containerized,
+                      bool hook_available) {
+  QosDecision d;
+  const bool nvidia = gpu.vendor == "nvidia";
+  if (!nvidia) {
+    d.level = QosLevel::kBronze;
+    d.explanation =
+        "bronze: the ledger admits the slice, but nothing limits its memory "
+        "or compute at run time on this vendor's GPU";
+    return d;
+  }
+  if (!node_containerized && gpu.mig_capable) {
+    d.level = QosLevel::kGold;
+    d.enforcement = {"mig"};
+    d.explanation =
+        "gold: a MIG partition; the GPU hardware isolates memory, compute "
+        "and faults";
+    return d;
+  }
+  if (!node_containerized && gpu.mps_capable &&
+      SupportsMpsLimits(gpu.compute_capability_major,
+                        gpu.compute_capability_minor)) {
+    d.level = QosLevel::kSilver;
+    d.enforcement = {"mps"};
+    if (hook_available) d.enforcement.emplace_back("hook");
+    d.explanation =
+        "silver: MPS limits memory and compute share for well-behaved "
+        "clients; a fatal error in one client kills every client on the GPU";
+    return d;
+  }
+  d.level = QosLevel::kBronze;
+  if (hook_available) {
+    d.enforcement = {"hook"};
+    d.explanation =
+        "bronze: the hook makes the memory quota a hard limit and throttles "
+        "compute, inside one process tree; no hardware or driver isolation";
+  } else {
+    d.explanation =
+        "bronze: the ledger admits the slice, but nothing limits its memory "
+        "or compute at run time";
+  }
+  return d;
+}
+
+}  // namespace hf::scheduler
