@@ -41,8 +41,9 @@ const char* PlacementOutcomeName(PlacementOutcome outcome);
 struct PlacementResult {
   PlacementOutcome outcome = PlacementOutcome::kInvalid;
   Allocation allocation;  // when kPlaced
-  // When not placed: per live GPU, the first rule it failed (whole-GPU
-  // requests also count nodes with too few eligible GPUs under kTooFewGpus).
+  // When not placed: per live GPU, the first rule it failed. For whole-GPU
+  // requests, the eligible GPUs of a node that fails node-level rules count
+  // under kNodeCpu / kNodeHostMemory / kTooFewGpus (still per GPU).
   std::array<int, kRejectReasonCount> reject_counts{};
   int gpus_considered = 0;
   std::string message;  // for people: what happened and why
