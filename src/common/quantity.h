@@ -24,8 +24,8 @@ inline constexpr ComputePercent kFullComputePercent = 100;
 // half up (0.505 -> 51, 0.004 -> 0 is rejected as out of range after
 // rounding). Fails with InvalidArgument naming `field` when the ratio is not
 // finite, <= 0, > 1, or rounds to 0.
-StatusOr<ComputePercent> RatioToPercent(double ratio,
-                                        const char* field = "gpu_compute_ratio");
+StatusOr<ComputePercent> RatioToPercent(
+    double ratio, const char* field = "gpu_compute_ratio");
 
 // The largest slice the 90%-of-the-largest-GPU rule admits on a cluster whose
 // largest GPU has `largest_gpu_mib`: floor(0.9 * largest), in exact integers.

@@ -17,13 +17,13 @@ namespace hf {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is wrong; `field` names it
-  kNotFound,           // the named object does not exist (or is not visible)
-  kAlreadyExists,      // an object with that identity already exists
-  kFailedPrecondition, // valid input, but the current state forbids it
-  kResourceExhausted,  // does not fit now; may fit later
-  kUnavailable,        // a dependency is down; retry
-  kInternal,           // a bug or a broken invariant
+  kInvalidArgument,     // the caller's input is wrong; `field` names it
+  kNotFound,            // the named object does not exist (or is not visible)
+  kAlreadyExists,       // an object with that identity already exists
+  kFailedPrecondition,  // valid input, but the current state forbids it
+  kResourceExhausted,   // does not fit now; may fit later
+  kUnavailable,         // a dependency is down; retry
+  kInternal,            // a bug or a broken invariant
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -118,8 +118,8 @@ class [[nodiscard]] StatusOr {
 }  // namespace hf
 
 // Returns early from the enclosing function when `expr` is not OK.
-#define HF_RETURN_IF_ERROR(expr)            \
-  do {                                      \
-    ::hf::Status hf_status_ = (expr);       \
+#define HF_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::hf::Status hf_status_ = (expr);        \
     if (!hf_status_.ok()) return hf_status_; \
   } while (false)

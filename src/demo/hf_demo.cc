@@ -63,19 +63,21 @@ class Demo {
                 {"default_compute_percent", "tie_break_seed", "groups",
                  "tenants", "nodes", "steps"});
     LedgerOptions options;
-    options.default_compute_percent = GetOr<int>(
-        config, "cluster", "default_compute_percent", 50);
+    options.default_compute_percent =
+        GetOr<int>(config, "cluster", "default_compute_percent", 50);
     auto ledger = Ledger::Create(options);
     if (!ledger.ok()) throw DemoError{ledger.status().ToString()};
     ledger_ = std::move(ledger).value();
 
-    for (const auto& name : GetOr<json>(config, "cluster", "groups", json::array())) {
+    for (const auto& name :
+         GetOr<json>(config, "cluster", "groups", json::array())) {
       const GroupId id(groups_.size() + 1);
       groups_[name.get<std::string>()] = id;
       Must(ledger_->DefineGroup(id), "groups");
     }
     int t = 0;
-    for (const auto& tenant : GetOr<json>(config, "cluster", "tenants", json::array())) {
+    for (const auto& tenant :
+         GetOr<json>(config, "cluster", "tenants", json::array())) {
       const std::string where = "tenants[" + std::to_string(t++) + "]";
       CheckFields(tenant, where, {"name", "group"});
       const TenantId id(tenants_.size() + 1);
@@ -118,12 +120,14 @@ class Demo {
   }
 
   void AddNode(const json& node, const std::string& where) {
-    CheckFields(node, where,
-                {"name", "cpu_milli", "host_memory_mib", "containerized", "gpus"});
+    CheckFields(
+        node, where,
+        {"name", "cpu_milli", "host_memory_mib", "containerized", "gpus"});
     NodeSpec spec;
     spec.name = Get<std::string>(node, where, "name");
     spec.cpu_milli = GetOr<std::int64_t>(node, where, "cpu_milli", 0);
-    spec.host_memory_mib = GetOr<std::int64_t>(node, where, "host_memory_mib", 0);
+    spec.host_memory_mib =
+        GetOr<std::int64_t>(node, where, "host_memory_mib", 0);
     spec.containerized = GetOr<bool>(node, where, "containerized", false);
     auto id = ledger_->AddNode(spec);
     if (!id.ok()) throw DemoError{where + ": " + id.status().ToString()};
@@ -156,7 +160,8 @@ class Demo {
 
   GpuId GpuByUuid(const std::string& uuid, const std::string& where) {
     auto it = gpu_by_uuid_.find(uuid);
-    if (it == gpu_by_uuid_.end()) throw DemoError{where + ": unknown GPU " + uuid};
+    if (it == gpu_by_uuid_.end())
+      throw DemoError{where + ": unknown GPU " + uuid};
     return it->second;
   }
 
@@ -168,7 +173,8 @@ class Demo {
     if (step.contains("release")) {
       const auto name = Get<std::string>(step, where, "release");
       auto it = placed_.find(name);
-      if (it == placed_.end()) throw DemoError{where + ".release: " + name + " was not placed"};
+      if (it == placed_.end())
+        throw DemoError{where + ".release: " + name + " was not placed"};
       Must(ledger_->Release(it->second), where);
       std::printf("release %-15s returned its quota\n", name.c_str());
       placed_.erase(it);
@@ -176,17 +182,20 @@ class Demo {
     }
     if (step.contains("mark_lost") || step.contains("mark_healthy")) {
       const bool lost = step.contains("mark_lost");
-      const auto uuid = Get<std::string>(step, where, lost ? "mark_lost" : "mark_healthy");
+      const auto uuid =
+          Get<std::string>(step, where, lost ? "mark_lost" : "mark_healthy");
       Must(ledger_->SetGpuHealth(GpuByUuid(uuid, where),
                                  lost ? GpuHealth::kLost : GpuHealth::kOk),
            where);
-      std::printf("%-23s %s\n", lost ? "GPU lost" : "GPU healthy again", uuid.c_str());
+      std::printf("%-23s %s\n", lost ? "GPU lost" : "GPU healthy again",
+                  uuid.c_str());
       return;
     }
     const auto name = Get<std::string>(step, where, "place");
     const auto tenant_name = Get<std::string>(step, where, "tenant");
     auto tenant = tenants_.find(tenant_name);
-    if (tenant == tenants_.end()) throw DemoError{where + ".tenant: unknown tenant " + tenant_name};
+    if (tenant == tenants_.end())
+      throw DemoError{where + ".tenant: unknown tenant " + tenant_name};
     PlacementRequest request;
     request.tenant = tenant->second;
     if (step.contains("gpu_required")) {
@@ -197,15 +206,18 @@ class Demo {
       request.memory_mib = Get<std::int64_t>(step, where, "gpu_memory_mb");
     }
     if (step.contains("gpu_compute_ratio")) {
-      auto percent = RatioToPercent(Get<double>(step, where, "gpu_compute_ratio"));
-      if (!percent.ok()) throw DemoError{where + ": " + percent.status().ToString()};
+      auto percent =
+          RatioToPercent(Get<double>(step, where, "gpu_compute_ratio"));
+      if (!percent.ok())
+        throw DemoError{where + ": " + percent.status().ToString()};
       request.compute_percent = *percent;
     }
     request.cpu_milli = GetOr<std::int64_t>(step, where, "cpu_milli", 0);
     request.allowed_models =
         GetOr<std::vector<std::string>>(step, where, "gpu_models", {});
 
-    const PlacementResult result = ledger_->Place(request, scheduler::DefaultPolicy());
+    const PlacementResult result =
+        ledger_->Place(request, scheduler::DefaultPolicy());
     std::printf("place   %-15s %-8s ", name.c_str(), tenant_name.c_str());
     if (!result.placed()) {
       std::printf("-> %s: %s\n", PlacementOutcomeName(result.outcome),
@@ -223,17 +235,17 @@ class Demo {
       return;
     }
     ledger_->Read([&](const ClusterView& view) {
-      const auto qos = scheduler::DeriveQos(view.gpu(a.gpus[0]).spec,
-                                            view.node(a.node).spec.containerized,
-                                            /*hook_available=*/false);
-      std::printf("-> slice %llu: %s on %s, %lld MB, %d%% compute%s, qos %s\n"
-                  "        %s\n",
-                  static_cast<unsigned long long>(a.id.value()), gpus.c_str(),
-                  nodes_[a.node].name.c_str(),
-                  static_cast<long long>(a.memory_mib), a.compute_percent,
-                  a.compute_defaulted ? " (default)" : "",
-                  std::string(scheduler::QosLevelName(qos.level)).c_str(),
-                  qos.explanation.c_str());
+      const auto qos = scheduler::DeriveQos(
+          view.gpu(a.gpus[0]).spec, view.node(a.node).spec.containerized,
+          /*hook_available=*/false);
+      std::printf(
+          "-> slice %llu: %s on %s, %lld MB, %d%% compute%s, qos %s\n"
+          "        %s\n",
+          static_cast<unsigned long long>(a.id.value()), gpus.c_str(),
+          nodes_[a.node].name.c_str(), static_cast<long long>(a.memory_mib),
+          a.compute_percent, a.compute_defaulted ? " (default)" : "",
+          std::string(scheduler::QosLevelName(qos.level)).c_str(),
+          qos.explanation.c_str());
     });
   }
 
@@ -257,8 +269,9 @@ class Demo {
       }
     });
     const Status audit = ledger_->CheckInvariants();
-    std::printf("\nledger audit: %s\n", audit.ok() ? "consistent, nothing oversold"
-                                                   : audit.ToString().c_str());
+    std::printf("\nledger audit: %s\n", audit.ok()
+                                            ? "consistent, nothing oversold"
+                                            : audit.ToString().c_str());
   }
 
   bool audit_each_step_;
@@ -301,8 +314,8 @@ int main(int argc, char** argv) {
     Demo demo(config, audit);
     demo.Run();
   } catch (const json::parse_error& e) {
-    std::fprintf(stderr, "hf-demo: %s: invalid JSON: %s\n", cluster_file.c_str(),
-                 e.what());
+    std::fprintf(stderr, "hf-demo: %s: invalid JSON: %s\n",
+                 cluster_file.c_str(), e.what());
     return 2;
   } catch (const DemoError& e) {
     std::fprintf(stderr, "hf-demo: %s: %s\n", cluster_file.c_str(),

@@ -101,7 +101,8 @@ void ClusterState::ReindexNode(NodeId id) {
   node_whole_count[id.value()] = count;
   node_whole_mask[id.value()] = mask;
   if (count > 0) {
-    node_index.Insert(whole_nodes, slot, FitKey{count, node.tie_rank, id.value()},
+    node_index.Insert(whole_nodes, slot,
+                      FitKey{count, node.tie_rank, id.value()},
                       FitAttrs{count, node.free_cpu_milli(),
                                node.free_host_memory_mib(), mask});
   }
@@ -110,8 +111,9 @@ void ClusterState::ReindexNode(NodeId id) {
 void ClusterState::RefreshNodeResources(NodeId id) {
   const NodeRecord& node = nodes[id.value()];
   for (GpuId g : node.gpus) {
-    const auto& tree = gpu_tree.size() > g.value() ? gpu_tree[g.value()]
-                                                   : std::optional<SharingKey>{};
+    const auto& tree = gpu_tree.size() > g.value()
+                           ? gpu_tree[g.value()]
+                           : std::optional<SharingKey>{};
     if (!tree.has_value()) continue;
     const FitIndex::Root root = tree->kind == SharingKey::Kind::kNone
                                     ? empty_gpus
@@ -121,11 +123,10 @@ void ClusterState::RefreshNodeResources(NodeId id) {
   }
   const auto slot = static_cast<FitIndex::Slot>(id.value());
   if (node_index.Contains(slot)) {
-    node_index.SetAttrs(whole_nodes, slot,
-                        FitAttrs{node_whole_count[id.value()],
-                                 node.free_cpu_milli(),
-                                 node.free_host_memory_mib(),
-                                 node_whole_mask[id.value()]});
+    node_index.SetAttrs(
+        whole_nodes, slot,
+        FitAttrs{node_whole_count[id.value()], node.free_cpu_milli(),
+                 node.free_host_memory_mib(), node_whole_mask[id.value()]});
   }
 }
 

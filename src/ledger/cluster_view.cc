@@ -8,17 +8,28 @@ namespace hf::ledger {
 
 const char* RejectReasonName(RejectReason reason) {
   switch (reason) {
-    case RejectReason::kLost: return "gpu_lost";
-    case RejectReason::kMigMode: return "mig_mode";
-    case RejectReason::kModelMismatch: return "model_mismatch";
-    case RejectReason::kTenantConstraint: return "tenant_constraint";
-    case RejectReason::kBusy: return "gpu_busy";
-    case RejectReason::kNoMemory: return "no_memory";
-    case RejectReason::kNoCompute: return "no_compute";
-    case RejectReason::kNodeCpu: return "node_cpu";
-    case RejectReason::kNodeHostMemory: return "node_host_memory";
-    case RejectReason::kTooFewGpus: return "too_few_gpus_on_node";
-    case RejectReason::kCount: break;
+    case RejectReason::kLost:
+      return "gpu_lost";
+    case RejectReason::kMigMode:
+      return "mig_mode";
+    case RejectReason::kModelMismatch:
+      return "model_mismatch";
+    case RejectReason::kTenantConstraint:
+      return "tenant_constraint";
+    case RejectReason::kBusy:
+      return "gpu_busy";
+    case RejectReason::kNoMemory:
+      return "no_memory";
+    case RejectReason::kNoCompute:
+      return "no_compute";
+    case RejectReason::kNodeCpu:
+      return "node_cpu";
+    case RejectReason::kNodeHostMemory:
+      return "node_host_memory";
+    case RejectReason::kTooFewGpus:
+      return "too_few_gpus_on_node";
+    case RejectReason::kCount:
+      break;
   }
   return "unknown";
 }
@@ -149,7 +160,8 @@ std::optional<GpuId> ClusterView::BestFitSliceGpu(
       index.FindFirst(state_->empty_gpus, memory, need, accept);
   auto domain = state_->domain_gpus.find(SharingKeyOf(request.tenant));
   if (domain != state_->domain_gpus.end()) {
-    FitIndex::Slot shared = index.FindFirst(domain->second, memory, need, accept);
+    FitIndex::Slot shared =
+        index.FindFirst(domain->second, memory, need, accept);
     if (shared != FitIndex::kNil &&
         (best == FitIndex::kNil || index.KeyOf(shared) < index.KeyOf(best))) {
       best = shared;

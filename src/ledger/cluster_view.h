@@ -97,7 +97,8 @@ enum class RejectReason : int {
   kTooFewGpus,        // whole-GPU request: node has too few eligible GPUs
   kCount,
 };
-inline constexpr int kRejectReasonCount = static_cast<int>(RejectReason::kCount);
+inline constexpr int kRejectReasonCount =
+    static_cast<int>(RejectReason::kCount);
 
 const char* RejectReasonName(RejectReason reason);
 

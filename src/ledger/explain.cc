@@ -63,7 +63,8 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   };
   const bool slice = request.kind == RequestKind::kSlice;
   const MemoryMib memory = request.memory_mib.value_or(0);
-  const MemoryMib slice_limit = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
+  const MemoryMib slice_limit =
+      MaxSliceMemoryMib(view.largest_gpu_memory_mib());
   const bool over_largest = slice && memory > slice_limit;
   // "Capable": could hold the request if the cluster were empty and healthy.
   bool capable_anywhere = false;
@@ -72,8 +73,9 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
     const NodeRecord& node = view.node(NodeId(n));
     if (!node.live) continue;
-    const bool node_capable = request.cpu_milli <= node.spec.cpu_milli &&
-                              request.host_memory_mib <= node.spec.host_memory_mib;
+    const bool node_capable =
+        request.cpu_milli <= node.spec.cpu_milli &&
+        request.host_memory_mib <= node.spec.host_memory_mib;
     int capable_on_node = 0;
     int eligible_on_node = 0;
     for (GpuId g : node.gpus) {
@@ -114,10 +116,12 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   if (slice) {
     what = memory > 0 ? std::to_string(memory) + " MB" : std::string();
     if (request.compute_percent.has_value()) {
-      what += (what.empty() ? "" : " / ") + std::to_string(compute) + "% compute";
+      what +=
+          (what.empty() ? "" : " / ") + std::to_string(compute) + "% compute";
     }
   } else {
-    what = Plural(request.gpu_count, "whole GPU", "whole GPUs") + " on one node";
+    what =
+        Plural(request.gpu_count, "whole GPU", "whole GPUs") + " on one node";
   }
 
   if (view.live_gpu_count() == 0) {
@@ -127,11 +131,10 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   }
   if (over_largest) {
     result.outcome = PlacementOutcome::kInfeasible;
-    result.message = "never fits in this cluster: gpu_memory_mb " +
-                     std::to_string(memory) +
-                     " exceeds 90% of the largest GPU (" +
-                     std::to_string(slice_limit) + " of " +
-                     std::to_string(view.largest_gpu_memory_mib()) + " MB)";
+    result.message =
+        "never fits in this cluster: gpu_memory_mb " + std::to_string(memory) +
+        " exceeds 90% of the largest GPU (" + std::to_string(slice_limit) +
+        " of " + std::to_string(view.largest_gpu_memory_mib()) + " MB)";
     return result;
   }
 

@@ -57,7 +57,8 @@ Status Ledger::CheckInvariants() const {
       continue;
     }
     ++live;
-    if (gpu.used_memory_mib != s.memory || gpu.used_compute_percent != s.compute ||
+    if (gpu.used_memory_mib != s.memory ||
+        gpu.used_compute_percent != s.compute ||
         gpu.allocation_count != s.count || gpu.whole_owned != s.whole) {
       return Status::Internal(where + "accounting differs from allocations");
     }
@@ -115,13 +116,15 @@ Status Ledger::CheckInvariants() const {
     if (!node.live) continue;
     if (node.used_cpu_milli != cpu[node.id.value()] ||
         node.used_host_memory_mib != host[node.id.value()]) {
-      return Status::Internal("node " + node.spec.name + " resource accounting");
+      return Status::Internal("node " + node.spec.name +
+                              " resource accounting");
     }
     if (node.free_cpu_milli() < 0 || node.free_host_memory_mib() < 0) {
       return Status::Internal("node " + node.spec.name + " oversold");
     }
     int eligible = 0;
-    for (GpuId g : node.gpus) eligible += state_.WholeEligible(state_.gpus[g.value()]);
+    for (GpuId g : node.gpus)
+      eligible += state_.WholeEligible(state_.gpus[g.value()]);
     const auto slot = static_cast<FitIndex::Slot>(node.id.value());
     if ((eligible > 0) != state_.node_index.Contains(slot) ||
         (eligible > 0 && state_.node_index.KeyOf(slot).primary != eligible)) {

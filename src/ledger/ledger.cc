@@ -31,16 +31,21 @@ void AddTenant(GpuRecord& gpu, TenantId tenant, int delta) {
 
 const char* PlacementOutcomeName(PlacementOutcome outcome) {
   switch (outcome) {
-    case PlacementOutcome::kPlaced: return "placed";
-    case PlacementOutcome::kRetryLater: return "retry_later";
-    case PlacementOutcome::kInfeasible: return "infeasible";
-    case PlacementOutcome::kInvalid: return "invalid";
+    case PlacementOutcome::kPlaced:
+      return "placed";
+    case PlacementOutcome::kRetryLater:
+      return "retry_later";
+    case PlacementOutcome::kInfeasible:
+      return "infeasible";
+    case PlacementOutcome::kInvalid:
+      return "invalid";
   }
   return "unknown";
 }
 
 Status ValidatePlacementRequest(const PlacementRequest& r) {
-  if (!r.tenant.valid()) return Status::InvalidArgument("is required", "tenant");
+  if (!r.tenant.valid())
+    return Status::InvalidArgument("is required", "tenant");
   if (r.cpu_milli < 0) {
     return Status::InvalidArgument("must be >= 0", "cpu_milli");
   }
@@ -82,10 +87,9 @@ Status ValidatePlacementRequest(const PlacementRequest& r) {
   }
   if (r.compute_percent.has_value() &&
       (*r.compute_percent < 1 || *r.compute_percent > kFullComputePercent)) {
-    return Status::InvalidArgument(
-        "must be in (0, 1] (1..100 percent), got " +
-            std::to_string(*r.compute_percent) + "%",
-        "gpu_compute_ratio");
+    return Status::InvalidArgument("must be in (0, 1] (1..100 percent), got " +
+                                       std::to_string(*r.compute_percent) + "%",
+                                   "gpu_compute_ratio");
   }
   return Status::Ok();
 }
@@ -165,7 +169,8 @@ Status Ledger::CheckGpuLocked(GpuId id) const {
 
 StatusOr<GpuId> Ledger::AddGpu(NodeId node_id, const GpuSpec& spec) {
   if (spec.uuid.empty()) return Status::InvalidArgument("is required", "uuid");
-  if (spec.model.empty()) return Status::InvalidArgument("is required", "model");
+  if (spec.model.empty())
+    return Status::InvalidArgument("is required", "model");
   if (spec.vendor.empty()) {
     return Status::InvalidArgument("is required", "vendor");
   }
@@ -208,9 +213,9 @@ Status Ledger::RemoveGpu(GpuId id) {
   HF_RETURN_IF_ERROR(CheckGpuLocked(id));
   GpuRecord& gpu = state_.gpus[id.value()];
   if (!gpu.empty()) {
-    return Status::FailedPrecondition(
-        "GPU " + gpu.spec.uuid + " still holds " +
-        std::to_string(gpu.allocation_count) + " allocation(s); release first");
+    return Status::FailedPrecondition("GPU " + gpu.spec.uuid + " still holds " +
+                                      std::to_string(gpu.allocation_count) +
+                                      " allocation(s); release first");
   }
   gpu.live = false;
   state_.gpu_by_uuid.erase(gpu.spec.uuid);
@@ -447,7 +452,8 @@ Status Ledger::Release(SliceId id) {
 }
 
 StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
-  if (!allocation.id.valid()) return Status::InvalidArgument("is required", "id");
+  if (!allocation.id.valid())
+    return Status::InvalidArgument("is required", "id");
   if (!allocation.tenant.valid()) {
     return Status::InvalidArgument("is required", "tenant");
   }
@@ -472,9 +478,9 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
   if (distinct.size() != allocation.gpus.size()) {
     return Status::InvalidArgument("names one GPU twice", "gpus");
   }
-  const NodeId node =
-      view.HasGpu(allocation.gpus[0]) ? view.gpu(allocation.gpus[0]).node
-                                      : NodeId();
+  const NodeId node = view.HasGpu(allocation.gpus[0])
+                          ? view.gpu(allocation.gpus[0]).node
+                          : NodeId();
   const SharingKey key = view.SharingKeyOf(allocation.tenant);
   for (GpuId g : allocation.gpus) {
     if (!view.HasGpu(g)) {
@@ -538,8 +544,9 @@ std::vector<Allocation> Ledger::Allocations() const {
   std::vector<Allocation> out;
   out.reserve(state_.allocations.size());
   for (const auto& [id, a] : state_.allocations) out.push_back(a);
-  std::sort(out.begin(), out.end(),
-            [](const Allocation& x, const Allocation& y) { return x.id < y.id; });
+  std::sort(
+      out.begin(), out.end(),
+      [](const Allocation& x, const Allocation& y) { return x.id < y.id; });
   return out;
 }
 

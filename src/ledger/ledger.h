@@ -50,9 +50,7 @@ struct PlacementResult {
   Status status;        // kInvalid: what is wrong, naming the field
 
   bool placed() const { return outcome == PlacementOutcome::kPlaced; }
-  int count(RejectReason r) const {
-    return reject_counts[static_cast<int>(r)];
-  }
+  int count(RejectReason r) const { return reject_counts[static_cast<int>(r)]; }
 };
 
 // Checks a request's own shape (not the cluster): the rules every entry

@@ -4,9 +4,12 @@ namespace hf::scheduler {
 
 std::string_view QosLevelName(QosLevel level) {
   switch (level) {
-    case QosLevel::kGold: return "gold";
-    case QosLevel::kSilver: return "silver";
-    case QosLevel::kBronze: return "bronze";
+    case QosLevel::kGold:
+      return "gold";
+    case QosLevel::kSilver:
+      return "silver";
+    case QosLevel::kBronze:
+      return "bronze";
   }
   return "bronze";
 }

@@ -56,8 +56,8 @@ std::optional<std::vector<GpuId>> LinearScanBestFitPolicy::Choose(
   for (std::size_t i = 0; i < view.gpu_slot_count(); ++i) {
     const GpuRecord& gpu = view.gpu(GpuId(i));
     if (!gpu.live || view.CheckSlice(gpu, request)) continue;
-    const auto key = std::make_tuple(gpu.free_memory_mib(),
-                                     view.node(gpu.node).tie_rank, i);
+    const auto key =
+        std::make_tuple(gpu.free_memory_mib(), view.node(gpu.node).tie_rank, i);
     if (!best_key || key < *best_key) {
       best_key = key;
       best = GpuId(i);
