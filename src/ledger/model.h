@@ -87,7 +87,9 @@ struct Allocation {
   RequestKind kind = RequestKind::kSlice;
   NodeId node;
   std::vector<GpuId> gpus;             // 1 for a slice
-  MemoryMib memory_mib = 0;            // accounted per GPU
+  // Slice: the memory accounted on its GPU. Whole GPUs: the sum of their
+  // memory (each GPU is accounted at its full size).
+  MemoryMib memory_mib = 0;
   ComputePercent compute_percent = 0;  // accounted per GPU
   bool compute_defaulted = false;      // slice had no ratio; default applied
   CpuMilli cpu_milli = 0;
