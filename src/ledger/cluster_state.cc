@@ -36,7 +36,7 @@ bool ClusterState::WholeEligible(const GpuRecord& gpu) const {
   return gpu.live && gpu.healthy() && gpu.empty() && !gpu.spec.mig_capable;
 }
 
-void ClusterState::Reindex(GpuId id) {
+void ClusterState::Reindex(GpuId id, bool reindex_node) {
   const auto slot = static_cast<FitIndex::Slot>(id.value());
   if (gpu_tree.size() <= id.value()) gpu_tree.resize(id.value() + 1);
   auto& current = gpu_tree[id.value()];
@@ -62,14 +62,16 @@ void ClusterState::Reindex(GpuId id) {
         key.kind == SharingKey::Kind::kNone
             ? empty_gpus
             : domain_gpus.try_emplace(key, FitIndex::kNil).first->second;
+    const FitAttrs attrs = GpuAttrs(gpu);
     gpu_index.Insert(root, slot,
                      FitKey{gpu.free_memory_mib(),
                             nodes[gpu.node.value()].tie_rank, id.value()},
-                     GpuAttrs(gpu));
+                     attrs);
+    NoteStored(gpu.node, attrs);
     current = key;
   }
   // The node's whole-GPU eligibility may have changed with this GPU.
-  if (gpu.node.valid() && gpu.node.value() < nodes.size()) {
+  if (reindex_node && gpu.node.valid() && gpu.node.value() < nodes.size()) {
     ReindexNode(gpu.node);
   }
 }
@@ -101,32 +103,68 @@ void ClusterState::ReindexNode(NodeId id) {
   node_whole_count[id.value()] = count;
   node_whole_mask[id.value()] = mask;
   if (count > 0) {
+    const FitAttrs attrs{count, node.free_cpu_milli(),
+                         node.free_host_memory_mib(), mask};
     node_index.Insert(whole_nodes, slot,
-                      FitKey{count, node.tie_rank, id.value()},
-                      FitAttrs{count, node.free_cpu_milli(),
-                               node.free_host_memory_mib(), mask});
+                      FitKey{count, node.tie_rank, id.value()}, attrs);
+    NoteStored(id, attrs);
   }
 }
 
+void ClusterState::NoteStored(NodeId node, const FitAttrs& attrs) {
+  if (node_stored_bounds.size() <= node.value()) {
+    node_stored_bounds.resize(node.value() + 1);
+  }
+  StoredResourceBounds& b = node_stored_bounds[node.value()];
+  b.cpu_lo = std::min(b.cpu_lo, attrs.cpu_free);
+  b.cpu_hi = std::max(b.cpu_hi, attrs.cpu_free);
+  b.host_lo = std::min(b.host_lo, attrs.host_memory_free);
+  b.host_hi = std::max(b.host_hi, attrs.host_memory_free);
+}
+
+// Node CPU / host memory in the index are upper bounds, refreshed lazily: a
+// value above the truth only weakens pruning (the exact check still runs on
+// every candidate). So a place (resources go down) needs no refresh unless a
+// stored value would overstate the truth by more than 2x, and a release
+// (resources go up) needs one only where the truth now exceeds a stored
+// value. The node's stored bounds decide that without visiting its entries;
+// a place + release pair usually touches nothing.
 void ClusterState::RefreshNodeResources(NodeId id) {
   const NodeRecord& node = nodes[id.value()];
+  const CpuMilli cpu = node.free_cpu_milli();
+  const MemoryMib host = node.free_host_memory_mib();
+  if (node_stored_bounds.size() <= id.value()) {
+    node_stored_bounds.resize(id.value() + 1);
+  }
+  if (const StoredResourceBounds& b = node_stored_bounds[id.value()];
+      b.cpu_lo >= cpu && b.host_lo >= host && cpu >= b.cpu_hi / 2 &&
+      host >= b.host_hi / 2) {
+    return;  // every stored value is an upper bound within 2x of the truth
+  }
+  // Rewrite every entry of the node to the truth; the bounds become exact.
+  node_stored_bounds[id.value()] = StoredResourceBounds{};
   for (GpuId g : node.gpus) {
-    const auto& tree = gpu_tree.size() > g.value()
-                           ? gpu_tree[g.value()]
-                           : std::optional<SharingKey>{};
-    if (!tree.has_value()) continue;
-    const FitIndex::Root root = tree->kind == SharingKey::Kind::kNone
+    if (gpu_tree.size() <= g.value() || !gpu_tree[g.value()].has_value()) {
+      continue;
+    }
+    const SharingKey& tree = *gpu_tree[g.value()];
+    const auto slot = static_cast<FitIndex::Slot>(g.value());
+    const FitAttrs actual = GpuAttrs(gpus[g.value()]);
+    NoteStored(id, actual);
+    if (gpu_index.AttrsOf(slot) == actual) continue;
+    const FitIndex::Root root = tree.kind == SharingKey::Kind::kNone
                                     ? empty_gpus
-                                    : domain_gpus.at(*tree);
-    gpu_index.SetAttrs(root, static_cast<FitIndex::Slot>(g.value()),
-                       GpuAttrs(gpus[g.value()]));
+                                    : domain_gpus.at(tree);
+    gpu_index.SetAttrs(root, slot, actual);
   }
   const auto slot = static_cast<FitIndex::Slot>(id.value());
   if (node_index.Contains(slot)) {
-    node_index.SetAttrs(
-        whole_nodes, slot,
-        FitAttrs{node_whole_count[id.value()], node.free_cpu_milli(),
-                 node.free_host_memory_mib(), node_whole_mask[id.value()]});
+    const FitAttrs actual{node_whole_count[id.value()], cpu, host,
+                          node_whole_mask[id.value()]};
+    NoteStored(id, actual);
+    if (!(node_index.AttrsOf(slot) == actual)) {
+      node_index.SetAttrs(whole_nodes, slot, actual);
+    }
   }
 }
 

@@ -9,6 +9,9 @@
 // - a GPU is in exactly one index tree iff it is live, healthy, not held
 //   whole, and has free compute: `empty_gpus` when it holds no allocation,
 //   `domain_gpus[domain]` otherwise (never for a kConflict domain);
+// - index attributes: free compute and model bits are exact; a node's free
+//   CPU and host memory are upper bounds of the truth (refreshed lazily, see
+//   RefreshNodeResources), which only weakens pruning, never exactness;
 // - a node is in `whole_nodes` iff it is live and has >= 1 GPU eligible for
 //   whole-GPU grants (live, healthy, empty, not in MIG mode).
 //
@@ -16,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -62,13 +66,25 @@ struct ClusterState {
   FitIndex::Root whole_nodes = FitIndex::kNil;
   std::vector<int> node_whole_count;  // eligible whole GPUs per node
   std::vector<std::uint64_t> node_whole_mask;
+  // Per node, bounds on the free CPU / host memory stored in its index
+  // entries (GPU entries and its whole-GPU entry): lo <= every stored value
+  // <= hi. Lets RefreshNodeResources skip its pass when nothing is stale.
+  struct StoredResourceBounds {
+    CpuMilli cpu_lo = std::numeric_limits<CpuMilli>::max();
+    CpuMilli cpu_hi = std::numeric_limits<CpuMilli>::min();
+    MemoryMib host_lo = std::numeric_limits<MemoryMib>::max();
+    MemoryMib host_hi = std::numeric_limits<MemoryMib>::min();
+  };
+  std::vector<StoredResourceBounds> node_stored_bounds;
 
   // --- index maintenance ---
-  // Puts `gpu` into the tree its state calls for (or none), and keeps its
-  // node's whole-GPU entry in step.
-  void Reindex(GpuId gpu);
+  // Puts `gpu` into the tree its state calls for (or none), and (unless the
+  // caller will do it once for several GPUs) keeps its node's whole-GPU entry
+  // in step.
+  void Reindex(GpuId gpu, bool reindex_node = true);
   // After a node's free CPU / host memory changed: refresh the attributes of
-  // its GPUs' and its own index entries.
+  // its GPUs' and its own index entries where they are no longer an upper
+  // bound, or overstate the truth by more than 2x.
   void RefreshNodeResources(NodeId node);
   // Recomputes the node's whole-GPU count and mask and its index entry.
   void ReindexNode(NodeId node);
@@ -77,6 +93,9 @@ struct ClusterState {
   std::uint64_t ModelBit(const std::string& model);  // interns the model
 
   FitAttrs GpuAttrs(const GpuRecord& gpu) const;
+  // Widens the node's stored-resource bounds for an entry stored with
+  // `attrs`.
+  void NoteStored(NodeId node, const FitAttrs& attrs);
   bool WholeEligible(const GpuRecord& gpu) const;
 };
 

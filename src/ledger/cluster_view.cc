@@ -98,10 +98,16 @@ bool ClusterView::ModelAllowed(const PlacementRequest& request,
 
 std::optional<RejectReason> ClusterView::CheckSlice(
     const GpuRecord& g, const PlacementRequest& request) const {
+  return CheckSlice(g, request, SharingKeyOf(request.tenant));
+}
+
+std::optional<RejectReason> ClusterView::CheckSlice(
+    const GpuRecord& g, const PlacementRequest& request,
+    const SharingKey& tenant_key) const {
   if (!g.healthy()) return RejectReason::kLost;
   if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
   // Tenancy, fail-closed: an occupied GPU takes only the same sharing key.
-  if (!g.empty() && !(g.domain == SharingKeyOf(request.tenant))) {
+  if (!g.empty() && !(g.domain == tenant_key)) {
     return RejectReason::kTenantConstraint;
   }
   if (g.whole_owned) return RejectReason::kBusy;
@@ -152,13 +158,14 @@ std::optional<GpuId> ClusterView::BestFitSliceGpu(
   const FitAttrs need{AccountedCompute(request), request.cpu_milli,
                       request.host_memory_mib, ModelMaskOf(request)};
   if (need.model_mask == 0) return std::nullopt;
+  const SharingKey tenant_key = SharingKeyOf(request.tenant);
   const auto accept = [&](FitIndex::Slot slot) {
-    return !CheckSlice(state_->gpus[slot], request).has_value();
+    return !CheckSlice(state_->gpus[slot], request, tenant_key).has_value();
   };
   const FitIndex& index = state_->gpu_index;
   FitIndex::Slot best =
       index.FindFirst(state_->empty_gpus, memory, need, accept);
-  auto domain = state_->domain_gpus.find(SharingKeyOf(request.tenant));
+  auto domain = state_->domain_gpus.find(tenant_key);
   if (domain != state_->domain_gpus.end()) {
     FitIndex::Slot shared =
         index.FindFirst(domain->second, memory, need, accept);

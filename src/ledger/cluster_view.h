@@ -135,6 +135,11 @@ class ClusterView {
   // The first reason `gpu` cannot take the slice `request` now, or nullopt.
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
                                          const PlacementRequest& request) const;
+  // The same, with the requester's SharingKeyOf(request.tenant) computed once
+  // by the caller (the hot path checks many candidates per request).
+  std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
+                                         const PlacementRequest& request,
+                                         const SharingKey& tenant_key) const;
   // The first reason `gpu` cannot be handed out whole to `request` now,
   // ignoring node resources and GPU count (checked per node).
   std::optional<RejectReason> CheckWholeGpu(

@@ -94,6 +94,15 @@ Status Ledger::CheckInvariants() const {
       if (key.primary != gpu.free_memory_mib()) {
         return Status::Internal(where + "stale index key");
       }
+      const FitAttrs& stored =
+          state_.gpu_index.AttrsOf(static_cast<FitIndex::Slot>(gpu.id.value()));
+      const FitAttrs actual = state_.GpuAttrs(gpu);
+      if (stored.compute_free != actual.compute_free ||
+          stored.model_mask != actual.model_mask ||
+          stored.cpu_free < actual.cpu_free ||
+          stored.host_memory_free < actual.host_memory_free) {
+        return Status::Internal(where + "index attributes understate the GPU");
+      }
       if (want.kind == SharingKey::Kind::kNone) {
         ++empty_members;
       } else {
@@ -129,6 +138,15 @@ Status Ledger::CheckInvariants() const {
     if ((eligible > 0) != state_.node_index.Contains(slot) ||
         (eligible > 0 && state_.node_index.KeyOf(slot).primary != eligible)) {
       return Status::Internal("node " + node.spec.name + " whole-GPU index");
+    }
+    if (eligible > 0) {
+      const FitAttrs& stored = state_.node_index.AttrsOf(slot);
+      if (stored.cpu_free < node.free_cpu_milli() ||
+          stored.host_memory_free < node.free_host_memory_mib() ||
+          stored.model_mask != state_.node_whole_mask[node.id.value()]) {
+        return Status::Internal("node " + node.spec.name +
+                                " index attributes understate the node");
+      }
     }
   }
   return Status::Ok();

@@ -8,12 +8,14 @@
 namespace hf::ledger {
 namespace {
 
+// A node's Best-Fit tie-break rank: its id, or with a seed a pseudo-random
+// 32-bit value (ranks are 32-bit in the indexes).
 std::uint64_t TieRank(std::uint64_t seed, NodeId node) {
   if (seed == 0) return node.value();
   std::uint64_t z = seed ^ (node.value() * 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  return (z ^ (z >> 31)) >> 32;
 }
 
 void AddTenant(GpuRecord& gpu, TenantId tenant, int delta) {
@@ -367,8 +369,10 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
   NodeRecord& node = state_.nodes[a.node.value()];
   node.used_cpu_milli += sign * a.cpu_milli;
   node.used_host_memory_mib += sign * a.host_memory_mib;
+  bool whole_eligibility_changed = false;
   for (GpuId g : a.gpus) {
     GpuRecord& gpu = state_.gpus[g.value()];
+    const bool was_whole_eligible = state_.WholeEligible(gpu);
     if (a.kind == RequestKind::kWholeGpus) {
       gpu.used_memory_mib += sign * gpu.spec.memory_mib;
       gpu.used_compute_percent += sign * kFullComputePercent;
@@ -380,8 +384,12 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
     gpu.allocation_count += sign;
     AddTenant(gpu, a.tenant, sign);
     gpu.domain = state_.ComputeDomain(gpu);
-    state_.Reindex(g);
+    state_.Reindex(g, /*reindex_node=*/false);
+    whole_eligibility_changed |=
+        was_whole_eligible != state_.WholeEligible(gpu);
   }
+  // Once per allocation, and only when a GPU became (un)available whole.
+  if (whole_eligibility_changed) state_.ReindexNode(a.node);
   if (a.cpu_milli != 0 || a.host_memory_mib != 0) {
     state_.RefreshNodeResources(a.node);
   }

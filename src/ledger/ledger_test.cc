@@ -882,6 +882,37 @@ TEST_F(LedgerTest, NodeCpuSteersSliceToAnotherNode) {
   EXPECT_EQ(PlaceOn(r), on_busy);
 }
 
+// Regression for the lazily refreshed node resources in the index: stored
+// free CPU is only an upper bound, tightened when it overstates the truth by
+// 2x and raised on release. Draining a node step by step and freeing it again
+// must keep every placement exact.
+TEST_F(LedgerTest, LazilyRefreshedNodeCpuStaysExactWhileDrainingAndFreeing) {
+  const NodeId n = AddNode(/*cpu=*/8000);
+  const GpuId g0 = AddGpu(n, k80G);
+  const GpuId g1 = AddGpu(n, k80G);
+  PlacementRequest r = SliceReq(kAlice, 1024, 5);
+  r.cpu_milli = 1000;
+  std::vector<SliceId> placed;
+  for (int i = 0; i < 8; ++i) {
+    const Allocation a = MustPlace(r);
+    EXPECT_TRUE(a.gpus[0] == g0 || a.gpus[0] == g1);
+    placed.push_back(a.id);
+    ASSERT_TRUE(ledger_->CheckInvariants().ok()) << "after place " << i;
+  }
+  const PlacementResult full = Place(r);
+  EXPECT_EQ(full.outcome, PlacementOutcome::kRetryLater);
+  EXPECT_EQ(full.count(RejectReason::kNodeCpu), 2);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(ledger_->Release(placed[i]).ok());
+    ASSERT_TRUE(ledger_->CheckInvariants().ok()) << "after release " << i;
+    r.cpu_milli = 1000 * (i + 1);  // exactly what is free now
+    const Allocation a = MustPlace(r);
+    ASSERT_TRUE(ledger_->Release(a.id).ok());
+  }
+  r.cpu_milli = 8001;
+  EXPECT_EQ(Place(r).outcome, PlacementOutcome::kInfeasible);
+}
+
 TEST_F(LedgerTest, NodeResourcesLimitWholeGpus) {
   const NodeId small = AddNode(/*cpu=*/1000);
   const NodeId big = AddNode(/*cpu=*/16000);

@@ -86,7 +86,7 @@ struct Allocation {
   TenantId tenant;
   RequestKind kind = RequestKind::kSlice;
   NodeId node;
-  std::vector<GpuId> gpus;             // 1 for a slice
+  std::vector<GpuId> gpus;  // 1 for a slice
   // Slice: the memory accounted on its GPU. Whole GPUs: the sum of their
   // memory (each GPU is accounted at its full size).
   MemoryMib memory_mib = 0;
