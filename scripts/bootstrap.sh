@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # libraries (see docs/DEPENDENCIES.md)
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsqlite3-dev
-  libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev
+  libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev libfccp-dev
   # testing and benchmarks
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
   # code style
