@@ -75,6 +75,7 @@ SharingKey ClusterView::SharingKeyOf(TenantId tenant) const {
 ComputePercent ClusterView::AccountedCompute(
     const PlacementRequest& request) const {
   if (request.kind == RequestKind::kWholeGpus) return kFullComputePercent;
+  if (request.kind == RequestKind::kNodeOnly) return 0;
   return request.compute_percent.value_or(
       state_->options.default_compute_percent);
 }

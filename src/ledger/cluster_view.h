@@ -52,6 +52,11 @@ struct NodeRecord {
   CpuMilli used_cpu_milli = 0;
   MemoryMib used_host_memory_mib = 0;
   std::vector<GpuId> gpus;  // live GPUs, ascending id
+  // What runs here, by shape (policies that cluster similar tasks read it):
+  int slice_allocations = 0;
+  // (GPU count, number of whole-GPU allocations of that size), sorted.
+  std::vector<std::pair<int, int>> whole_allocations;
+  int node_only_allocations = 0;
 
   CpuMilli free_cpu_milli() const { return spec.cpu_milli - used_cpu_milli; }
   MemoryMib free_host_memory_mib() const {

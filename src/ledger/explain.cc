@@ -61,6 +61,40 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   const auto bump = [&](RejectReason r, int n = 1) {
     counts[static_cast<int>(r)] += n;
   };
+  if (request.kind == RequestKind::kNodeOnly) {
+    // Counted per node: no GPU is involved.
+    int nodes = 0;
+    int fitting = 0;
+    bool capable = false;
+    for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+      const NodeRecord& node = view.node(NodeId(n));
+      if (!node.live) continue;
+      ++nodes;
+      if (auto reason = view.CheckNodeResources(node, request)) {
+        bump(*reason);
+      } else {
+        ++fitting;
+      }
+      capable |= request.cpu_milli <= node.spec.cpu_milli &&
+                 request.host_memory_mib <= node.spec.host_memory_mib;
+    }
+    const std::string what =
+        std::to_string(request.cpu_milli) + " milli-CPU and " +
+        std::to_string(request.host_memory_mib) + " MB host memory";
+    result.outcome =
+        capable ? PlacementOutcome::kRetryLater : PlacementOutcome::kInfeasible;
+    result.message =
+        (capable ? "no node has " + what + " free now: "
+                 : "never fits in this cluster: no node has " + what + ": ") +
+        std::to_string(fitting) + " of " + std::to_string(nodes) +
+        " nodes fit; " +
+        std::to_string(counts[static_cast<int>(RejectReason::kNodeCpu)]) +
+        " short of CPU, " +
+        std::to_string(
+            counts[static_cast<int>(RejectReason::kNodeHostMemory)]) +
+        " short of host memory" + (capable ? "; retrying later" : "");
+    return result;
+  }
   const bool slice = request.kind == RequestKind::kSlice;
   const MemoryMib memory = request.memory_mib.value_or(0);
   const MemoryMib slice_limit =

@@ -20,10 +20,22 @@ Status Ledger::CheckInvariants() const {
   std::vector<Sum> per_gpu(state_.gpus.size());
   std::vector<CpuMilli> cpu(state_.nodes.size(), 0);
   std::vector<MemoryMib> host(state_.nodes.size(), 0);
+  struct Shapes {
+    int slices = 0;
+    int node_only = 0;
+    std::map<int, int> whole;
+  };
+  std::vector<Shapes> shapes(state_.nodes.size());
   for (const auto& [id, a] : state_.allocations) {
     if (!(a.id == id)) return Status::Internal("allocation keyed by wrong id");
     if (id.value() >= state_.next_slice_id) {
       return Status::Internal("slice id at or past the id counter");
+    }
+    Shapes& shape = shapes[a.node.value()];
+    if (a.kind == RequestKind::kSlice) ++shape.slices;
+    if (a.kind == RequestKind::kNodeOnly) ++shape.node_only;
+    if (a.kind == RequestKind::kWholeGpus) {
+      ++shape.whole[static_cast<int>(a.gpus.size())];
     }
     cpu[a.node.value()] += a.cpu_milli;
     host[a.node.value()] += a.host_memory_mib;
@@ -127,6 +139,14 @@ Status Ledger::CheckInvariants() const {
         node.used_host_memory_mib != host[node.id.value()]) {
       return Status::Internal("node " + node.spec.name +
                               " resource accounting");
+    }
+    const Shapes& shape = shapes[node.id.value()];
+    if (node.slice_allocations != shape.slices ||
+        node.node_only_allocations != shape.node_only ||
+        std::map<int, int>(node.whole_allocations.begin(),
+                           node.whole_allocations.end()) != shape.whole) {
+      return Status::Internal("node " + node.spec.name +
+                              " allocation shape counts");
     }
     if (node.free_cpu_milli() < 0 || node.free_host_memory_mib() < 0) {
       return Status::Internal("node " + node.spec.name + " oversold");

@@ -60,6 +60,21 @@ Status ValidatePlacementRequest(const PlacementRequest& r) {
                                      "gpu_models");
     }
   }
+  if (r.kind == RequestKind::kNodeOnly) {
+    if (r.gpu_count != 0 || r.memory_mib.has_value() ||
+        r.compute_percent.has_value()) {
+      return Status::InvalidArgument("a task without GPUs takes no GPU fields",
+                                     r.gpu_count != 0 ? "gpu_required"
+                                     : r.memory_mib.has_value()
+                                         ? "gpu_memory_mb"
+                                         : "gpu_compute_ratio");
+    }
+    if (r.cpu_milli == 0 && r.host_memory_mib == 0) {
+      return Status::InvalidArgument(
+          "a task without GPUs needs cpu_milli or host_memory_mb", "cpu_milli");
+    }
+    return Status::Ok();
+  }
   if (r.kind == RequestKind::kWholeGpus) {
     if (r.gpu_count < 1) {
       return Status::InvalidArgument("must be >= 1 for whole GPUs",
@@ -369,6 +384,26 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
   NodeRecord& node = state_.nodes[a.node.value()];
   node.used_cpu_milli += sign * a.cpu_milli;
   node.used_host_memory_mib += sign * a.host_memory_mib;
+  switch (a.kind) {
+    case RequestKind::kSlice:
+      node.slice_allocations += sign;
+      break;
+    case RequestKind::kNodeOnly:
+      node.node_only_allocations += sign;
+      break;
+    case RequestKind::kWholeGpus: {
+      const int size = static_cast<int>(a.gpus.size());
+      auto& shapes = node.whole_allocations;
+      auto it = std::lower_bound(shapes.begin(), shapes.end(),
+                                 std::make_pair(size, 0));
+      if (it == shapes.end() || it->first != size) {
+        it = shapes.insert(it, {size, 0});
+      }
+      it->second += sign;
+      if (it->second == 0) shapes.erase(it);
+      break;
+    }
+  }
   bool whole_eligibility_changed = false;
   for (GpuId g : a.gpus) {
     GpuRecord& gpu = state_.gpus[g.value()];
@@ -395,14 +430,14 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
   }
 }
 
-Allocation Ledger::CommitLocked(const PlacementRequest& request,
+Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
                                 const std::vector<GpuId>& gpus, SliceId id) {
   const ClusterView view(state_);
   Allocation a;
   a.id = id;
   a.tenant = request.tenant;
   a.kind = request.kind;
-  a.node = view.gpu(gpus.front()).node;
+  a.node = gpus.empty() ? node : view.gpu(gpus.front()).node;
   a.gpus = gpus;
   a.cpu_milli = request.cpu_milli;
   a.host_memory_mib = request.host_memory_mib;
@@ -410,7 +445,7 @@ Allocation Ledger::CommitLocked(const PlacementRequest& request,
     a.memory_mib = request.memory_mib.value_or(0);
     a.compute_percent = view.AccountedCompute(request);
     a.compute_defaulted = !request.compute_percent.has_value();
-  } else {
+  } else if (request.kind == RequestKind::kWholeGpus) {
     for (GpuId g : gpus) a.memory_mib += view.gpu(g).spec.memory_mib;
     a.compute_percent = kFullComputePercent;
   }
@@ -430,6 +465,25 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
   }
   std::lock_guard lock(mu_);
   const ClusterView view(state_);
+  if (request.kind == RequestKind::kNodeOnly) {
+    const std::optional<NodeId> node = policy.ChooseNode(view, request);
+    if (!node.has_value()) return ExplainNoPlacement(view, request);
+    if (!view.HasNode(*node) ||
+        view.CheckNodeResources(view.node(*node), request)) {
+      Status s = Status::Internal(
+          "placement policy " + std::string(policy.name()) +
+          ": chose a node that is unknown or lacks the resources");
+      result.outcome = PlacementOutcome::kInvalid;
+      result.message = s.message();
+      result.status = std::move(s);
+      return result;
+    }
+    result.outcome = PlacementOutcome::kPlaced;
+    result.allocation =
+        CommitLocked(request, *node, {}, SliceId(state_.next_slice_id++));
+    result.message = "placed";
+    return result;
+  }
   std::optional<std::vector<GpuId>> choice = policy.Choose(view, request);
   if (!choice.has_value()) return ExplainNoPlacement(view, request);
   if (Status s = ValidateChoiceLocked(request, *choice); !s.ok()) {
@@ -441,7 +495,7 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
   }
   result.outcome = PlacementOutcome::kPlaced;
   result.allocation =
-      CommitLocked(request, *choice, SliceId(state_.next_slice_id++));
+      CommitLocked(request, NodeId(), *choice, SliceId(state_.next_slice_id++));
   result.message = "placed";
   return result;
 }
@@ -465,7 +519,13 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
   if (!allocation.tenant.valid()) {
     return Status::InvalidArgument("is required", "tenant");
   }
-  if (allocation.gpus.empty()) {
+  if (allocation.kind == RequestKind::kNodeOnly) {
+    if (!allocation.gpus.empty() || allocation.memory_mib != 0 ||
+        allocation.compute_percent != 0) {
+      return Status::InvalidArgument("a task without GPUs holds no GPU",
+                                     "gpus");
+    }
+  } else if (allocation.gpus.empty()) {
     return Status::InvalidArgument("must name at least one GPU", "gpus");
   }
   if (allocation.kind == RequestKind::kSlice && allocation.gpus.size() != 1) {
@@ -486,9 +546,15 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
   if (distinct.size() != allocation.gpus.size()) {
     return Status::InvalidArgument("names one GPU twice", "gpus");
   }
-  const NodeId node = view.HasGpu(allocation.gpus[0])
-                          ? view.gpu(allocation.gpus[0]).node
-                          : NodeId();
+  NodeId node = allocation.node;  // kNodeOnly: the node it names
+  if (allocation.kind == RequestKind::kNodeOnly) {
+    if (!view.HasNode(node)) {
+      return Status::NotFound("node " + std::to_string(node.value()));
+    }
+  } else {
+    node = view.HasGpu(allocation.gpus[0]) ? view.gpu(allocation.gpus[0]).node
+                                           : NodeId();
+  }
   const SharingKey key = view.SharingKeyOf(allocation.tenant);
   for (GpuId g : allocation.gpus) {
     if (!view.HasGpu(g)) {

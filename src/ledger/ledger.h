@@ -44,6 +44,7 @@ struct PlacementResult {
   // When not placed: per live GPU, the first rule it failed. For whole-GPU
   // requests, the eligible GPUs of a node that fails node-level rules count
   // under kNodeCpu / kNodeHostMemory / kTooFewGpus (still per GPU).
+  // Node-only requests count nodes (kNodeCpu / kNodeHostMemory).
   std::array<int, kRejectReasonCount> reject_counts{};
   int gpus_considered = 0;
   std::string message;  // for people: what happened and why
@@ -123,7 +124,8 @@ class Ledger {
   Status CheckGpuLocked(GpuId gpu) const;
   Status ValidateChoiceLocked(const PlacementRequest& request,
                               const std::vector<GpuId>& gpus) const;
-  Allocation CommitLocked(const PlacementRequest& request,
+  // `node` is used only when `gpus` is empty (kNodeOnly).
+  Allocation CommitLocked(const PlacementRequest& request, NodeId node,
                           const std::vector<GpuId>& gpus, SliceId id);
   void ApplyLocked(const Allocation& allocation, int sign);
   void RecomputeDomainsLocked();

@@ -913,6 +913,77 @@ TEST_F(LedgerTest, LazilyRefreshedNodeCpuStaysExactWhileDrainingAndFreeing) {
   EXPECT_EQ(Place(r).outcome, PlacementOutcome::kInfeasible);
 }
 
+// ====================================================== node-only tasks
+
+TEST_F(LedgerTest, NodeOnlyTaskTakesTheTightestNodeAndReturnsItsCpu) {
+  const NodeId big = AddNode(/*cpu=*/16000);
+  const NodeId small = AddNode(/*cpu=*/8000);
+  const GpuId on_small = AddGpu(small, k80G);
+  AddGpu(big, k80G);
+  const Allocation a =
+      MustPlace(PlacementRequest::NodeOnly(kAlice, 6000, 1024));
+  EXPECT_EQ(a.node, small);  // least free CPU that fits
+  EXPECT_TRUE(a.gpus.empty());
+  EXPECT_EQ(Node(small).used_cpu_milli, 6000);
+  EXPECT_EQ(Node(small).used_host_memory_mib, 1024);
+  EXPECT_TRUE(Gpu(on_small).empty());  // no GPU accounting
+  // A slice needing 4000 CPU no longer fits the small node.
+  PlacementRequest slice = SliceReq(kBob, 1024, 10);
+  slice.cpu_milli = 4000;
+  EXPECT_EQ(MustPlace(slice).node, big);
+  ASSERT_TRUE(ledger_->Release(a.id).ok());
+  EXPECT_EQ(Node(small).used_cpu_milli, 0);
+  // All 8000 of the small node are free again: the tightest fit for 8000.
+  EXPECT_EQ(MustPlace(PlacementRequest::NodeOnly(kAlice, 8000, 0)).node, small);
+}
+
+TEST_F(LedgerTest, NodeOnlyTaskRetryLaterAndInfeasible) {
+  const NodeId n = AddNode(/*cpu=*/8000);
+  AddGpu(n, k80G);
+  MustPlace(PlacementRequest::NodeOnly(kAlice, 6000, 0));
+  const PlacementResult later =
+      Place(PlacementRequest::NodeOnly(kAlice, 4000, 0));
+  EXPECT_EQ(later.outcome, PlacementOutcome::kRetryLater);
+  EXPECT_EQ(later.count(RejectReason::kNodeCpu), 1);
+  EXPECT_CONTAINS(later.message, "0 of 1 nodes fit");
+  const PlacementResult never =
+      Place(PlacementRequest::NodeOnly(kAlice, 9000, 0));
+  EXPECT_EQ(never.outcome, PlacementOutcome::kInfeasible);
+  EXPECT_CONTAINS(never.message, "never fits");
+}
+
+TEST_F(LedgerTest, NodeOnlyTaskValidation) {
+  PlacementRequest nothing = PlacementRequest::NodeOnly(kAlice, 0, 0);
+  PlacementResult r = Place(nothing);
+  EXPECT_EQ(r.outcome, PlacementOutcome::kInvalid);
+  EXPECT_EQ(r.status.field(), "cpu_milli");
+  PlacementRequest with_gpu = PlacementRequest::NodeOnly(kAlice, 1000, 0);
+  with_gpu.memory_mib = 1024;
+  r = Place(with_gpu);
+  EXPECT_EQ(r.outcome, PlacementOutcome::kInvalid);
+  EXPECT_EQ(r.status.field(), "gpu_memory_mb");
+}
+
+TEST_F(LedgerTest, RestoreNodeOnlyTask) {
+  const NodeId n = AddNode(/*cpu=*/8000);
+  AddGpu(n, k80G);
+  Allocation a;
+  a.id = SliceId(41);
+  a.tenant = kAlice;
+  a.kind = RequestKind::kNodeOnly;
+  a.node = n;
+  a.cpu_milli = 5000;
+  ASSERT_TRUE(ledger_->Restore(a).ok());
+  EXPECT_EQ(Node(n).used_cpu_milli, 5000);
+  a.id = SliceId(42);
+  EXPECT_EQ(ledger_->Restore(a).status().code(),
+            StatusCode::kFailedPrecondition);  // 10000 > 8000
+  a.gpus = {GpuId(0)};
+  EXPECT_EQ(ledger_->Restore(a).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MustPlace(PlacementRequest::NodeOnly(kAlice, 1000, 0)).id,
+            SliceId(42));  // the counter moved past the restored id
+}
+
 TEST_F(LedgerTest, NodeResourcesLimitWholeGpus) {
   const NodeId small = AddNode(/*cpu=*/1000);
   const NodeId big = AddNode(/*cpu=*/16000);

@@ -41,7 +41,9 @@ struct GpuSpec {
   GpuHealth health = GpuHealth::kOk;
 };
 
-enum class RequestKind { kSlice, kWholeGpus };
+// kNodeOnly: a task that needs no GPU, only node CPU / host memory (the
+// simulator's CPU-only tasks compete for the CPU of GPU nodes).
+enum class RequestKind { kSlice, kWholeGpus, kNodeOnly };
 
 // A request for GPU resources by one tenant. Quantities are integers; the
 // API layer converts ratios with RatioToPercent before building one.
@@ -70,6 +72,15 @@ struct PlacementRequest {
     r.compute_percent = compute_percent;
     return r;
   }
+  static PlacementRequest NodeOnly(TenantId tenant, CpuMilli cpu_milli,
+                                   MemoryMib host_memory_mib) {
+    PlacementRequest r;
+    r.tenant = tenant;
+    r.kind = RequestKind::kNodeOnly;
+    r.cpu_milli = cpu_milli;
+    r.host_memory_mib = host_memory_mib;
+    return r;
+  }
   static PlacementRequest WholeGpus(TenantId tenant, int count) {
     PlacementRequest r;
     r.tenant = tenant;
@@ -86,7 +97,7 @@ struct Allocation {
   TenantId tenant;
   RequestKind kind = RequestKind::kSlice;
   NodeId node;
-  std::vector<GpuId> gpus;  // 1 for a slice
+  std::vector<GpuId> gpus;  // 1 for a slice; none for kNodeOnly
   // Slice: the memory accounted on its GPU. Whole GPUs: the sum of their
   // memory (each GPU is accounted at its full size).
   MemoryMib memory_mib = 0;

@@ -28,6 +28,10 @@ class PlacementPolicy {
   // distinct GPUs on one node. nullopt when the policy finds no place.
   virtual std::optional<std::vector<GpuId>> Choose(
       const ClusterView& view, const PlacementRequest& request) const = 0;
+  // For a node-only request (RequestKind::kNodeOnly): the node, or nullopt.
+  // The default is Best-Fit on CPU (least free CPU that fits), by scan.
+  virtual std::optional<NodeId> ChooseNode(
+      const ClusterView& view, const PlacementRequest& request) const;
 };
 
 }  // namespace hf::ledger
