@@ -1,0 +1,201 @@
+#include "scheduler/fragmentation.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hf::scheduler {
+namespace {
+
+// Nodes with up to this many GPUs take NodeFragMilli's sorted fast path.
+constexpr std::size_t kMaxSortedGpus = 16;
+
+// Grouping order: any total order on the class key works; this one is the
+// reverse of the documented tie order, so equal keys end up adjacent.
+bool KeyLess(const TaskClass& a, const TaskClass& b) {
+  if (a.cpu_milli != b.cpu_milli) return a.cpu_milli < b.cpu_milli;
+  if (a.gpu_milli != b.gpu_milli) return a.gpu_milli < b.gpu_milli;
+  if (a.num_gpu != b.num_gpu) return a.num_gpu < b.num_gpu;
+  return a.gpu_models < b.gpu_models;
+}
+
+// A class that uses no GPU. The artifact keys this on gpu_milli == 0; a class
+// with GPUs of 0 count uses none either.
+bool IsCpuOnly(const TaskClass& task) {
+  return task.gpu_milli <= 0 || task.num_gpu <= 0;
+}
+
+// Whether a node of `model` may host the class: an empty list (or one with
+// only empty names) allows any model; otherwise one of the non-empty names
+// must equal the node's model, so a node with no model hosts no typed class.
+bool ModelAllowed(const std::string& model, const TaskClass& task) {
+  bool any_named = false;
+  for (const std::string& allowed : task.gpu_models) {
+    if (allowed.empty()) continue;
+    if (allowed == model) return true;
+    any_named = true;
+  }
+  return !any_named;
+}
+
+// ClassFragMilli with the node's idle milli already summed.
+std::int64_t ClassFrag(const NodeGpuState& node, const TaskClass& task,
+                       std::int64_t idle) {
+  // CPU-only (XL / XR), lacking CPU (Q4 / Q1 / XR) and NoAccess: every idle
+  // GPU milli is fragment, whatever the GPUs hold.
+  if (IsCpuOnly(task) || node.cpu_free < task.cpu_milli ||
+      !ModelAllowed(node.model, task)) {
+    return idle;
+  }
+  // CPU fits: Q3 if at least num_gpu GPUs have gpu_milli free, else Q2.
+  // Branch-free: free values are arbitrary, so branches would mispredict.
+  const int share = task.gpu_milli;
+  int fitting = 0;
+  int too_small = 0;  // at most GPUs x 1000
+  for (const int free : node.gpu_free_milli) {
+    const bool fits = free >= share;
+    fitting += static_cast<int>(fits);
+    too_small += fits ? 0 : free;
+  }
+  return fitting >= task.num_gpu ? too_small : idle;
+}
+
+}  // namespace
+
+TargetWorkload TargetWorkload::FromTasks(const std::vector<TaskClass>& tasks,
+                                         double coverage) {
+  TargetWorkload workload;
+  if (tasks.empty()) return workload;
+
+  // Group identical classes: sort pointers by key, then count runs.
+  std::vector<const TaskClass*> sorted;
+  sorted.reserve(tasks.size());
+  for (const TaskClass& t : tasks) sorted.push_back(&t);
+  std::sort(
+      sorted.begin(), sorted.end(),
+      [](const TaskClass* a, const TaskClass* b) { return KeyLess(*a, *b); });
+  std::vector<WeightedClass> groups;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i + 1;
+    while (j < sorted.size() && *sorted[j] == *sorted[i]) ++j;
+    groups.push_back(
+        WeightedClass{*sorted[i], 0.0, static_cast<std::int64_t>(j - i)});
+    i = j;
+  }
+
+  // Most popular first; equal counts by the larger key (keys are distinct,
+  // so the order is total).
+  std::sort(groups.begin(), groups.end(),
+            [](const WeightedClass& a, const WeightedClass& b) {
+              if (a.count != b.count) return a.count > b.count;
+              return KeyLess(b.task, a.task);
+            });
+
+  // Take classes while the cumulative count is below coverage x total; the
+  // class that reaches or crosses it is taken too. The relative slack keeps
+  // an exact boundary (e.g. 0.95 x 100 = 95) from moving with rounding.
+  const auto total = static_cast<double>(tasks.size());
+  const double expected = coverage * total * (1.0 - 1e-12);
+  std::int64_t cumulative = 0;
+  std::size_t taken = 0;
+  while (taken < groups.size() && static_cast<double>(cumulative) < expected) {
+    cumulative += groups[taken].count;
+    ++taken;
+  }
+  groups.resize(taken);
+  for (WeightedClass& c : groups) {
+    c.weight = static_cast<double>(c.count) / static_cast<double>(cumulative);
+  }
+  workload.classes_ = std::move(groups);
+  return workload;
+}
+
+int GpuFreeMilli(const ledger::GpuRecord& gpu) {
+  if (!gpu.healthy() || gpu.whole_owned) return 0;
+  if (gpu.spec.memory_mib <= 0) return 0;
+  const std::int64_t by_memory =
+      gpu.free_memory_mib() * kMilliPerGpu / gpu.spec.memory_mib;
+  const std::int64_t by_compute =
+      static_cast<std::int64_t>(gpu.free_compute_percent()) *
+      (kMilliPerGpu / kFullComputePercent);
+  const std::int64_t free = std::min(by_memory, by_compute);
+  return static_cast<int>(std::clamp<std::int64_t>(free, 0, kMilliPerGpu));
+}
+
+NodeGpuState NodeStateOf(const ledger::ClusterView& view,
+                         const ledger::NodeRecord& node) {
+  NodeGpuState state;
+  state.cpu_free = node.free_cpu_milli();
+  state.gpu_free_milli.reserve(node.gpus.size());
+  for (const GpuId id : node.gpus) {
+    const ledger::GpuRecord& gpu = view.gpu(id);
+    if (!gpu.live) continue;  // node.gpus holds live GPUs; be safe anyway
+    if (state.gpu_free_milli.empty()) state.model = gpu.spec.model;
+    state.gpu_free_milli.push_back(GpuFreeMilli(gpu));
+  }
+  return state;
+}
+
+double ClassFragMilli(const NodeGpuState& node, const TaskClass& task) {
+  return static_cast<double>(ClassFrag(node, task, IdleMilli(node)));
+}
+
+double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload) {
+  const std::vector<int>& free = node.gpu_free_milli;
+  const std::size_t k = free.size();
+  if (k > kMaxSortedGpus) {
+    const std::int64_t idle = IdleMilli(node);
+    if (idle == 0) return 0.0;
+    double frag = 0.0;
+    for (const WeightedClass& c : workload.classes()) {
+      frag += c.weight * static_cast<double>(ClassFrag(node, c.task, idle));
+    }
+    return frag;
+  }
+  // The hot path (FGD evaluates this per candidate GPU of every node): sort
+  // the node's free milli once, on the stack, with prefix sums. For a class
+  // with share s, the GPUs below s are a prefix of length p (lower_bound),
+  // their sum is below[p], and k - p GPUs fit. Same numbers as ClassFrag,
+  // summed in the same order.
+  // Only [0, k) of each is written or read (no zeroing: it shows).
+  std::array<int, kMaxSortedGpus> sorted;
+  std::array<std::int64_t, kMaxSortedGpus + 1> below;
+  for (std::size_t i = 0; i < k; ++i) {  // insertion sort: k is small
+    const int v = free[i];
+    std::size_t j = i;
+    for (; j > 0 && sorted[j - 1] > v; --j) sorted[j] = sorted[j - 1];
+    sorted[j] = v;
+  }
+  below[0] = 0;
+  for (std::size_t i = 0; i < k; ++i) below[i + 1] = below[i] + sorted[i];
+  const std::int64_t idle = below[k];
+  if (idle == 0) return 0.0;  // every class's fragment is part of idle
+
+  const auto begin = sorted.begin();
+  const auto end = begin + static_cast<std::ptrdiff_t>(k);
+  double frag = 0.0;
+  for (const WeightedClass& c : workload.classes()) {
+    const TaskClass& task = c.task;
+    std::int64_t amount = idle;
+    if (!IsCpuOnly(task) && node.cpu_free >= task.cpu_milli &&
+        (task.gpu_models.empty() || ModelAllowed(node.model, task))) {
+      const auto p = static_cast<std::size_t>(
+          std::lower_bound(begin, end, task.gpu_milli) - begin);
+      if (static_cast<std::int64_t>(k - p) >= task.num_gpu) amount = below[p];
+    }
+    frag += c.weight * static_cast<double>(amount);
+  }
+  return frag;
+}
+
+std::int64_t IdleMilli(const NodeGpuState& node) {
+  std::int64_t idle = 0;
+  for (const int free : node.gpu_free_milli) idle += free;
+  return idle;
+}
+
+}  // namespace hf::scheduler

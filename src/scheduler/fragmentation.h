@@ -1,0 +1,90 @@
+// GPU fragmentation against a target workload (Weng et al., "Beware of
+// Fragmentation", USENIX ATC'23; definitions as in their simulator's
+// pkg/utils/frag.go, reimplemented from its description).
+//
+// The target workload is the set of most popular task classes of a trace,
+// each with a weight (its share of the tasks). For one node and one class,
+// the *fragment* is the idle GPU capacity the class cannot use there:
+// - a GPU class that fits the node (enough CPU, a GPU of an allowed model, and
+//   at least num_gpu GPUs each with >= gpu_milli free): the idle milli of the
+//   GPUs with less than gpu_milli free;
+// - any other case (lacks CPU, lacks GPUs, wrong model, or a CPU-only class,
+//   which never uses GPUs): all of the node's idle GPU milli.
+// A node's fragmentation is the weighted sum over classes; the cluster's is
+// the sum over nodes. Quantities are milli-GPUs (1000 = one GPU).
+//
+// Thread-safety: pure functions; TargetWorkload is immutable once built.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/quantity.h"
+#include "ledger/cluster_view.h"
+
+namespace hf::scheduler {
+
+inline constexpr int kMilliPerGpu = 1000;
+
+// One task class: tasks with exactly these requests.
+struct TaskClass {
+  CpuMilli cpu_milli = 0;
+  int gpu_milli = 0;  // per GPU; 0 for CPU-only tasks
+  int num_gpu = 0;
+  std::vector<std::string> gpu_models;  // allowed models; empty = any
+
+  friend bool operator==(const TaskClass&, const TaskClass&) = default;
+};
+
+struct WeightedClass {
+  TaskClass task;
+  double weight = 0;  // share of the target workload; weights sum to 1
+  std::int64_t count = 0;
+};
+
+// The target workload: the most popular classes, by task count, in
+// descending order of count, until their cumulative count reaches
+// `coverage` (0..1] of all tasks (the class that crosses it is included);
+// weights renormalised to sum to 1. Equal counts are ordered by larger CPU,
+// then larger gpu_milli, then larger num_gpu, then the model list (larger
+// first, lexicographically). Empty model names are ignored.
+class TargetWorkload {
+ public:
+  static TargetWorkload FromTasks(const std::vector<TaskClass>& tasks,
+                                  double coverage = 0.95);
+  const std::vector<WeightedClass>& classes() const { return classes_; }
+
+ private:
+  std::vector<WeightedClass> classes_;
+};
+
+// What fragmentation needs to know of one node.
+struct NodeGpuState {
+  CpuMilli cpu_free = 0;
+  // GPU model of the node's GPUs (its first GPU's: trace nodes are
+  // homogeneous; a node of mixed models is measured as if all were this one).
+  std::string model;
+  std::vector<int> gpu_free_milli;  // per GPU, 0..1000
+};
+
+// The free milli of one GPU in the ledger: the smaller of its free memory
+// and free compute shares, rounded down (in the simulator both are the
+// same). A lost GPU, or one held whole, has 0.
+int GpuFreeMilli(const ledger::GpuRecord& gpu);
+
+// A node's state as fragmentation sees it.
+NodeGpuState NodeStateOf(const ledger::ClusterView& view,
+                         const ledger::NodeRecord& node);
+
+// The fragment (milli-GPUs) of `node` for one class.
+double ClassFragMilli(const NodeGpuState& node, const TaskClass& task);
+
+// The node's fragmentation: sum over the workload's classes of weight x
+// ClassFragMilli.
+double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload);
+
+// Sum of the node's idle GPU milli.
+std::int64_t IdleMilli(const NodeGpuState& node);
+
+}  // namespace hf::scheduler
