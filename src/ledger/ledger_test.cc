@@ -922,7 +922,7 @@ TEST_F(LedgerTest, NodeOnlyTaskTakesTheTightestNodeAndReturnsItsCpu) {
   AddGpu(big, k80G);
   const Allocation a =
       MustPlace(PlacementRequest::NodeOnly(kAlice, 6000, 1024));
-  EXPECT_EQ(a.node, small);  // least free CPU that fits
+  EXPECT_EQ(a.node, small);  // equally idle GPUs: least free CPU that fits
   EXPECT_TRUE(a.gpus.empty());
   EXPECT_EQ(Node(small).used_cpu_milli, 6000);
   EXPECT_EQ(Node(small).used_host_memory_mib, 1024);
@@ -933,8 +933,9 @@ TEST_F(LedgerTest, NodeOnlyTaskTakesTheTightestNodeAndReturnsItsCpu) {
   EXPECT_EQ(MustPlace(slice).node, big);
   ASSERT_TRUE(ledger_->Release(a.id).ok());
   EXPECT_EQ(Node(small).used_cpu_milli, 0);
-  // All 8000 of the small node are free again: the tightest fit for 8000.
-  EXPECT_EQ(MustPlace(PlacementRequest::NodeOnly(kAlice, 8000, 0)).node, small);
+  // Both nodes fit 8000 now, but the big node's GPU is partly busy: a task
+  // without GPUs goes where it strands the least idle GPU.
+  EXPECT_EQ(MustPlace(PlacementRequest::NodeOnly(kAlice, 8000, 0)).node, big);
 }
 
 TEST_F(LedgerTest, NodeOnlyTaskRetryLaterAndInfeasible) {

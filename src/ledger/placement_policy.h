@@ -29,7 +29,8 @@ class PlacementPolicy {
   virtual std::optional<std::vector<GpuId>> Choose(
       const ClusterView& view, const PlacementRequest& request) const = 0;
   // For a node-only request (RequestKind::kNodeOnly): the node, or nullopt.
-  // The default is Best-Fit on CPU (least free CPU that fits), by scan.
+  // The default prefers the node with the least idle GPU, then the least
+  // free CPU that fits (by scan).
   virtual std::optional<NodeId> ChooseNode(
       const ClusterView& view, const PlacementRequest& request) const;
 };

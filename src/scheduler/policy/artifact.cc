@@ -1,0 +1,784 @@
+// The FGD artifact's placement policies (artifact.h): one scan over the
+// nodes that filters with the ledger's rules and scores each feasible node,
+// then the artifact's GPU choice inside the winner.
+//
+// The scan allocates nothing per node: each call reuses one buffer for the
+// GPUs of the node at hand. FGD memoises node fragmentation and scores per
+// node (see FgdPolicy::Memo), checked against the node's exact state.
+#include "scheduler/policy/artifact.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "scheduler/policy/best_fit.h"
+
+namespace hf::scheduler {
+
+using ledger::ClusterView;
+using ledger::GpuRecord;
+using ledger::NodeRecord;
+using ledger::PlacementRequest;
+using ledger::RequestKind;
+using ledger::SharingKey;
+
+namespace {
+
+// The simulator's GPU size: a slice's per-GPU milli is its share of it.
+constexpr MemoryMib kSimGpuMemoryMib = 64000;
+constexpr double kMaxSpecCpu = static_cast<double>(kArtifactMaxSpecCpu);
+constexpr double kMaxSpecGpu = static_cast<double>(kArtifactMaxSpecGpuMilli);
+constexpr std::int64_t kMaxNodeScore = 100;  // Kubernetes' MaxNodeScore
+
+// What a request needs, derived once per call.
+struct Need {
+  const PlacementRequest* request = nullptr;
+  RequestKind kind = RequestKind::kSlice;
+  int milli = 0;      // per GPU
+  int gpu_count = 0;  // GPUs taken: 1 for a slice, 0 for a node-only task
+  std::int64_t total_milli = 0;
+  MemoryMib memory = 0;        // slice
+  ComputePercent compute = 0;  // slice, as accounted
+  SharingKey tenant_key;       // slice
+};
+
+// nullopt when the request fits no GPU by its shape alone (the ledger's 90%
+// rule for slices, a whole-GPU count below 1).
+std::optional<Need> MakeNeed(const ClusterView& view,
+                             const PlacementRequest& request) {
+  Need need;
+  need.request = &request;
+  need.kind = request.kind;
+  switch (request.kind) {
+    case RequestKind::kSlice: {
+      need.memory = request.memory_mib.value_or(0);
+      if (need.memory > MaxSliceMemoryMib(view.largest_gpu_memory_mib())) {
+        return std::nullopt;
+      }
+      need.compute = view.AccountedCompute(request);
+      const std::int64_t milli =
+          request.memory_mib.has_value()
+              ? need.memory * kMilliPerGpu / kSimGpuMemoryMib
+              : std::int64_t{need.compute} *
+                    (kMilliPerGpu / kFullComputePercent);
+      need.milli =
+          static_cast<int>(std::clamp<std::int64_t>(milli, 0, kMilliPerGpu));
+      need.gpu_count = 1;
+      need.tenant_key = view.SharingKeyOf(request.tenant);
+      break;
+    }
+    case RequestKind::kWholeGpus:
+      if (request.gpu_count < 1) return std::nullopt;
+      need.milli = kMilliPerGpu;
+      need.gpu_count = request.gpu_count;
+      break;
+    case RequestKind::kNodeOnly:
+      break;
+  }
+  need.total_milli = std::int64_t{need.milli} * need.gpu_count;
+  return need;
+}
+
+// One GPU of the node at hand.
+struct GpuFacts {
+  const GpuRecord* record = nullptr;
+  int free_milli = 0;
+  // A slice candidate's free milli once the slice is placed on it (the
+  // formula of GpuFreeMilli on the changed record).
+  int after_milli = 0;
+  // Takes the request: passes CheckSlice (slice) or is eligible whole.
+  bool candidate = false;
+};
+
+// The node at hand.
+struct NodeFacts {
+  const NodeRecord* node = nullptr;
+  std::size_t slot = 0;
+  CpuMilli cpu_free = 0;
+  std::int64_t idle_milli = 0;  // sum of free milli
+  int fully_free = 0;           // GPUs with 1000 milli free
+  int candidates = 0;
+};
+
+int AfterSliceMilli(const GpuRecord& gpu, const Need& need) {
+  if (!gpu.healthy() || gpu.whole_owned || gpu.spec.memory_mib <= 0) return 0;
+  const std::int64_t by_memory = (gpu.free_memory_mib() - need.memory) *
+                                 kMilliPerGpu / gpu.spec.memory_mib;
+  const std::int64_t by_compute =
+      std::int64_t{gpu.free_compute_percent() - need.compute} *
+      (kMilliPerGpu / kFullComputePercent);
+  return static_cast<int>(std::clamp<std::int64_t>(
+      std::min(by_memory, by_compute), 0, kMilliPerGpu));
+}
+
+// Fills `facts` and `gpus` (node.gpus order, live GPUs) for the node in
+// `slot`; false when the node cannot take the request by the ledger's rules.
+// Candidates come first, so an infeasible node costs no more than its rule
+// checks; cheap necessary conditions (free memory and compute, not held
+// whole, empty) skip the ledger's full check where it must fail. Without
+// `with_free`, free milli and the sums stay 0 (Random needs only
+// candidates).
+bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
+            std::vector<GpuFacts>& gpus, NodeFacts& facts,
+            bool with_free = true) {
+  const NodeRecord& node = view.node(NodeId(slot));
+  if (!node.live) return false;
+  const PlacementRequest& request = *need.request;
+  if (view.CheckNodeResources(node, request)) return false;
+  if (node.gpus.size() < static_cast<std::size_t>(need.gpu_count)) {
+    return false;
+  }
+  if (need.kind == RequestKind::kWholeGpus) {
+    // Only empty GPUs can be handed out whole: count them before the checks.
+    int empty = 0;
+    for (const GpuId id : node.gpus) {
+      const GpuRecord& gpu = view.gpu(id);
+      empty += gpu.live && gpu.empty();
+    }
+    if (empty < need.gpu_count) return false;
+  }
+  gpus.clear();
+  int candidates = 0;
+  for (const GpuId id : node.gpus) {
+    const GpuRecord& gpu = view.gpu(id);
+    if (!gpu.live) continue;
+    GpuFacts f;
+    f.record = &gpu;
+    switch (need.kind) {
+      case RequestKind::kSlice:
+        f.candidate = !gpu.whole_owned &&
+                      gpu.free_memory_mib() >= need.memory &&
+                      gpu.free_compute_percent() >= need.compute &&
+                      !view.CheckSlice(gpu, request, need.tenant_key);
+        break;
+      case RequestKind::kWholeGpus:
+        // CheckWholeGpu rejects every GPU that holds an allocation.
+        f.candidate = gpu.empty() && !view.CheckWholeGpu(gpu, request);
+        break;
+      case RequestKind::kNodeOnly:
+        break;
+    }
+    candidates += f.candidate;
+    gpus.push_back(f);
+  }
+  if (candidates < need.gpu_count) return false;
+  facts = NodeFacts{&node, slot, node.free_cpu_milli(), 0, 0, candidates};
+  if (!with_free) return true;
+  for (GpuFacts& f : gpus) {
+    f.free_milli = GpuFreeMilli(*f.record);
+    if (f.candidate && need.kind == RequestKind::kSlice) {
+      f.after_milli = AfterSliceMilli(*f.record, need);
+    }
+    facts.idle_milli += f.free_milli;
+    facts.fully_free += f.free_milli == kMilliPerGpu;
+  }
+  return true;
+}
+
+// The highest score; ties: the smallest tie rank, then the smallest slot.
+class BestNode {
+ public:
+  bool Offer(std::int64_t score, const NodeFacts& facts) {
+    const std::uint64_t rank = facts.node->tie_rank;
+    if (found_ &&
+        (score < score_ || (score == score_ && std::tie(rank, facts.slot) >=
+                                                   std::tie(rank_, slot_)))) {
+      return false;
+    }
+    found_ = true;
+    score_ = score;
+    rank_ = rank;
+    slot_ = facts.slot;
+    return true;
+  }
+  bool found() const { return found_; }
+  std::size_t slot() const { return slot_; }
+
+ private:
+  bool found_ = false;
+  std::int64_t score_ = 0;
+  std::uint64_t rank_ = 0;
+  std::size_t slot_ = 0;
+};
+
+struct Choice {
+  NodeId node;
+  std::vector<GpuId> gpus;
+};
+
+// The lowest-index candidate GPUs, `count` of them (whole GPUs).
+std::vector<GpuId> LowestCandidates(const std::vector<GpuFacts>& gpus,
+                                    int count) {
+  std::vector<GpuId> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (const GpuFacts& g : gpus) {
+    if (static_cast<int>(out.size()) == count) break;
+    if (g.candidate) out.push_back(g.record->id);
+  }
+  return out;
+}
+
+// The artifact's "best" GPU choice: a slice takes the candidate with the
+// least free milli (lowest index on ties); whole GPUs the lowest-index
+// eligible ones; a node-only task none.
+std::vector<GpuId> PickBestGpus(const Need& need,
+                                const std::vector<GpuFacts>& gpus) {
+  if (need.kind == RequestKind::kWholeGpus) {
+    return LowestCandidates(gpus, need.gpu_count);
+  }
+  if (need.kind == RequestKind::kNodeOnly) return {};
+  const GpuFacts* best = nullptr;
+  for (const GpuFacts& g : gpus) {
+    if (g.candidate && (best == nullptr || g.free_milli < best->free_milli)) {
+      best = &g;
+    }
+  }
+  return {best->record->id};  // Gather admitted the node: one exists
+}
+
+// Filter, score with `score(need, facts, gpus)`, select, then "best" GPUs.
+template <typename ScoreFn>
+std::optional<Choice> ScoreAndPick(const ClusterView& view,
+                                   const PlacementRequest& request,
+                                   const ScoreFn& score) {
+  const std::optional<Need> need = MakeNeed(view, request);
+  if (!need.has_value()) return std::nullopt;
+  std::vector<GpuFacts> gpus;
+  gpus.reserve(16);
+  NodeFacts facts;
+  BestNode best;
+  for (std::size_t slot = 0; slot < view.node_slot_count(); ++slot) {
+    if (!Gather(view, slot, *need, gpus, facts)) continue;
+    best.Offer(score(*need, facts, gpus), facts);
+  }
+  if (!best.found()) return std::nullopt;
+  Gather(view, best.slot(), *need, gpus, facts);  // the winner's GPUs
+  return Choice{NodeId(best.slot()), PickBestGpus(*need, gpus)};
+}
+
+std::optional<std::vector<GpuId>> GpusOf(const PlacementRequest& request,
+                                         std::optional<Choice> choice) {
+  if (request.kind == RequestKind::kNodeOnly || !choice.has_value()) {
+    return std::nullopt;
+  }
+  return std::move(choice->gpus);
+}
+
+std::optional<NodeId> NodeOf(const std::optional<Choice>& choice) {
+  if (!choice.has_value()) return std::nullopt;
+  return choice->node;
+}
+
+// --- scores ---
+
+// dot_product_score.go with dimext "merge", norm "max".
+std::int64_t DotProdScore(const Need& need, const NodeFacts& f,
+                          const std::vector<GpuFacts>& /*gpus*/) {
+  const PlacementRequest& r = *need.request;
+  if (f.cpu_free < r.cpu_milli) return 0;  // no vector: MinNodeScore
+  const double node_cpu = static_cast<double>(f.cpu_free) / kMaxSpecCpu;
+  const double node_gpu = static_cast<double>(f.idle_milli) / kMaxSpecGpu;
+  const double pod_cpu = static_cast<double>(r.cpu_milli) / kMaxSpecCpu;
+  const double pod_gpu = static_cast<double>(need.total_milli) / kMaxSpecGpu;
+  double dot = 0;
+  dot += node_cpu * pod_cpu;
+  dot += node_gpu * pod_gpu;
+  dot /= 2;  // normalised by the vector length
+  const double score = 1 - dot;
+  return static_cast<std::int64_t>(static_cast<double>(kMaxNodeScore) * score);
+}
+
+// gpu_clustering_score.go.
+std::int64_t GpuClusteringScore(const Need& need, const NodeFacts& f,
+                                const std::vector<GpuFacts>& /*gpus*/) {
+  if (need.kind == RequestKind::kNodeOnly) return 0;  // "no-gpu"
+  const NodeRecord& node = *f.node;
+  // The node's tags: "share-gpu" for slices, "<n>-gpu" per whole size.
+  int tags = node.slice_allocations > 0 ? 1 : 0;
+  bool own = need.kind == RequestKind::kSlice && node.slice_allocations > 0;
+  for (const auto& [size, count] : node.whole_allocations) {
+    if (count <= 0) continue;
+    ++tags;
+    if (need.kind == RequestKind::kWholeGpus && size == need.gpu_count) {
+      own = true;
+    }
+  }
+  const std::int64_t t = kMaxNodeScore / 4 *
+                         (kArtifactMaxSpecGpuMilli - f.idle_milli) /
+                         kArtifactMaxSpecGpuMilli;
+  if (own) {
+    return t + (tags == 1 ? kMaxNodeScore * 3 / 4 : kMaxNodeScore * 2 / 4);
+  }
+  return t + (tags == 0 ? kMaxNodeScore / 4 : 0);
+}
+
+// gpu_packing_score.go.
+std::int64_t GpuPackingScore(const Need& need, const NodeFacts& f,
+                             const std::vector<GpuFacts>& gpus) {
+  if (need.kind == RequestKind::kNodeOnly) return 0;
+  // Case 3: every GPU of the node is free; smaller nodes first.
+  const std::int64_t fully_free = f.fully_free;
+  if (f.fully_free == static_cast<int>(gpus.size())) {
+    return std::max(kMaxNodeScore / 3 - fully_free, fully_free);
+  }
+  // The artifact's pick: candidates by ascending free milli (stable), the
+  // first gpu_count of them; each round takes the next (free, index).
+  int fully_free_used = 0;
+  std::int64_t free_ratio_sum = 0;
+  std::pair<int, std::size_t> previous{-1, 0};
+  for (int round = 0; round < need.gpu_count; ++round) {
+    std::optional<std::pair<int, std::size_t>> next;
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      if (!gpus[i].candidate) continue;
+      const std::pair<int, std::size_t> key{gpus[i].free_milli, i};
+      if (key > previous && (!next.has_value() || key < *next)) next = key;
+    }
+    if (!next.has_value()) return 0;  // not reached: Gather counted them
+    previous = *next;
+    fully_free_used += next->first == kMilliPerGpu;
+    free_ratio_sum += std::int64_t{next->first} * 100 / kMilliPerGpu;
+  }
+  // Case 2: a fully free GPU is needed.
+  if (fully_free_used > 0) {
+    return std::max(kMaxNodeScore / 2 - fully_free_used, kMaxNodeScore / 3);
+  }
+  // Case 1: partially used GPUs only; the less they have left the better.
+  return std::max(kMaxNodeScore - free_ratio_sum / 10, kMaxNodeScore / 2);
+}
+
+// best_fit_score.go (its min-max NormalizeScore keeps the argmax set).
+std::int64_t BestFitScore(const Need& need, const NodeFacts& f,
+                          const std::vector<GpuFacts>& /*gpus*/) {
+  const PlacementRequest& r = *need.request;
+  double score = 0;
+  score +=
+      (static_cast<double>(f.cpu_free) - static_cast<double>(r.cpu_milli)) /
+      kMaxSpecCpu * 0.5;
+  score += (static_cast<double>(f.idle_milli) -
+            static_cast<double>(need.total_milli)) /
+           kMaxSpecGpu * 0.5;
+  score = (1.0 - score) * static_cast<double>(kMaxNodeScore);
+  return static_cast<std::int64_t>(score);
+}
+
+// An unbiased draw from [0, n), n > 0, the same on every platform.
+std::size_t UniformIndex(std::mt19937_64& rng, std::size_t n) {
+  const std::uint64_t bound = n;
+  const std::uint64_t limit = std::numeric_limits<std::uint64_t>::max() -
+                              std::numeric_limits<std::uint64_t>::max() % bound;
+  std::uint64_t x;
+  do {
+    x = rng();
+  } while (x >= limit);
+  return static_cast<std::size_t>(x % bound);
+}
+
+std::optional<Choice> PickRandom(const ClusterView& view,
+                                 const PlacementRequest& request,
+                                 std::mt19937_64& rng) {
+  const std::optional<Need> need = MakeNeed(view, request);
+  if (!need.has_value()) return std::nullopt;
+  std::vector<GpuFacts> gpus;
+  gpus.reserve(16);
+  NodeFacts facts;
+  std::vector<std::size_t> feasible;
+  feasible.reserve(view.node_slot_count());
+  for (std::size_t slot = 0; slot < view.node_slot_count(); ++slot) {
+    if (Gather(view, slot, *need, gpus, facts, /*with_free=*/false)) {
+      feasible.push_back(slot);
+    }
+  }
+  if (feasible.empty()) return std::nullopt;
+  const std::size_t slot = feasible[UniformIndex(rng, feasible.size())];
+  Gather(view, slot, *need, gpus, facts, /*with_free=*/false);
+  Choice choice{NodeId(slot), {}};
+  if (need->kind == RequestKind::kSlice) {
+    std::size_t k =
+        UniformIndex(rng, static_cast<std::size_t>(facts.candidates));
+    for (const GpuFacts& g : gpus) {
+      if (g.candidate && k-- == 0) {
+        choice.gpus.push_back(g.record->id);
+        break;
+      }
+    }
+  } else if (need->kind == RequestKind::kWholeGpus) {
+    choice.gpus = LowestCandidates(gpus, need->gpu_count);
+  }
+  return choice;
+}
+
+// --- FGD ---
+
+std::int64_t FgdScore(double frag_before, double frag_after) {
+  const double x = (frag_before - frag_after) / 1000;
+  const double sigmoid = 1.0 / (1.0 + std::exp(-x));
+  return static_cast<std::int64_t>(sigmoid *
+                                   static_cast<double>(kMaxNodeScore));
+}
+
+// What a node's fragmentation and FGD scores depend on, per GPU.
+struct GpuSnap {
+  GpuId id;
+  MemoryMib free_memory = 0;
+  ComputePercent free_compute = 0;
+  int free_milli = 0;
+  friend bool operator==(const GpuSnap&, const GpuSnap&) = default;
+};
+
+GpuSnap SnapOf(const GpuFacts& g) {
+  return GpuSnap{g.record->id, g.record->free_memory_mib(),
+                 g.record->free_compute_percent(), g.free_milli};
+}
+
+// One node's memo: its state when last seen, and its fragmentation then.
+struct NodeMemo {
+  std::uint64_t version = 0;  // 0: never seen; unique across nodes
+  CpuMilli cpu_free = 0;
+  std::vector<GpuSnap> gpus;
+  NodeGpuState state;  // the same state, as NodeFragMilli reads it
+  double frag = 0;
+};
+
+// One (request shape, node) score, valid for the node's memo version and
+// the same candidate GPUs.
+struct ScoreMemo {
+  std::uint64_t version = 0;
+  std::uint64_t candidate_mask = 0;
+  std::int64_t score = 0;
+  int pos = -1;  // the chosen GPU's position (slices)
+};
+
+// What FGD's score depends on in a request: the kind, CPU, the slice's
+// memory and compute (its after_milli) and the GPU count. Models, tenant and
+// host memory only change the candidates (the memo's mask).
+struct ShapeKey {
+  RequestKind kind = RequestKind::kSlice;
+  CpuMilli cpu = 0;
+  MemoryMib memory = 0;
+  ComputePercent compute = 0;
+  int count = 0;
+  friend bool operator==(const ShapeKey&, const ShapeKey&) = default;
+};
+
+struct ShapeKeyHash {
+  std::size_t operator()(const ShapeKey& k) const noexcept {
+    std::uint64_t h = static_cast<std::uint64_t>(k.kind);
+    for (const std::uint64_t v : {static_cast<std::uint64_t>(k.cpu),
+                                  static_cast<std::uint64_t>(k.memory),
+                                  static_cast<std::uint64_t>(k.compute),
+                                  static_cast<std::uint64_t>(k.count)}) {
+      h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
+      h ^= h >> 29;
+    }
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// Bounds the score memo at kMaxShapes x nodes entries; past it, it restarts.
+constexpr std::size_t kMaxShapes = 512;
+
+}  // namespace
+
+struct FgdPolicy::Memo {
+  std::vector<NodeMemo> nodes;  // by node slot
+  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
+  std::vector<std::vector<ScoreMemo>> scores;  // by shape, by node slot
+  std::uint64_t next_version = 0;
+  std::vector<GpuFacts> gpus;  // scratch for the node at hand
+};
+
+namespace {
+
+// Brings `memo` up to the node's state (`facts`, `gpus`); recomputes the
+// fragmentation only when something changed (or when `force`).
+void RefreshNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
+                     const TargetWorkload& workload, bool force,
+                     std::uint64_t& next_version, NodeMemo& memo) {
+  bool same = !force && memo.version != 0 && memo.cpu_free == facts.cpu_free &&
+              memo.gpus.size() == gpus.size();
+  for (std::size_t i = 0; same && i < gpus.size(); ++i) {
+    same = memo.gpus[i] == SnapOf(gpus[i]);
+  }
+  if (same) return;
+  memo.cpu_free = facts.cpu_free;
+  memo.gpus.resize(gpus.size());
+  memo.state.cpu_free = facts.cpu_free;
+  memo.state.gpu_free_milli.resize(gpus.size());
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    memo.gpus[i] = SnapOf(gpus[i]);
+    memo.state.gpu_free_milli[i] = gpus[i].free_milli;
+  }
+  if (gpus.empty()) {
+    memo.state.model.clear();
+  } else if (memo.state.model != gpus.front().record->spec.model) {
+    memo.state.model = gpus.front().record->spec.model;
+  }
+  memo.frag = NodeFragMilli(memo.state, workload);
+  memo.version = ++next_version;
+}
+
+// FGD's score of a feasible node whose memo is current, and for a slice the
+// position of the GPU it picks (the first reaching the best score).
+std::pair<std::int64_t, int> FgdNodeScore(const Need& need,
+                                          const std::vector<GpuFacts>& gpus,
+                                          const TargetWorkload& workload,
+                                          NodeMemo& memo) {
+  NodeGpuState& state = memo.state;  // changed below, restored before return
+  const CpuMilli cpu = need.request->cpu_milli;
+  state.cpu_free -= cpu;
+  std::int64_t best = 0;
+  int pos = -1;
+  switch (need.kind) {
+    case RequestKind::kSlice:
+      for (std::size_t i = 0; i < gpus.size(); ++i) {
+        if (!gpus[i].candidate) continue;
+        // A candidate with the same before / after milli as an earlier one
+        // leaves the same node state: same score, and the earlier one wins.
+        bool seen = false;
+        for (std::size_t j = 0; j < i && !seen; ++j) {
+          seen = gpus[j].candidate &&
+                 gpus[j].free_milli == gpus[i].free_milli &&
+                 gpus[j].after_milli == gpus[i].after_milli;
+        }
+        if (seen) continue;
+        state.gpu_free_milli[i] = gpus[i].after_milli;
+        const std::int64_t score =
+            FgdScore(memo.frag, NodeFragMilli(state, workload));
+        state.gpu_free_milli[i] = gpus[i].free_milli;
+        if (pos < 0 || score > best) {
+          best = score;
+          pos = static_cast<int>(i);
+        }
+      }
+      break;
+    case RequestKind::kWholeGpus: {
+      // The lowest-index eligible GPUs, held whole (0 free).
+      int taken = 0;
+      for (std::size_t i = 0; i < gpus.size() && taken < need.gpu_count; ++i) {
+        if (!gpus[i].candidate) continue;
+        state.gpu_free_milli[i] = 0;
+        ++taken;
+      }
+      best = FgdScore(memo.frag, NodeFragMilli(state, workload));
+      for (std::size_t i = 0; i < gpus.size(); ++i) {
+        state.gpu_free_milli[i] = gpus[i].free_milli;
+      }
+      break;
+    }
+    case RequestKind::kNodeOnly:
+      best = FgdScore(memo.frag, NodeFragMilli(state, workload));
+      break;
+  }
+  state.cpu_free += cpu;
+  return {best, pos};
+}
+
+}  // namespace
+
+// --- the policies ---
+
+std::optional<std::vector<GpuId>> RandomPolicy::Choose(
+    const ClusterView& view, const PlacementRequest& request) const {
+  std::lock_guard lock(mu_);
+  return GpusOf(request, PickRandom(view, request, rng_));
+}
+
+std::optional<NodeId> RandomPolicy::ChooseNode(
+    const ClusterView& view, const PlacementRequest& request) const {
+  std::lock_guard lock(mu_);
+  return NodeOf(PickRandom(view, request, rng_));
+}
+
+std::optional<std::vector<GpuId>> DotProdPolicy::Choose(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return GpusOf(request, ScoreAndPick(view, request, DotProdScore));
+}
+
+std::optional<NodeId> DotProdPolicy::ChooseNode(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return NodeOf(ScoreAndPick(view, request, DotProdScore));
+}
+
+std::optional<std::vector<GpuId>> GpuClusteringPolicy::Choose(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return GpusOf(request, ScoreAndPick(view, request, GpuClusteringScore));
+}
+
+std::optional<NodeId> GpuClusteringPolicy::ChooseNode(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return NodeOf(ScoreAndPick(view, request, GpuClusteringScore));
+}
+
+std::optional<std::vector<GpuId>> GpuPackingPolicy::Choose(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return GpusOf(request, ScoreAndPick(view, request, GpuPackingScore));
+}
+
+std::optional<NodeId> GpuPackingPolicy::ChooseNode(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return NodeOf(ScoreAndPick(view, request, GpuPackingScore));
+}
+
+std::optional<std::vector<GpuId>> ArtifactBestFitPolicy::Choose(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return GpusOf(request, ScoreAndPick(view, request, BestFitScore));
+}
+
+std::optional<NodeId> ArtifactBestFitPolicy::ChooseNode(
+    const ClusterView& view, const PlacementRequest& request) const {
+  return NodeOf(ScoreAndPick(view, request, BestFitScore));
+}
+
+FgdPolicy::FgdPolicy(TargetWorkload workload, bool memoize)
+    : workload_(std::move(workload)),
+      memoize_(memoize),
+      memo_(std::make_unique<Memo>()) {}
+
+FgdPolicy::~FgdPolicy() = default;
+
+namespace {
+
+std::optional<Choice> PickFgd(const ClusterView& view,
+                              const PlacementRequest& request,
+                              const TargetWorkload& workload, bool memoize,
+                              FgdPolicy::Memo& memo) {
+  const std::optional<Need> need = MakeNeed(view, request);
+  if (!need.has_value()) return std::nullopt;
+  const std::size_t slots = view.node_slot_count();
+  if (memo.nodes.size() < slots) memo.nodes.resize(slots);
+  std::vector<ScoreMemo>* scores = nullptr;
+  if (memoize) {
+    const ShapeKey key{need->kind, request.cpu_milli, need->memory,
+                       need->compute, need->gpu_count};
+    auto it = memo.shapes.find(key);
+    if (it == memo.shapes.end()) {
+      if (memo.shapes.size() >= kMaxShapes) {
+        memo.shapes.clear();
+        memo.scores.clear();
+      }
+      it = memo.shapes.emplace(key, memo.scores.size()).first;
+      memo.scores.emplace_back();
+    }
+    scores = &memo.scores[it->second];
+    if (scores->size() < slots) scores->resize(slots);
+  }
+
+  std::vector<GpuFacts>& gpus = memo.gpus;
+  NodeFacts facts;
+  BestNode best;
+  int best_pos = -1;
+  for (std::size_t slot = 0; slot < slots; ++slot) {
+    if (!Gather(view, slot, *need, gpus, facts)) continue;
+    NodeMemo& node_memo = memo.nodes[slot];
+    RefreshNodeMemo(facts, gpus, workload, !memoize, memo.next_version,
+                    node_memo);
+    ScoreMemo* cached = nullptr;
+    std::uint64_t mask = 0;
+    if (scores != nullptr && gpus.size() <= 64) {
+      for (std::size_t i = 0; i < gpus.size(); ++i) {
+        mask |= std::uint64_t{gpus[i].candidate} << i;
+      }
+      cached = &(*scores)[slot];
+    }
+    std::int64_t score;
+    int pos;
+    if (cached != nullptr && cached->version == node_memo.version &&
+        cached->candidate_mask == mask) {
+      score = cached->score;
+      pos = cached->pos;
+    } else {
+      std::tie(score, pos) = FgdNodeScore(*need, gpus, workload, node_memo);
+      if (cached != nullptr) *cached = {node_memo.version, mask, score, pos};
+    }
+    if (best.Offer(score, facts)) best_pos = pos;
+  }
+  if (!best.found()) return std::nullopt;
+  Gather(view, best.slot(), *need, gpus, facts);
+  Choice choice{NodeId(best.slot()), {}};
+  if (need->kind == RequestKind::kSlice) {
+    choice.gpus.push_back(gpus[static_cast<std::size_t>(best_pos)].record->id);
+  } else if (need->kind == RequestKind::kWholeGpus) {
+    choice.gpus = LowestCandidates(gpus, need->gpu_count);
+  }
+  return choice;
+}
+
+}  // namespace
+
+std::optional<std::vector<GpuId>> FgdPolicy::Choose(
+    const ClusterView& view, const PlacementRequest& request) const {
+  std::lock_guard lock(mu_);
+  return GpusOf(request, PickFgd(view, request, workload_, memoize_, *memo_));
+}
+
+std::optional<NodeId> FgdPolicy::ChooseNode(
+    const ClusterView& view, const PlacementRequest& request) const {
+  std::lock_guard lock(mu_);
+  return NodeOf(PickFgd(view, request, workload_, memoize_, *memo_));
+}
+
+// --- the factory ---
+
+namespace {
+
+// The server's Best-Fit under its simulator name.
+class HfBestFitPolicy final : public ledger::PlacementPolicy {
+ public:
+  std::string_view name() const override { return "hf-bestfit"; }
+  std::optional<std::vector<GpuId>> Choose(
+      const ClusterView& view, const PlacementRequest& request) const override {
+    return inner_.Choose(view, request);
+  }
+  std::optional<NodeId> ChooseNode(
+      const ClusterView& view, const PlacementRequest& request) const override {
+    return inner_.ChooseNode(view, request);
+  }
+
+ private:
+  BestFitPolicy inner_;
+};
+
+}  // namespace
+
+std::vector<std::string> SimPolicyNames() {
+  return {"random",  "dotprod", "gpuclustering", "gpupacking",
+          "bestfit", "fgd",     "hf-bestfit"};
+}
+
+StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
+    std::string_view name, const SimPolicyContext& ctx) {
+  std::unique_ptr<ledger::PlacementPolicy> policy;
+  if (name == "random") {
+    policy = std::make_unique<RandomPolicy>(ctx.seed);
+  } else if (name == "dotprod") {
+    policy = std::make_unique<DotProdPolicy>();
+  } else if (name == "gpuclustering") {
+    policy = std::make_unique<GpuClusteringPolicy>();
+  } else if (name == "gpupacking") {
+    policy = std::make_unique<GpuPackingPolicy>();
+  } else if (name == "bestfit") {
+    policy = std::make_unique<ArtifactBestFitPolicy>();
+  } else if (name == "fgd") {
+    if (ctx.workload == nullptr) {
+      return Status::InvalidArgument("the fgd policy needs a target workload",
+                                     "workload");
+    }
+    policy = std::make_unique<FgdPolicy>(*ctx.workload);
+  } else if (name == "hf-bestfit") {
+    policy = std::make_unique<HfBestFitPolicy>();
+  } else {
+    std::string known;
+    for (const std::string& n : SimPolicyNames()) {
+      known += (known.empty() ? "" : ", ") + n;
+    }
+    return Status::NotFound("unknown simulator policy \"" + std::string(name) +
+                            "\"; known: " + known);
+  }
+  return policy;
+}
+
+}  // namespace hf::scheduler

@@ -1,0 +1,36 @@
+// hf-sim's outputs: the JSON document (a contract other tools read) and an
+// SVG plot a person can look at.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/experiment.h"
+
+namespace hf::sim {
+
+struct ExperimentResult {
+  std::string policy;
+  std::string nodes_file;
+  std::string pods_file;
+  std::vector<std::uint64_t> seeds;
+  double inflate = 1.3;
+  std::int64_t capacity_milli = 0;
+  std::vector<Point> points;
+  double decisions_per_second = 0;
+  std::int64_t attempts = 0;
+  std::int64_t placed = 0;
+};
+
+// {"policy", "seeds", "points": [{"x", "unallocated_pct": {"median", "p25",
+// "p75"}, "frag_amount_pct", "frag_ratio_pct"}], "decisions_per_second", ...}
+std::string ToJson(const ExperimentResult& result);
+
+// Three panels (unallocated GPU %, fragment amount %, fragment ratio %)
+// against arrived GPU %, median lines with 25-75% bands.
+std::string ToSvg(const ExperimentResult& result);
+
+}  // namespace hf::sim
