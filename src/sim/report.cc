@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -17,6 +18,15 @@ std::string Fmt(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
   return buf;
+}
+
+// The smallest of 1, 2, 2.5, 5 x 10^k that is >= v.
+double NiceStep(double v) {
+  const double base = std::pow(10.0, std::floor(std::log10(v)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (m * base >= v) return m * base;
+  }
+  return 10 * base;
 }
 
 }  // namespace
@@ -42,7 +52,11 @@ std::string ToJson(const ExperimentResult& r) {
   return doc.dump(2) + "\n";
 }
 
-std::string ToSvg(const ExperimentResult& r) {
+std::string ToSvg(const ExperimentResult& result) {
+  return ToSvg(std::vector<ExperimentResult>{result});
+}
+
+std::string ToSvg(const std::vector<ExperimentResult>& results, int min_x) {
   struct Panel {
     const char* title;
     Stat Point::*stat;
@@ -51,23 +65,43 @@ std::string ToSvg(const ExperimentResult& r) {
       {"Unallocated GPU (%)", &Point::unallocated_pct},
       {"Fragment amount (% of capacity)", &Point::frag_amount_pct},
       {"Fragment ratio (% of idle GPU)", &Point::frag_ratio_pct}};
+  static const char* kColours[] = {"#4e79a7", "#f28e2b", "#e15759",
+                                   "#76b7b2", "#59a14f", "#edc948",
+                                   "#b07aa1", "#ff9da7", "#9c755f"};
   const int width = 420, height = 300, left = 50, top = 40, plot_w = 340,
             plot_h = 210;
-  const int max_x = r.points.empty() ? 130 : r.points.back().x;
+  int max_x = min_x + 1;
+  for (const auto& r : results) {
+    if (!r.points.empty()) max_x = std::max(max_x, r.points.back().x);
+  }
+  const auto in_range = [&](const Point& p) { return p.x >= min_x; };
+  std::string policies;
+  std::size_t seeds = 0;
+  for (const auto& r : results) {
+    policies += (policies.empty() ? "" : ", ") + r.policy;
+    seeds = std::max(seeds, r.seeds.size());
+  }
+  const int legend_h = 16 * static_cast<int>(results.size());
   std::ostringstream svg;
   svg << "<svg xmlns='http://www.w3.org/2000/svg' width='" << 3 * width
-      << "' height='" << height + 30 << "' font-family='sans-serif' "
-      << "font-size='11'>\n<rect width='100%' height='100%' fill='white'/>\n"
-      << "<text x='10' y='18' font-size='14'>hf-sim: policy " << r.policy
-      << ", seeds " << r.seeds.size() << ", median and 25-75% range</text>\n";
+      << "' height='" << height + 30 + legend_h
+      << "' font-family='sans-serif' font-size='11'>\n"
+      << "<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='10' y='18' font-size='14'>hf-sim: " << policies << "; "
+      << seeds << " seeds, median and 25-75% range</text>\n";
   for (int i = 0; i < 3; ++i) {
     const Panel& panel = panels[i];
     double y_max = 1;
-    for (const Point& p : r.points)
-      y_max = std::max(y_max, (p.*panel.stat).p75);
-    y_max = std::ceil(y_max / 5.0) * 5.0;
+    for (const auto& r : results) {
+      for (const Point& p : r.points) {
+        if (in_range(p)) y_max = std::max(y_max, (p.*panel.stat).p75);
+      }
+    }
+    y_max = 4 * NiceStep(y_max / 4);
     const int ox = i * width + left, oy = top;
-    const auto X = [&](double x) { return ox + plot_w * x / max_x; };
+    const auto X = [&](double x) {
+      return ox + plot_w * (x - min_x) / (max_x - min_x);
+    };
     const auto Y = [&](double y) { return oy + plot_h * (1 - y / y_max); };
     svg << "<g>\n<text x='" << ox << "' y='" << oy - 8 << "' font-size='12'>"
         << panel.title << "</text>\n";
@@ -80,32 +114,70 @@ std::string ToSvg(const ExperimentResult& r) {
           << "<text x='" << ox - 6 << "' y='" << Y(yv) + 4
           << "' text-anchor='end'>" << Fmt(yv) << "</text>\n";
     }
-    for (int xv = 0; xv <= max_x; xv += 10) {
+    const int step = (max_x - min_x) > 60 ? 10 : 5;
+    for (int xv = min_x; xv <= max_x; xv += step) {
       svg << "<text x='" << X(xv) << "' y='" << oy + plot_h + 14
           << "' text-anchor='middle'>" << xv << "</text>\n";
     }
     svg << "<text x='" << ox + plot_w / 2 << "' y='" << oy + plot_h + 30
         << "' text-anchor='middle'>arrived GPU request (% of capacity)"
         << "</text>\n";
-    // 25-75% band, then the median line.
-    std::ostringstream band;
-    for (const Point& p : r.points) {
-      band << X(p.x) << "," << Y((p.*panel.stat).p75) << " ";
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      const auto& points = results[k].points;
+      const char* colour = kColours[k % std::size(kColours)];
+      std::ostringstream band, line;
+      for (const Point& p : points) {
+        if (!in_range(p)) continue;
+        band << X(p.x) << "," << Y((p.*panel.stat).p75) << " ";
+        line << X(p.x) << "," << Y((p.*panel.stat).median) << " ";
+      }
+      for (auto it = points.rbegin(); it != points.rend(); ++it) {
+        if (!in_range(*it)) continue;
+        band << X(it->x) << "," << Y(((*it).*panel.stat).p25) << " ";
+      }
+      svg << "<polygon points='" << band.str() << "' fill='" << colour
+          << "' fill-opacity='0.2' stroke='none'/>\n"
+          << "<polyline fill='none' stroke='" << colour
+          << "' stroke-width='1.5' points='" << line.str() << "'/>\n";
     }
-    for (auto it = r.points.rbegin(); it != r.points.rend(); ++it) {
-      band << X(it->x) << "," << Y(((*it).*panel.stat).p25) << " ";
-    }
-    svg << "<polygon points='" << band.str()
-        << "' fill='#4e79a7' fill-opacity='0.25' stroke='none'/>\n";
-    svg << "<polyline fill='none' stroke='#4e79a7' stroke-width='1.5' "
-        << "points='";
-    for (const Point& p : r.points) {
-      svg << X(p.x) << "," << Y((p.*panel.stat).median) << " ";
-    }
-    svg << "'/>\n</g>\n";
+    svg << "</g>\n";
+  }
+  for (std::size_t k = 0; k < results.size(); ++k) {
+    const int y = height + 30 + 16 * static_cast<int>(k) - 4;
+    svg << "<rect x='" << left << "' y='" << y - 9 << "' width='14' "
+        << "height='10' fill='" << kColours[k % std::size(kColours)]
+        << "'/><text x='" << left + 20 << "' y='" << y << "'>"
+        << results[k].policy << "</text>\n";
   }
   svg << "</svg>\n";
   return svg.str();
+}
+
+StatusOr<ExperimentResult> FromJson(const std::string& text,
+                                    const std::string& source) {
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(text);
+    ExperimentResult r;
+    r.policy = doc.at("policy").get<std::string>();
+    r.seeds = doc.at("seeds").get<std::vector<std::uint64_t>>();
+    r.decisions_per_second = doc.value("decisions_per_second", 0.0);
+    const auto stat = [](const nlohmann::json& j) {
+      return Stat{j.at("median").get<double>(), j.at("p25").get<double>(),
+                  j.at("p75").get<double>()};
+    };
+    for (const auto& p : doc.at("points")) {
+      Point point;
+      point.x = p.at("x").get<int>();
+      point.unallocated_pct = stat(p.at("unallocated_pct"));
+      point.frag_amount_pct = stat(p.at("frag_amount_pct"));
+      point.frag_ratio_pct = stat(p.at("frag_ratio_pct"));
+      r.points.push_back(point);
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(source +
+                                   ": not an hf-sim result: " + e.what());
+  }
 }
 
 }  // namespace hf::sim

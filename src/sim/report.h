@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "sim/experiment.h"
 
 namespace hf::sim {
@@ -30,7 +31,13 @@ struct ExperimentResult {
 std::string ToJson(const ExperimentResult& result);
 
 // Three panels (unallocated GPU %, fragment amount %, fragment ratio %)
-// against arrived GPU %, median lines with 25-75% bands.
+// against arrived GPU %, one median line with a 25-75% band per result (one
+// colour per policy), x from `min_x`.
+std::string ToSvg(const std::vector<ExperimentResult>& results, int min_x = 0);
 std::string ToSvg(const ExperimentResult& result);
+
+// Reads a document written by ToJson back (for comparison plots).
+StatusOr<ExperimentResult> FromJson(const std::string& text,
+                                    const std::string& source);
 
 }  // namespace hf::sim
