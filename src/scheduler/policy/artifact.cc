@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "scheduler/policy/best_fit.h"
+#include "scheduler/policy/hf_frag.h"
 
 namespace hf::scheduler {
 
@@ -746,7 +747,7 @@ class HfBestFitPolicy final : public ledger::PlacementPolicy {
 
 std::vector<std::string> SimPolicyNames() {
   return {"random",  "dotprod", "gpuclustering", "gpupacking",
-          "bestfit", "fgd",     "hf-bestfit"};
+          "bestfit", "fgd",     "hf-bestfit",    "hf-frag"};
 }
 
 StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
@@ -770,6 +771,12 @@ StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
     policy = std::make_unique<FgdPolicy>(*ctx.workload);
   } else if (name == "hf-bestfit") {
     policy = std::make_unique<HfBestFitPolicy>();
+  } else if (name == "hf-frag") {
+    if (ctx.workload == nullptr) {
+      return Status::InvalidArgument(
+          "the hf-frag policy needs a target workload", "workload");
+    }
+    policy = std::make_unique<HfFragPolicy>(*ctx.workload);
   } else {
     std::string known;
     for (const std::string& n : SimPolicyNames()) {

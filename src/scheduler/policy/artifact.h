@@ -161,11 +161,12 @@ struct SimPolicyContext {
 };
 
 // The simulator's policy names: the six above, then "hf-bestfit" (the
-// server's Best-Fit, scheduler::BestFitPolicy, under that name).
+// server's Best-Fit, scheduler::BestFitPolicy, under that name) and
+// "hf-frag" (HfFragPolicy, hf_frag.h).
 std::vector<std::string> SimPolicyNames();
 
 // Builds the policy called `name`. NotFound (listing the names) for an
-// unknown one; InvalidArgument for "fgd" without a workload.
+// unknown one; InvalidArgument for "fgd" or "hf-frag" without a workload.
 StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
     std::string_view name, const SimPolicyContext& ctx);
 

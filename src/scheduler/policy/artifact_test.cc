@@ -230,9 +230,9 @@ const TargetWorkload& HalfGpuWorkload() {
 
 TEST(SimPolicyFactoryTest, BuildsEveryNamedPolicy) {
   const std::vector<std::string> names = SimPolicyNames();
-  EXPECT_EQ(names, (std::vector<std::string>{"random", "dotprod",
-                                             "gpuclustering", "gpupacking",
-                                             "bestfit", "fgd", "hf-bestfit"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "random", "dotprod", "gpuclustering", "gpupacking",
+                       "bestfit", "fgd", "hf-bestfit", "hf-frag"}));
   const TargetWorkload w = HalfGpuWorkload();
   SimPolicyContext ctx;
   ctx.workload = &w;

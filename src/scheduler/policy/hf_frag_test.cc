@@ -1,0 +1,333 @@
+// Tests for HfFragPolicy (hf_frag.h) through a real Ledger on small
+// hand-built clusters of 64000-MiB GPUs, with requests shaped as the trace
+// simulator builds them: its measure (fragmentation plus CPU-stranded GPU),
+// its characteristic choices and tie-breaks, the ledger's rules (tenancy,
+// lost GPUs, models, node resources) and CheckInvariants.
+#include "scheduler/policy/hf_frag.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ledger/ledger.h"
+#include "scheduler/policy/artifact.h"
+
+namespace hf::scheduler {
+namespace {
+
+using ledger::Allocation;
+using ledger::GpuHealth;
+using ledger::GpuSpec;
+using ledger::Ledger;
+using ledger::LedgerOptions;
+using ledger::NodeSpec;
+using ledger::PlacementOutcome;
+using ledger::PlacementRequest;
+using ledger::PlacementResult;
+using ledger::RequestKind;
+
+constexpr TenantId kSim(1);
+constexpr TenantId kOther(2);
+constexpr MemoryMib kGpuMib = 64000;
+constexpr MemoryMib kMibPerMilli = 64;
+
+PlacementRequest SliceReq(int milli, CpuMilli cpu = 0, TenantId t = kSim) {
+  PlacementRequest r =
+      PlacementRequest::Slice(t, milli * kMibPerMilli, std::max(1, milli / 10));
+  r.cpu_milli = cpu;
+  return r;
+}
+PlacementRequest WholeReq(int count, CpuMilli cpu = 0) {
+  PlacementRequest r = PlacementRequest::WholeGpus(kSim, count);
+  r.cpu_milli = cpu;
+  return r;
+}
+PlacementRequest CpuReq(CpuMilli cpu, MemoryMib host = 0) {
+  return PlacementRequest::NodeOnly(kSim, cpu, host);
+}
+
+class Cluster {
+ public:
+  explicit Cluster(std::uint64_t tie_seed = 0) {
+    LedgerOptions options;
+    options.tie_break_seed = tie_seed;
+    StatusOr<std::unique_ptr<Ledger>> l = Ledger::Create(options);
+    EXPECT_TRUE(l.ok());
+    ledger_ = std::move(l).value();
+  }
+
+  NodeId Node(int gpus, CpuMilli cpu = 64000, const std::string& model = "G2",
+              MemoryMib host = 1 << 20) {
+    NodeSpec spec;
+    spec.name = "node-" + std::to_string(gpus_.size());
+    spec.cpu_milli = cpu;
+    spec.host_memory_mib = host;
+    StatusOr<NodeId> id = ledger_->AddNode(spec);
+    EXPECT_TRUE(id.ok());
+    gpus_.emplace_back();
+    for (int i = 0; i < gpus; ++i) {
+      GpuSpec g;
+      g.uuid = "GPU-" + std::to_string(gpu_count_++);
+      g.index = i;
+      g.model = model;
+      g.memory_mib = kGpuMib;
+      StatusOr<GpuId> gid = ledger_->AddGpu(*id, g);
+      EXPECT_TRUE(gid.ok());
+      gpus_.back().push_back(*gid);
+    }
+    return *id;
+  }
+
+  GpuId Gpu(NodeId node, int i) const { return gpus_[node.value()][i]; }
+
+  void OccupySlice(GpuId gpu, int milli, TenantId t = kSim) {
+    Allocation a;
+    a.id = SliceId(next_id_++);
+    a.tenant = t;
+    a.kind = RequestKind::kSlice;
+    a.gpus = {gpu};
+    a.memory_mib = milli * kMibPerMilli;
+    a.compute_percent = std::max(1, milli / 10);
+    ASSERT_TRUE(ledger_->Restore(a).ok());
+  }
+  void OccupyWhole(std::vector<GpuId> gpus) {
+    Allocation a;
+    a.id = SliceId(next_id_++);
+    a.tenant = kSim;
+    a.kind = RequestKind::kWholeGpus;
+    a.gpus = std::move(gpus);
+    ASSERT_TRUE(ledger_->Restore(a).ok());
+  }
+
+  Allocation Placed(const PlacementRequest& r, const HfFragPolicy& p) {
+    const PlacementResult res = ledger_->Place(r, p);
+    EXPECT_TRUE(res.placed()) << res.message;
+    EXPECT_TRUE(ledger_->CheckInvariants().ok());
+    return res.allocation;
+  }
+
+  Ledger& ledger() { return *ledger_; }
+
+ private:
+  std::unique_ptr<Ledger> ledger_;
+  std::vector<std::vector<GpuId>> gpus_;
+  int gpu_count_ = 0;
+  std::uint64_t next_id_ = 1000000;
+};
+
+TaskClass GpuClass(int milli, int num = 1, CpuMilli cpu = 0) {
+  TaskClass c;
+  c.cpu_milli = cpu;
+  c.gpu_milli = milli;
+  c.num_gpu = num;
+  return c;
+}
+
+TargetWorkload Workload(const std::vector<std::pair<TaskClass, int>>& spec) {
+  std::vector<TaskClass> tasks;
+  for (const auto& [c, n] : spec) {
+    for (int i = 0; i < n; ++i) tasks.push_back(c);
+  }
+  return TargetWorkload::FromTasks(tasks, 1.0);
+}
+
+// One GPU class asking 12 CPUs per whole GPU: c = 12 milli-CPU per milli.
+TargetWorkload TwelveCpuPerGpu() {
+  return Workload({{GpuClass(1000, 1, 12000), 3}, {GpuClass(0, 0, 4000), 1}});
+}
+
+TEST(HfFragMeasureTest, CpuPerGpuMilliIsTheWeightedRatio) {
+  EXPECT_DOUBLE_EQ(CpuPerGpuMilli(TwelveCpuPerGpu()), 12.0);
+  // (3 x 6000 + 1 x 16000) / (3 x 500 + 1 x 2 x 1000) = 34000 / 3500.
+  EXPECT_DOUBLE_EQ(CpuPerGpuMilli(Workload({{GpuClass(500, 1, 6000), 3},
+                                            {GpuClass(1000, 2, 16000), 1}})),
+                   34000.0 / 3500.0);
+  EXPECT_DOUBLE_EQ(CpuPerGpuMilli(Workload({{GpuClass(0, 0, 4000), 1}})), 0);
+}
+
+TEST(HfFragMeasureTest, AddsTheGpuTheFreeCpuCannotFeed) {
+  const TargetWorkload w = TwelveCpuPerGpu();
+  NodeGpuState n;
+  n.model = "G2";
+  n.gpu_free_milli = {1000, 1000, 1000, 1000};
+  n.cpu_free = 48000;  // feeds 4000 milli: nothing stranded
+  EXPECT_DOUBLE_EQ(HfFragMilli(n, w, 12.0), NodeFragMilli(n, w));
+  n.cpu_free = 24000;  // feeds 2000 of the 4000 idle milli
+  EXPECT_DOUBLE_EQ(HfFragMilli(n, w, 12.0), NodeFragMilli(n, w) + 2000);
+  EXPECT_DOUBLE_EQ(HfFragMilli(n, w, 0.0), NodeFragMilli(n, w));
+}
+
+// The characteristic choice: FGD's own measure sees no difference for a
+// CPU-only task that leaves every class room on both nodes (its drop is 0
+// on both); hf-frag sends it to the node with CPU to spare.
+TEST(HfFragPolicyTest, CpuHeavyTaskGoesWhereItStrandsNoGpu) {
+  for (const bool dense_first : {true, false}) {
+    for (std::uint64_t seed = 0; seed < 4; ++seed) {
+      Cluster c(seed);
+      NodeId dense, roomy;
+      if (dense_first) {
+        dense = c.Node(8, 96000);
+        roomy = c.Node(2, 104000, "T4");
+      } else {
+        roomy = c.Node(2, 104000, "T4");
+        dense = c.Node(8, 96000);
+      }
+      HfFragPolicy p(TwelveCpuPerGpu());
+      // Dense: stranded 0 -> 8000 - 56000 / 12 = 3333 milli, score
+      // int(100 sigmoid(-3.33)) = 3. Roomy: 0 -> 0, score 50.
+      EXPECT_EQ(c.Placed(CpuReq(40000), p).node, roomy);
+      // A whole GPU with 12 CPUs: on dense, 7000 - 84000/12 = 0 stays 0;
+      // on roomy (64000 left) also 0: FGD's fragment decides; both still fit
+      // the class, so the drop is 0 on both and the tie rank decides. Either
+      // is fine; the ledger stays consistent.
+      c.Placed(WholeReq(1, 12000), p);
+      (void)dense;
+    }
+  }
+}
+
+// Node-only ties: the node left with the least idle GPU (strands no GPU),
+// whatever the tie ranks.
+TEST(HfFragPolicyTest, NodeOnlyTieGoesToTheNodeWithTheLeastIdleGpu) {
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {
+    Cluster c(seed);
+    const NodeId busy = c.Node(2, 64000);
+    const NodeId idle = c.Node(2, 200000);
+    c.OccupyWhole({c.Gpu(busy, 0), c.Gpu(busy, 1)});
+    HfFragPolicy p(TwelveCpuPerGpu());
+    // Both score 50 (no measure changes); busy has 0 idle GPU milli.
+    EXPECT_EQ(c.Placed(CpuReq(1000), p).node, busy);
+    (void)idle;
+  }
+}
+
+// Among equally scored GPUs of a node, a slice takes the tightest.
+TEST(HfFragPolicyTest, SliceTakesTheTightestOfEquallyScoredGpus) {
+  Cluster c;
+  const NodeId n = c.Node(4);
+  c.OccupySlice(c.Gpu(n, 1), 300);  // 700 free
+  c.OccupySlice(c.Gpu(n, 2), 500);  // 500 free
+  c.OccupySlice(c.Gpu(n, 3), 700);  // 300 free
+  HfFragPolicy p(Workload({{GpuClass(200), 1}}));
+  // After 200 milli: GPU0 800, GPU1 500, GPU2 300, GPU3 100. On GPU3 the
+  // 100 left is a fragment of the 200 class (score < 50); elsewhere nothing
+  // changes (score 50): the tightest of those is GPU2.
+  const Allocation a = c.Placed(SliceReq(200), p);
+  ASSERT_EQ(a.gpus.size(), 1u);
+  EXPECT_EQ(a.gpus[0], c.Gpu(n, 2));
+}
+
+TEST(HfFragPolicyTest, RespectsTenancy) {
+  Cluster c;
+  const NodeId n = c.Node(2);
+  c.OccupySlice(c.Gpu(n, 0), 500, kOther);  // the tightest fit, not ours
+  HfFragPolicy p(Workload({{GpuClass(500), 1}}));
+  const Allocation a = c.Placed(SliceReq(500), p);
+  EXPECT_EQ(a.gpus, std::vector<GpuId>{c.Gpu(n, 1)});
+  // The other tenant may use its own GPU.
+  const Allocation b = c.Placed(SliceReq(500, 0, kOther), p);
+  EXPECT_EQ(b.gpus, std::vector<GpuId>{c.Gpu(n, 0)});
+}
+
+TEST(HfFragPolicyTest, SkipsLostGpus) {
+  Cluster c;
+  const NodeId n = c.Node(3);
+  ASSERT_TRUE(c.ledger().SetGpuHealth(c.Gpu(n, 0), GpuHealth::kLost).ok());
+  HfFragPolicy p(Workload({{GpuClass(1000, 2), 1}}));
+  const Allocation a = c.Placed(WholeReq(2), p);
+  EXPECT_EQ(a.gpus, (std::vector<GpuId>{c.Gpu(n, 1), c.Gpu(n, 2)}));
+  // One healthy GPU is left: a third whole GPU fits, a slice on the lost
+  // one never.
+  const PlacementResult more = c.ledger().Place(WholeReq(1), p);
+  EXPECT_FALSE(more.placed());
+  EXPECT_FALSE(c.ledger().Place(SliceReq(100), p).placed());
+  EXPECT_TRUE(c.ledger().CheckInvariants().ok());
+}
+
+TEST(HfFragPolicyTest, RespectsModels) {
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    Cluster c(seed);
+    c.Node(2, 64000, "G2");
+    const NodeId t4 = c.Node(2, 64000, "T4");
+    HfFragPolicy p(Workload({{GpuClass(500), 1}}));
+    PlacementRequest r = SliceReq(500);
+    r.allowed_models = {"T4"};
+    EXPECT_EQ(c.Placed(r, p).node, t4);
+    PlacementRequest w = WholeReq(1);
+    w.allowed_models = {"V100"};
+    EXPECT_FALSE(c.ledger().Place(w, p).placed());
+  }
+}
+
+TEST(HfFragPolicyTest, RespectsNodeResources) {
+  for (std::uint64_t seed = 0; seed < 4; ++seed) {
+    Cluster c(seed);
+    c.Node(2, 8000);
+    const NodeId big = c.Node(2, 64000, "G2", 1 << 20);
+    c.Node(2, 64000, "G2", 1000);  // too little host memory
+    HfFragPolicy p(Workload({{GpuClass(1000), 1}}));
+    PlacementRequest r = WholeReq(1, 16000);
+    r.host_memory_mib = 4096;
+    EXPECT_EQ(c.Placed(r, p).node, big);
+    EXPECT_EQ(c.Placed(CpuReq(40000, 4096), p).node, big);
+    EXPECT_FALSE(c.ledger().Place(CpuReq(40000, 4096), p).placed());
+  }
+}
+
+TEST(HfFragPolicyTest, RandomWorkloadsKeepTheLedgerConsistent) {
+  const TargetWorkload w = Workload({{GpuClass(500, 1, 6000), 10},
+                                     {GpuClass(1000, 1, 8000), 5},
+                                     {GpuClass(0, 0, 2000), 3}});
+  Cluster c(9);
+  for (int i = 0; i < 6; ++i) {
+    c.Node(i % 3 == 0 ? 8 : 2, i % 3 == 0 ? 96000 : 64000,
+           i % 2 == 0 ? "G2" : "T4");
+  }
+  ASSERT_TRUE(
+      c.ledger().SetGpuHealth(c.Gpu(NodeId(0), 3), GpuHealth::kLost).ok());
+  HfFragPolicy p(w);
+  std::mt19937_64 rng(17);
+  std::uniform_int_distribution<int> pct(0, 99);
+  int placed = 0;
+  for (int step = 0; step < 400; ++step) {
+    PlacementRequest r;
+    const int kind = pct(rng);
+    if (kind < 50) {
+      r = SliceReq(10 * (1 + pct(rng)), 1000 * (pct(rng) % 8));
+    } else if (kind < 80) {
+      r = WholeReq(1 + pct(rng) % 3, 1000 * (pct(rng) % 16));
+    } else {
+      r = CpuReq(1000 * (1 + pct(rng) % 16));
+    }
+    if (pct(rng) < 10) r.tenant = kOther;
+    if (pct(rng) < 10) r.allowed_models = {"T4"};
+    const PlacementResult res = c.ledger().Place(r, p);
+    ASSERT_NE(res.outcome, PlacementOutcome::kInvalid) << res.message;
+    placed += res.placed();
+    if (res.placed()) {
+      for (const GpuId g : res.allocation.gpus) {
+        EXPECT_NE(g, c.Gpu(NodeId(0), 3));  // never the lost GPU
+      }
+    }
+    ASSERT_TRUE(c.ledger().CheckInvariants().ok());
+  }
+  EXPECT_GT(placed, 50);
+}
+
+TEST(HfFragPolicyTest, FactoryBuildsItAndNeedsAWorkload) {
+  const TargetWorkload w = TwelveCpuPerGpu();
+  SimPolicyContext ctx;
+  ctx.workload = &w;
+  auto made = MakeSimPolicy("hf-frag", ctx);
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ((*made)->name(), "hf-frag");
+  EXPECT_FALSE(MakeSimPolicy("hf-frag", SimPolicyContext{}).ok());
+}
+
+}  // namespace
+}  // namespace hf::scheduler
