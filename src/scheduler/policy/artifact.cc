@@ -12,173 +12,32 @@
 #include <cstddef>
 #include <limits>
 #include <tuple>
-#include <unordered_map>
 #include <utility>
 
 #include "scheduler/policy/best_fit.h"
 #include "scheduler/policy/hf_frag.h"
+#include "scheduler/policy/node_scan.h"
 
 namespace hf::scheduler {
 
 using ledger::ClusterView;
-using ledger::GpuRecord;
 using ledger::NodeRecord;
 using ledger::PlacementRequest;
 using ledger::RequestKind;
-using ledger::SharingKey;
+using node_scan::Choice;
+using node_scan::Gather;
+using node_scan::GpuFacts;
+using node_scan::LowestCandidates;
+using node_scan::MakeNeed;
+using node_scan::Need;
+using node_scan::NodeFacts;
+using node_scan::NodeMemo;
 
 namespace {
 
-// The simulator's GPU size: a slice's per-GPU milli is its share of it.
-constexpr MemoryMib kSimGpuMemoryMib = 64000;
 constexpr double kMaxSpecCpu = static_cast<double>(kArtifactMaxSpecCpu);
 constexpr double kMaxSpecGpu = static_cast<double>(kArtifactMaxSpecGpuMilli);
 constexpr std::int64_t kMaxNodeScore = 100;  // Kubernetes' MaxNodeScore
-
-// What a request needs, derived once per call.
-struct Need {
-  const PlacementRequest* request = nullptr;
-  RequestKind kind = RequestKind::kSlice;
-  int milli = 0;      // per GPU
-  int gpu_count = 0;  // GPUs taken: 1 for a slice, 0 for a node-only task
-  std::int64_t total_milli = 0;
-  MemoryMib memory = 0;        // slice
-  ComputePercent compute = 0;  // slice, as accounted
-  SharingKey tenant_key;       // slice
-};
-
-// nullopt when the request fits no GPU by its shape alone (the ledger's 90%
-// rule for slices, a whole-GPU count below 1).
-std::optional<Need> MakeNeed(const ClusterView& view,
-                             const PlacementRequest& request) {
-  Need need;
-  need.request = &request;
-  need.kind = request.kind;
-  switch (request.kind) {
-    case RequestKind::kSlice: {
-      need.memory = request.memory_mib.value_or(0);
-      if (need.memory > MaxSliceMemoryMib(view.largest_gpu_memory_mib())) {
-        return std::nullopt;
-      }
-      need.compute = view.AccountedCompute(request);
-      const std::int64_t milli =
-          request.memory_mib.has_value()
-              ? need.memory * kMilliPerGpu / kSimGpuMemoryMib
-              : std::int64_t{need.compute} *
-                    (kMilliPerGpu / kFullComputePercent);
-      need.milli =
-          static_cast<int>(std::clamp<std::int64_t>(milli, 0, kMilliPerGpu));
-      need.gpu_count = 1;
-      need.tenant_key = view.SharingKeyOf(request.tenant);
-      break;
-    }
-    case RequestKind::kWholeGpus:
-      if (request.gpu_count < 1) return std::nullopt;
-      need.milli = kMilliPerGpu;
-      need.gpu_count = request.gpu_count;
-      break;
-    case RequestKind::kNodeOnly:
-      break;
-  }
-  need.total_milli = std::int64_t{need.milli} * need.gpu_count;
-  return need;
-}
-
-// One GPU of the node at hand.
-struct GpuFacts {
-  const GpuRecord* record = nullptr;
-  int free_milli = 0;
-  // A slice candidate's free milli once the slice is placed on it (the
-  // formula of GpuFreeMilli on the changed record).
-  int after_milli = 0;
-  // Takes the request: passes CheckSlice (slice) or is eligible whole.
-  bool candidate = false;
-};
-
-// The node at hand.
-struct NodeFacts {
-  const NodeRecord* node = nullptr;
-  std::size_t slot = 0;
-  CpuMilli cpu_free = 0;
-  std::int64_t idle_milli = 0;  // sum of free milli
-  int fully_free = 0;           // GPUs with 1000 milli free
-  int candidates = 0;
-};
-
-int AfterSliceMilli(const GpuRecord& gpu, const Need& need) {
-  if (!gpu.healthy() || gpu.whole_owned || gpu.spec.memory_mib <= 0) return 0;
-  const std::int64_t by_memory = (gpu.free_memory_mib() - need.memory) *
-                                 kMilliPerGpu / gpu.spec.memory_mib;
-  const std::int64_t by_compute =
-      std::int64_t{gpu.free_compute_percent() - need.compute} *
-      (kMilliPerGpu / kFullComputePercent);
-  return static_cast<int>(std::clamp<std::int64_t>(
-      std::min(by_memory, by_compute), 0, kMilliPerGpu));
-}
-
-// Fills `facts` and `gpus` (node.gpus order, live GPUs) for the node in
-// `slot`; false when the node cannot take the request by the ledger's rules.
-// Candidates come first, so an infeasible node costs no more than its rule
-// checks; cheap necessary conditions (free memory and compute, not held
-// whole, empty) skip the ledger's full check where it must fail. Without
-// `with_free`, free milli and the sums stay 0 (Random needs only
-// candidates).
-bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
-            std::vector<GpuFacts>& gpus, NodeFacts& facts,
-            bool with_free = true) {
-  const NodeRecord& node = view.node(NodeId(slot));
-  if (!node.live) return false;
-  const PlacementRequest& request = *need.request;
-  if (view.CheckNodeResources(node, request)) return false;
-  if (node.gpus.size() < static_cast<std::size_t>(need.gpu_count)) {
-    return false;
-  }
-  if (need.kind == RequestKind::kWholeGpus) {
-    // Only empty GPUs can be handed out whole: count them before the checks.
-    int empty = 0;
-    for (const GpuId id : node.gpus) {
-      const GpuRecord& gpu = view.gpu(id);
-      empty += gpu.live && gpu.empty();
-    }
-    if (empty < need.gpu_count) return false;
-  }
-  gpus.clear();
-  int candidates = 0;
-  for (const GpuId id : node.gpus) {
-    const GpuRecord& gpu = view.gpu(id);
-    if (!gpu.live) continue;
-    GpuFacts f;
-    f.record = &gpu;
-    switch (need.kind) {
-      case RequestKind::kSlice:
-        f.candidate = !gpu.whole_owned &&
-                      gpu.free_memory_mib() >= need.memory &&
-                      gpu.free_compute_percent() >= need.compute &&
-                      !view.CheckSlice(gpu, request, need.tenant_key);
-        break;
-      case RequestKind::kWholeGpus:
-        // CheckWholeGpu rejects every GPU that holds an allocation.
-        f.candidate = gpu.empty() && !view.CheckWholeGpu(gpu, request);
-        break;
-      case RequestKind::kNodeOnly:
-        break;
-    }
-    candidates += f.candidate;
-    gpus.push_back(f);
-  }
-  if (candidates < need.gpu_count) return false;
-  facts = NodeFacts{&node, slot, node.free_cpu_milli(), 0, 0, candidates};
-  if (!with_free) return true;
-  for (GpuFacts& f : gpus) {
-    f.free_milli = GpuFreeMilli(*f.record);
-    if (f.candidate && need.kind == RequestKind::kSlice) {
-      f.after_milli = AfterSliceMilli(*f.record, need);
-    }
-    facts.idle_milli += f.free_milli;
-    facts.fully_free += f.free_milli == kMilliPerGpu;
-  }
-  return true;
-}
 
 // The highest score; ties: the smallest tie rank, then the smallest slot.
 class BestNode {
@@ -205,23 +64,6 @@ class BestNode {
   std::uint64_t rank_ = 0;
   std::size_t slot_ = 0;
 };
-
-struct Choice {
-  NodeId node;
-  std::vector<GpuId> gpus;
-};
-
-// The lowest-index candidate GPUs, `count` of them (whole GPUs).
-std::vector<GpuId> LowestCandidates(const std::vector<GpuFacts>& gpus,
-                                    int count) {
-  std::vector<GpuId> out;
-  out.reserve(static_cast<std::size_t>(count));
-  for (const GpuFacts& g : gpus) {
-    if (static_cast<int>(out.size()) == count) break;
-    if (g.candidate) out.push_back(g.record->id);
-  }
-  return out;
-}
 
 // The artifact's "best" GPU choice: a slice takes the candidate with the
 // least free milli (lowest index on ties); whole GPUs the lowest-index
@@ -421,106 +263,13 @@ std::int64_t FgdScore(double frag_before, double frag_after) {
                                    static_cast<double>(kMaxNodeScore));
 }
 
-// What a node's fragmentation and FGD scores depend on, per GPU.
-struct GpuSnap {
-  GpuId id;
-  MemoryMib free_memory = 0;
-  ComputePercent free_compute = 0;
-  int free_milli = 0;
-  friend bool operator==(const GpuSnap&, const GpuSnap&) = default;
-};
-
-GpuSnap SnapOf(const GpuFacts& g) {
-  return GpuSnap{g.record->id, g.record->free_memory_mib(),
-                 g.record->free_compute_percent(), g.free_milli};
-}
-
-// One node's memo: its state when last seen, and its fragmentation then.
-struct NodeMemo {
-  std::uint64_t version = 0;  // 0: never seen; unique across nodes
-  CpuMilli cpu_free = 0;
-  std::vector<GpuSnap> gpus;
-  NodeGpuState state;  // the same state, as NodeFragMilli reads it
-  double frag = 0;
-};
-
-// One (request shape, node) score, valid for the node's memo version and
-// the same candidate GPUs.
-struct ScoreMemo {
-  std::uint64_t version = 0;
-  std::uint64_t candidate_mask = 0;
-  std::int64_t score = 0;
-  int pos = -1;  // the chosen GPU's position (slices)
-};
-
-// What FGD's score depends on in a request: the kind, CPU, the slice's
-// memory and compute (its after_milli) and the GPU count. Models, tenant and
-// host memory only change the candidates (the memo's mask).
-struct ShapeKey {
-  RequestKind kind = RequestKind::kSlice;
-  CpuMilli cpu = 0;
-  MemoryMib memory = 0;
-  ComputePercent compute = 0;
-  int count = 0;
-  friend bool operator==(const ShapeKey&, const ShapeKey&) = default;
-};
-
-struct ShapeKeyHash {
-  std::size_t operator()(const ShapeKey& k) const noexcept {
-    std::uint64_t h = static_cast<std::uint64_t>(k.kind);
-    for (const std::uint64_t v : {static_cast<std::uint64_t>(k.cpu),
-                                  static_cast<std::uint64_t>(k.memory),
-                                  static_cast<std::uint64_t>(k.compute),
-                                  static_cast<std::uint64_t>(k.count)}) {
-      h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
-      h ^= h >> 29;
-    }
-    return static_cast<std::size_t>(h);
-  }
-};
-
-// Bounds the score memo at kMaxShapes x nodes entries; past it, it restarts.
-constexpr std::size_t kMaxShapes = 512;
-
 }  // namespace
 
-struct FgdPolicy::Memo {
-  std::vector<NodeMemo> nodes;  // by node slot
-  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
-  std::vector<std::vector<ScoreMemo>> scores;  // by shape, by node slot
-  std::uint64_t next_version = 0;
-  std::vector<GpuFacts> gpus;  // scratch for the node at hand
-};
+// FGD's memoised result on a node: its score and, for a slice, the chosen
+// GPU's position.
+struct FgdPolicy::Memo : node_scan::ScanMemo<std::pair<std::int64_t, int>> {};
 
 namespace {
-
-// Brings `memo` up to the node's state (`facts`, `gpus`); recomputes the
-// fragmentation only when something changed (or when `force`).
-void RefreshNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
-                     const TargetWorkload& workload, bool force,
-                     std::uint64_t& next_version, NodeMemo& memo) {
-  bool same = !force && memo.version != 0 && memo.cpu_free == facts.cpu_free &&
-              memo.gpus.size() == gpus.size();
-  for (std::size_t i = 0; same && i < gpus.size(); ++i) {
-    same = memo.gpus[i] == SnapOf(gpus[i]);
-  }
-  if (same) return;
-  memo.cpu_free = facts.cpu_free;
-  memo.gpus.resize(gpus.size());
-  memo.state.cpu_free = facts.cpu_free;
-  memo.state.gpu_free_milli.resize(gpus.size());
-  for (std::size_t i = 0; i < gpus.size(); ++i) {
-    memo.gpus[i] = SnapOf(gpus[i]);
-    memo.state.gpu_free_milli[i] = gpus[i].free_milli;
-  }
-  if (gpus.empty()) {
-    memo.state.model.clear();
-  } else if (memo.state.model != gpus.front().record->spec.model) {
-    memo.state.model = gpus.front().record->spec.model;
-  }
-  memo.frag = NodeFragMilli(memo.state, workload);
-  memo.version = ++next_version;
-}
 
 // FGD's score of a feasible node whose memo is current, and for a slice the
 // position of the GPU it picks (the first reaching the best score).
@@ -539,13 +288,7 @@ std::pair<std::int64_t, int> FgdNodeScore(const Need& need,
         if (!gpus[i].candidate) continue;
         // A candidate with the same before / after milli as an earlier one
         // leaves the same node state: same score, and the earlier one wins.
-        bool seen = false;
-        for (std::size_t j = 0; j < i && !seen; ++j) {
-          seen = gpus[j].candidate &&
-                 gpus[j].free_milli == gpus[i].free_milli &&
-                 gpus[j].after_milli == gpus[i].after_milli;
-        }
-        if (seen) continue;
+        if (node_scan::RepeatsEarlierCandidate(gpus, i)) continue;
         state.gpu_free_milli[i] = gpus[i].after_milli;
         const std::int64_t score =
             FgdScore(memo.frag, NodeFragMilli(state, workload));
@@ -558,16 +301,9 @@ std::pair<std::int64_t, int> FgdNodeScore(const Need& need,
       break;
     case RequestKind::kWholeGpus: {
       // The lowest-index eligible GPUs, held whole (0 free).
-      int taken = 0;
-      for (std::size_t i = 0; i < gpus.size() && taken < need.gpu_count; ++i) {
-        if (!gpus[i].candidate) continue;
-        state.gpu_free_milli[i] = 0;
-        ++taken;
-      }
+      node_scan::TakeLowestCandidates(gpus, need.gpu_count, state);
       best = FgdScore(memo.frag, NodeFragMilli(state, workload));
-      for (std::size_t i = 0; i < gpus.size(); ++i) {
-        state.gpu_free_milli[i] = gpus[i].free_milli;
-      }
+      node_scan::RestoreFreeMilli(gpus, state);
       break;
     }
     case RequestKind::kNodeOnly:
@@ -649,24 +385,11 @@ std::optional<Choice> PickFgd(const ClusterView& view,
                               FgdPolicy::Memo& memo) {
   const std::optional<Need> need = MakeNeed(view, request);
   if (!need.has_value()) return std::nullopt;
+  using Cached = node_scan::ScoreMemo<std::pair<std::int64_t, int>>;
   const std::size_t slots = view.node_slot_count();
-  if (memo.nodes.size() < slots) memo.nodes.resize(slots);
-  std::vector<ScoreMemo>* scores = nullptr;
-  if (memoize) {
-    const ShapeKey key{need->kind, request.cpu_milli, need->memory,
-                       need->compute, need->gpu_count};
-    auto it = memo.shapes.find(key);
-    if (it == memo.shapes.end()) {
-      if (memo.shapes.size() >= kMaxShapes) {
-        memo.shapes.clear();
-        memo.scores.clear();
-      }
-      it = memo.shapes.emplace(key, memo.scores.size()).first;
-      memo.scores.emplace_back();
-    }
-    scores = &memo.scores[it->second];
-    if (scores->size() < slots) scores->resize(slots);
-  }
+  memo.Reserve(slots);
+  std::vector<Cached>* scores = nullptr;
+  if (memoize) scores = &memo.ScoresFor(node_scan::ShapeOf(*need), slots);
 
   std::vector<GpuFacts>& gpus = memo.gpus;
   NodeFacts facts;
@@ -675,37 +398,29 @@ std::optional<Choice> PickFgd(const ClusterView& view,
   for (std::size_t slot = 0; slot < slots; ++slot) {
     if (!Gather(view, slot, *need, gpus, facts)) continue;
     NodeMemo& node_memo = memo.nodes[slot];
-    RefreshNodeMemo(facts, gpus, workload, !memoize, memo.next_version,
-                    node_memo);
-    ScoreMemo* cached = nullptr;
+    if (node_scan::SyncNodeMemo(facts, gpus, /*force=*/!memoize,
+                                memo.next_version, node_memo)) {
+      node_memo.frag = NodeFragMilli(node_memo.state, workload);
+    }
+    Cached* cached = nullptr;
     std::uint64_t mask = 0;
-    if (scores != nullptr && gpus.size() <= 64) {
-      for (std::size_t i = 0; i < gpus.size(); ++i) {
-        mask |= std::uint64_t{gpus[i].candidate} << i;
-      }
+    if (scores != nullptr && node_scan::CandidateMask(gpus, mask)) {
       cached = &(*scores)[slot];
     }
     std::int64_t score;
     int pos;
     if (cached != nullptr && cached->version == node_memo.version &&
         cached->candidate_mask == mask) {
-      score = cached->score;
-      pos = cached->pos;
+      std::tie(score, pos) = cached->value;
     } else {
       std::tie(score, pos) = FgdNodeScore(*need, gpus, workload, node_memo);
-      if (cached != nullptr) *cached = {node_memo.version, mask, score, pos};
+      if (cached != nullptr) *cached = {node_memo.version, mask, {score, pos}};
     }
     if (best.Offer(score, facts)) best_pos = pos;
   }
   if (!best.found()) return std::nullopt;
   Gather(view, best.slot(), *need, gpus, facts);
-  Choice choice{NodeId(best.slot()), {}};
-  if (need->kind == RequestKind::kSlice) {
-    choice.gpus.push_back(gpus[static_cast<std::size_t>(best_pos)].record->id);
-  } else if (need->kind == RequestKind::kWholeGpus) {
-    choice.gpus = LowestCandidates(gpus, need->gpu_count);
-  }
-  return choice;
+  return node_scan::ChoiceOn(*need, best.slot(), gpus, best_pos);
 }
 
 }  // namespace

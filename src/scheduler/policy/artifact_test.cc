@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ledger/ledger.h"
+#include "scheduler/policy/policy_test_util.h"
 
 namespace hf::scheduler {
 namespace {
@@ -37,151 +38,20 @@ namespace {
 using ledger::Allocation;
 using ledger::ClusterView;
 using ledger::GpuHealth;
-using ledger::GpuSpec;
-using ledger::Ledger;
-using ledger::LedgerOptions;
 using ledger::NodeRecord;
-using ledger::NodeSpec;
-using ledger::PlacementOutcome;
 using ledger::PlacementPolicy;
 using ledger::PlacementRequest;
 using ledger::PlacementResult;
 using ledger::RequestKind;
 
-constexpr TenantId kSim(1);
-constexpr TenantId kOther(2);
-constexpr MemoryMib kGpuMib = 64000;
-constexpr MemoryMib kMibPerMilli = 64;
-
-// Requests as the simulator builds them.
-PlacementRequest SliceReq(int milli, CpuMilli cpu = 0, TenantId t = kSim) {
-  PlacementRequest r =
-      PlacementRequest::Slice(t, milli * kMibPerMilli, std::max(1, milli / 10));
-  r.cpu_milli = cpu;
-  return r;
-}
-PlacementRequest WholeReq(int count, CpuMilli cpu = 0) {
-  PlacementRequest r = PlacementRequest::WholeGpus(kSim, count);
-  r.cpu_milli = cpu;
-  return r;
-}
-PlacementRequest CpuReq(CpuMilli cpu, MemoryMib host = 0) {
-  return PlacementRequest::NodeOnly(kSim, cpu, host);
-}
-
-// A ledger plus helpers to build a cluster and load it directly.
-class Cluster {
- public:
-  explicit Cluster(std::uint64_t tie_seed = 0) {
-    LedgerOptions options;
-    options.tie_break_seed = tie_seed;
-    StatusOr<std::unique_ptr<Ledger>> l = Ledger::Create(options);
-    EXPECT_TRUE(l.ok());
-    ledger_ = std::move(l).value();
-  }
-
-  // A node with `gpus` empty GPUs of `model`.
-  NodeId Node(int gpus, CpuMilli cpu = 64000, const std::string& model = "G2",
-              MemoryMib host = 1 << 20) {
-    NodeSpec spec;
-    spec.name = "node-" + std::to_string(nodes_.size());
-    spec.cpu_milli = cpu;
-    spec.host_memory_mib = host;
-    StatusOr<NodeId> id = ledger_->AddNode(spec);
-    EXPECT_TRUE(id.ok());
-    nodes_.push_back(*id);
-    gpus_.emplace_back();
-    for (int i = 0; i < gpus; ++i) {
-      GpuSpec g;
-      g.uuid = "GPU-" + std::to_string(gpu_count_++);
-      g.index = i;
-      g.model = model;
-      g.memory_mib = kGpuMib;
-      StatusOr<GpuId> gid = ledger_->AddGpu(*id, g);
-      EXPECT_TRUE(gid.ok());
-      gpus_.back().push_back(*gid);
-    }
-    return *id;
-  }
-
-  GpuId Gpu(NodeId node, int i) const { return gpus_[node.value()][i]; }
-
-  // Existing work, recorded without a policy.
-  void OccupySlice(GpuId gpu, int milli, CpuMilli cpu = 0, TenantId t = kSim) {
-    Allocation a;
-    a.id = SliceId(next_id_++);
-    a.tenant = t;
-    a.kind = RequestKind::kSlice;
-    a.gpus = {gpu};
-    a.memory_mib = milli * kMibPerMilli;
-    a.compute_percent = std::max(1, milli / 10);
-    a.cpu_milli = cpu;
-    ASSERT_TRUE(ledger_->Restore(a).ok());
-  }
-  void OccupyWhole(std::vector<GpuId> gpus, CpuMilli cpu = 0) {
-    Allocation a;
-    a.id = SliceId(next_id_++);
-    a.tenant = kSim;
-    a.kind = RequestKind::kWholeGpus;
-    a.gpus = std::move(gpus);
-    a.cpu_milli = cpu;
-    ASSERT_TRUE(ledger_->Restore(a).ok());
-  }
-  void OccupyCpu(NodeId node, CpuMilli cpu) {
-    Allocation a;
-    a.id = SliceId(next_id_++);
-    a.tenant = kSim;
-    a.kind = RequestKind::kNodeOnly;
-    a.node = node;
-    a.cpu_milli = cpu;
-    ASSERT_TRUE(ledger_->Restore(a).ok());
-  }
-
-  PlacementResult Place(const PlacementRequest& r, const PlacementPolicy& p) {
-    PlacementResult res = ledger_->Place(r, p);
-    EXPECT_NE(res.outcome, PlacementOutcome::kInvalid) << res.message;
-    return res;
-  }
-  // Places and expects success; returns the allocation.
-  Allocation Placed(const PlacementRequest& r, const PlacementPolicy& p) {
-    const PlacementResult res = Place(r, p);
-    EXPECT_TRUE(res.placed()) << p.name() << ": " << res.message;
-    return res.allocation;
-  }
-
-  std::uint64_t Rank(NodeId node) const {
-    std::uint64_t rank = 0;
-    ledger_->Read(
-        [&](const ClusterView& view) { rank = view.node(node).tie_rank; });
-    return rank;
-  }
-
-  Ledger& ledger() { return *ledger_; }
-
- private:
-  std::unique_ptr<Ledger> ledger_;
-  std::vector<NodeId> nodes_;
-  std::vector<std::vector<GpuId>> gpus_;
-  int gpu_count_ = 0;
-  std::uint64_t next_id_ = 1000000;
-};
-
-TaskClass GpuClass(int milli, int num = 1, CpuMilli cpu = 0) {
-  TaskClass c;
-  c.cpu_milli = cpu;
-  c.gpu_milli = milli;
-  c.num_gpu = num;
-  return c;
-}
-
-// A workload with the given classes, `count` tasks each.
-TargetWorkload Workload(const std::vector<std::pair<TaskClass, int>>& spec) {
-  std::vector<TaskClass> tasks;
-  for (const auto& [c, n] : spec) {
-    for (int i = 0; i < n; ++i) tasks.push_back(c);
-  }
-  return TargetWorkload::FromTasks(tasks, 1.0);
-}
+using policy_test::Cluster;
+using policy_test::CpuReq;
+using policy_test::GpuClass;
+using policy_test::kMibPerMilli;
+using policy_test::kOther;
+using policy_test::SliceReq;
+using policy_test::WholeReq;
+using policy_test::Workload;
 
 // Every simulator policy, FGD with `workload`.
 std::vector<std::unique_ptr<PlacementPolicy>> AllPolicies(

@@ -1,0 +1,203 @@
+// The per-node scan shared by the simulator's node-scoring policies
+// (node_scan.h): request needs, the ledger-rule filter of one node, the
+// per-node memo and the shape key.
+#include "scheduler/policy/node_scan.h"
+
+#include <algorithm>
+
+namespace hf::scheduler::node_scan {
+
+using ledger::ClusterView;
+using ledger::GpuRecord;
+using ledger::NodeRecord;
+using ledger::PlacementRequest;
+using ledger::RequestKind;
+
+std::optional<Need> MakeNeed(const ClusterView& view,
+                             const PlacementRequest& request) {
+  Need need;
+  need.request = &request;
+  need.kind = request.kind;
+  switch (request.kind) {
+    case RequestKind::kSlice: {
+      need.memory = request.memory_mib.value_or(0);
+      if (need.memory > MaxSliceMemoryMib(view.largest_gpu_memory_mib())) {
+        return std::nullopt;
+      }
+      need.compute = view.AccountedCompute(request);
+      const std::int64_t milli =
+          request.memory_mib.has_value()
+              ? need.memory * kMilliPerGpu / kSimGpuMemoryMib
+              : std::int64_t{need.compute} *
+                    (kMilliPerGpu / kFullComputePercent);
+      need.milli =
+          static_cast<int>(std::clamp<std::int64_t>(milli, 0, kMilliPerGpu));
+      need.gpu_count = 1;
+      need.tenant_key = view.SharingKeyOf(request.tenant);
+      break;
+    }
+    case RequestKind::kWholeGpus:
+      if (request.gpu_count < 1) return std::nullopt;
+      need.milli = kMilliPerGpu;
+      need.gpu_count = request.gpu_count;
+      break;
+    case RequestKind::kNodeOnly:
+      break;
+  }
+  need.total_milli = std::int64_t{need.milli} * need.gpu_count;
+  return need;
+}
+
+int AfterSliceMilli(const GpuRecord& gpu, const Need& need) {
+  if (!gpu.healthy() || gpu.whole_owned || gpu.spec.memory_mib <= 0) return 0;
+  const std::int64_t by_memory = (gpu.free_memory_mib() - need.memory) *
+                                 kMilliPerGpu / gpu.spec.memory_mib;
+  const std::int64_t by_compute =
+      std::int64_t{gpu.free_compute_percent() - need.compute} *
+      (kMilliPerGpu / kFullComputePercent);
+  return static_cast<int>(std::clamp<std::int64_t>(
+      std::min(by_memory, by_compute), 0, kMilliPerGpu));
+}
+
+bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
+            std::vector<GpuFacts>& gpus, NodeFacts& facts, bool with_free) {
+  const NodeRecord& node = view.node(NodeId(slot));
+  if (!node.live) return false;
+  const PlacementRequest& request = *need.request;
+  if (view.CheckNodeResources(node, request)) return false;
+  if (node.gpus.size() < static_cast<std::size_t>(need.gpu_count)) {
+    return false;
+  }
+  if (need.kind == RequestKind::kWholeGpus) {
+    // Only empty GPUs can be handed out whole: count them before the checks.
+    int empty = 0;
+    for (const GpuId id : node.gpus) {
+      const GpuRecord& gpu = view.gpu(id);
+      empty += gpu.live && gpu.empty();
+    }
+    if (empty < need.gpu_count) return false;
+  }
+  gpus.clear();
+  int candidates = 0;
+  for (const GpuId id : node.gpus) {
+    const GpuRecord& gpu = view.gpu(id);
+    if (!gpu.live) continue;
+    GpuFacts f;
+    f.record = &gpu;
+    switch (need.kind) {
+      case RequestKind::kSlice:
+        f.candidate = !gpu.whole_owned &&
+                      gpu.free_memory_mib() >= need.memory &&
+                      gpu.free_compute_percent() >= need.compute &&
+                      !view.CheckSlice(gpu, request, need.tenant_key);
+        break;
+      case RequestKind::kWholeGpus:
+        // CheckWholeGpu rejects every GPU that holds an allocation.
+        f.candidate = gpu.empty() && !view.CheckWholeGpu(gpu, request);
+        break;
+      case RequestKind::kNodeOnly:
+        break;
+    }
+    candidates += f.candidate;
+    gpus.push_back(f);
+  }
+  if (candidates < need.gpu_count) return false;
+  facts = NodeFacts{&node, slot, node.free_cpu_milli(), 0, 0, candidates};
+  if (!with_free) return true;
+  for (GpuFacts& f : gpus) {
+    f.free_milli = GpuFreeMilli(*f.record);
+    if (f.candidate && need.kind == RequestKind::kSlice) {
+      f.after_milli = AfterSliceMilli(*f.record, need);
+    }
+    facts.idle_milli += f.free_milli;
+    facts.fully_free += f.free_milli == kMilliPerGpu;
+  }
+  return true;
+}
+
+std::vector<GpuId> LowestCandidates(const std::vector<GpuFacts>& gpus,
+                                    int count) {
+  std::vector<GpuId> out;
+  out.reserve(static_cast<std::size_t>(count));
+  for (const GpuFacts& g : gpus) {
+    if (static_cast<int>(out.size()) == count) break;
+    if (g.candidate) out.push_back(g.record->id);
+  }
+  return out;
+}
+
+Choice ChoiceOn(const Need& need, std::size_t slot,
+                const std::vector<GpuFacts>& gpus, int slice_pos) {
+  Choice choice{NodeId(slot), {}};
+  if (need.kind == RequestKind::kSlice) {
+    choice.gpus.push_back(gpus[static_cast<std::size_t>(slice_pos)].record->id);
+  } else if (need.kind == RequestKind::kWholeGpus) {
+    choice.gpus = LowestCandidates(gpus, need.gpu_count);
+  }
+  return choice;
+}
+
+bool SyncNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
+                  bool force, std::uint64_t& next_version, NodeMemo& memo) {
+  bool same = !force && memo.version != 0 && memo.cpu_free == facts.cpu_free &&
+              memo.gpus.size() == gpus.size();
+  for (std::size_t i = 0; same && i < gpus.size(); ++i) {
+    same = memo.gpus[i] == SnapOf(gpus[i]);
+  }
+  if (same) return false;
+  memo.cpu_free = facts.cpu_free;
+  memo.gpus.resize(gpus.size());
+  memo.state.cpu_free = facts.cpu_free;
+  memo.state.gpu_free_milli.resize(gpus.size());
+  memo.idle = 0;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    memo.gpus[i] = SnapOf(gpus[i]);
+    memo.state.gpu_free_milli[i] = gpus[i].free_milli;
+    memo.idle += gpus[i].free_milli;
+  }
+  if (gpus.empty()) {
+    memo.state.model.clear();
+  } else if (memo.state.model != gpus.front().record->spec.model) {
+    memo.state.model = gpus.front().record->spec.model;
+  }
+  memo.version = ++next_version;
+  return true;
+}
+
+std::int64_t TakeLowestCandidates(const std::vector<GpuFacts>& gpus, int count,
+                                  NodeGpuState& state) {
+  int taken = 0;
+  std::int64_t freed = 0;
+  for (std::size_t i = 0; i < gpus.size() && taken < count; ++i) {
+    if (!gpus[i].candidate) continue;
+    state.gpu_free_milli[i] = 0;
+    freed += gpus[i].free_milli;
+    ++taken;
+  }
+  return freed;
+}
+
+void RestoreFreeMilli(const std::vector<GpuFacts>& gpus, NodeGpuState& state) {
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    state.gpu_free_milli[i] = gpus[i].free_milli;
+  }
+}
+
+std::size_t ShapeKeyHash::operator()(const ShapeKey& k) const noexcept {
+  std::uint64_t h = static_cast<std::uint64_t>(k.kind);
+  for (const std::uint64_t v :
+       {static_cast<std::uint64_t>(k.cpu), static_cast<std::uint64_t>(k.memory),
+        static_cast<std::uint64_t>(k.compute),
+        static_cast<std::uint64_t>(k.count)}) {
+    h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 29;
+  }
+  return static_cast<std::size_t>(h);
+}
+
+ShapeKey ShapeOf(const Need& need) {
+  return ShapeKey{need.kind, need.request->cpu_milli, need.memory, need.compute,
+                  need.gpu_count};
+}
+
+}  // namespace hf::scheduler::node_scan

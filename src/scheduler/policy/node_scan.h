@@ -1,0 +1,223 @@
+// The per-node scan shared by the simulator's node-scoring policies (the FGD
+// artifact's policies in artifact.h and HfFragPolicy in hf_frag.h): what a
+// request needs (Need), the ledger-rule filter of one node with its GPUs'
+// free milli (Gather), the per-node memo that FGD-style policies validate
+// against the node's exact state (NodeMemo, SyncNodeMemo), the per-(request
+// shape, node) score memo (ScanMemo), and building the chosen GPUs.
+//
+// Internal to src/scheduler/policy; not part of the scheduler's interface.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "ledger/cluster_view.h"
+#include "ledger/placement_policy.h"
+#include "scheduler/fragmentation.h"
+
+namespace hf::scheduler::node_scan {
+
+// The simulator's GPU size: a slice's per-GPU milli is its share of it.
+inline constexpr MemoryMib kSimGpuMemoryMib = 64000;
+
+// What a request needs, derived once per call.
+struct Need {
+  const ledger::PlacementRequest* request = nullptr;
+  ledger::RequestKind kind = ledger::RequestKind::kSlice;
+  int milli = 0;      // per GPU
+  int gpu_count = 0;  // GPUs taken: 1 for a slice, 0 for a node-only task
+  std::int64_t total_milli = 0;
+  MemoryMib memory = 0;           // slice
+  ComputePercent compute = 0;     // slice, as accounted
+  ledger::SharingKey tenant_key;  // slice
+};
+
+// nullopt when the request fits no GPU by its shape alone (the ledger's 90%
+// rule for slices, a whole-GPU count below 1).
+std::optional<Need> MakeNeed(const ledger::ClusterView& view,
+                             const ledger::PlacementRequest& request);
+
+// One live GPU of the node at hand.
+struct GpuFacts {
+  const ledger::GpuRecord* record = nullptr;
+  int free_milli = 0;
+  // A slice candidate's free milli once the slice is placed on it (the
+  // formula of GpuFreeMilli on the changed record).
+  int after_milli = 0;
+  // Takes the request: passes CheckSlice (slice) or is eligible whole.
+  bool candidate = false;
+};
+
+// The node at hand.
+struct NodeFacts {
+  const ledger::NodeRecord* node = nullptr;
+  std::size_t slot = 0;
+  CpuMilli cpu_free = 0;
+  std::int64_t idle_milli = 0;  // sum of free milli
+  int fully_free = 0;           // GPUs with 1000 milli free
+  int candidates = 0;
+};
+
+// A slice candidate's free milli once the slice in `need` is placed on it.
+int AfterSliceMilli(const ledger::GpuRecord& gpu, const Need& need);
+
+// Fills `facts` and `gpus` (node.gpus order, live GPUs) for the node in
+// `slot`; false when the node cannot take the request by the ledger's rules
+// (CheckNodeResources, CheckSlice, CheckWholeGpu on empty GPUs).
+// Candidates come first, so an infeasible node costs no more than its rule
+// checks; cheap necessary conditions (free memory and compute, not held
+// whole, empty) skip the ledger's full check where it must fail. Without
+// `with_free`, free milli and the sums stay 0 (Random needs only
+// candidates).
+bool Gather(const ledger::ClusterView& view, std::size_t slot, const Need& need,
+            std::vector<GpuFacts>& gpus, NodeFacts& facts,
+            bool with_free = true);
+
+// Whether candidate `i` has the same before / after milli as an earlier
+// candidate: it leaves the same node state, so the same score.
+inline bool RepeatsEarlierCandidate(const std::vector<GpuFacts>& gpus,
+                                    std::size_t i) {
+  for (std::size_t j = 0; j < i; ++j) {
+    if (gpus[j].candidate && gpus[j].free_milli == gpus[i].free_milli &&
+        gpus[j].after_milli == gpus[i].after_milli) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The candidate GPUs as a bit mask (bit i: gpus[i]); false, with `mask`
+// untouched, for more than 64 GPUs.
+inline bool CandidateMask(const std::vector<GpuFacts>& gpus,
+                          std::uint64_t& mask) {
+  if (gpus.size() > 64) return false;
+  mask = 0;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    mask |= std::uint64_t{gpus[i].candidate} << i;
+  }
+  return true;
+}
+
+// A policy's pick: the node, and the GPUs for slices and whole GPUs.
+struct Choice {
+  NodeId node;
+  std::vector<GpuId> gpus;
+};
+
+// The lowest-index candidate GPUs, `count` of them (whole GPUs).
+std::vector<GpuId> LowestCandidates(const std::vector<GpuFacts>& gpus,
+                                    int count);
+
+// The choice on the node in `slot` (`gpus` gathered for it): a slice takes
+// gpus[slice_pos], whole GPUs the lowest-index candidates, a node-only task
+// none.
+Choice ChoiceOn(const Need& need, std::size_t slot,
+                const std::vector<GpuFacts>& gpus, int slice_pos);
+
+// What a node's measures depend on, per GPU.
+struct GpuSnap {
+  GpuId id;
+  MemoryMib free_memory = 0;
+  ComputePercent free_compute = 0;
+  int free_milli = 0;
+  friend bool operator==(const GpuSnap&, const GpuSnap&) = default;
+};
+
+inline GpuSnap SnapOf(const GpuFacts& g) {
+  return GpuSnap{g.record->id, g.record->free_memory_mib(),
+                 g.record->free_compute_percent(), g.free_milli};
+}
+
+// One node's memo: its state when last seen, and a measure of it then.
+struct NodeMemo {
+  std::uint64_t version = 0;  // 0: never seen; unique across nodes
+  CpuMilli cpu_free = 0;
+  std::vector<GpuSnap> gpus;
+  NodeGpuState state;     // the same state, as NodeFragMilli reads it
+  double frag = 0;        // the policy's measure of `state`
+  std::int64_t idle = 0;  // sum of the GPUs' free milli
+};
+
+// Brings `memo`'s snapshot, state and idle up to the node's state (`facts`,
+// `gpus`) and gives it a new version from `next_version`; true then, and the
+// caller recomputes `memo.frag`. False (nothing touched) when nothing
+// changed and not `force`.
+bool SyncNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
+                  bool force, std::uint64_t& next_version, NodeMemo& memo);
+
+// Sets the first `count` candidates' free milli in `state` to 0 (held
+// whole); returns the free milli they had.
+std::int64_t TakeLowestCandidates(const std::vector<GpuFacts>& gpus, int count,
+                                  NodeGpuState& state);
+
+// Puts every GPU's free milli back into `state`.
+void RestoreFreeMilli(const std::vector<GpuFacts>& gpus, NodeGpuState& state);
+
+// What an FGD-style score depends on in a request: the kind, CPU, the
+// slice's memory and compute (its after_milli) and the GPU count. Models,
+// tenant and host memory only change the candidates (the memo's mask).
+struct ShapeKey {
+  ledger::RequestKind kind = ledger::RequestKind::kSlice;
+  CpuMilli cpu = 0;
+  MemoryMib memory = 0;
+  ComputePercent compute = 0;
+  int count = 0;
+  friend bool operator==(const ShapeKey&, const ShapeKey&) = default;
+};
+
+struct ShapeKeyHash {
+  std::size_t operator()(const ShapeKey& k) const noexcept;
+};
+
+// The shape of `need` (its request's CPU included).
+ShapeKey ShapeOf(const Need& need);
+
+// One (request shape, node) result, valid for the node's memo version and
+// the same candidate GPUs.
+template <typename Value>
+struct ScoreMemo {
+  std::uint64_t version = 0;
+  std::uint64_t candidate_mask = 0;
+  Value value{};
+};
+
+// Bounds the score memo at kMaxShapes x nodes entries; past it, it restarts.
+inline constexpr std::size_t kMaxShapes = 512;
+
+// A memoising policy's state: node memos, results per (shape, node), and a
+// scratch buffer for the node at hand.
+template <typename Value>
+struct ScanMemo {
+  std::vector<NodeMemo> nodes;  // by node slot
+  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
+  std::vector<std::vector<ScoreMemo<Value>>> scores;  // by shape, node slot
+  std::uint64_t next_version = 0;
+  std::vector<GpuFacts> gpus;  // scratch for the node at hand
+
+  // Sizes `nodes` for `slots` node slots.
+  void Reserve(std::size_t slots) {
+    if (nodes.size() < slots) nodes.resize(slots);
+  }
+
+  // The results for `key`, sized for `slots` node slots.
+  std::vector<ScoreMemo<Value>>& ScoresFor(const ShapeKey& key,
+                                           std::size_t slots) {
+    auto it = shapes.find(key);
+    if (it == shapes.end()) {
+      if (shapes.size() >= kMaxShapes) {
+        shapes.clear();
+        scores.clear();
+      }
+      it = shapes.emplace(key, scores.size()).first;
+      scores.emplace_back();
+    }
+    std::vector<ScoreMemo<Value>>& out = scores[it->second];
+    if (out.size() < slots) out.resize(slots);
+    return out;
+  }
+};
+
+}  // namespace hf::scheduler::node_scan
