@@ -19,6 +19,8 @@ using ComputePercent = std::int32_t;
 using CpuMilli = std::int64_t;
 
 inline constexpr ComputePercent kFullComputePercent = 100;
+// Traces and the fragmentation measure count GPU shares in thousandths.
+inline constexpr int kMilliPerGpu = 1000;
 
 // Converts a compute ratio in (0, 1] to an integer percent 1..100, rounding
 // half up (0.505 -> 51, 0.004 -> 0 is rejected as out of range after

@@ -25,7 +25,10 @@
 
 namespace hf::scheduler {
 
-inline constexpr int kMilliPerGpu = 1000;
+// The memory of every GPU in the trace simulator (src/sim/sim_cluster.h):
+// the trace asks for shares of any GPU, so the simulator gives all GPUs this
+// size and the reference policies read a slice's share (milli) against it.
+inline constexpr MemoryMib kSimGpuMemoryMib = 64 * kMilliPerGpu;
 
 // One task class: tasks with exactly these requests.
 struct TaskClass {

@@ -25,8 +25,8 @@
 
 namespace hf::sim {
 
-inline constexpr MemoryMib kSimMibPerMilli = 64;
-inline constexpr MemoryMib kSimGpuMemoryMib = 1000 * kSimMibPerMilli;
+inline constexpr MemoryMib kSimGpuMemoryMib = scheduler::kSimGpuMemoryMib;
+inline constexpr MemoryMib kSimMibPerMilli = kSimGpuMemoryMib / kMilliPerGpu;
 inline constexpr TenantId kSimTenant{1};
 
 // A ledger holding the trace's GPU nodes (nodes without GPUs are left out,

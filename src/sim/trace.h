@@ -21,8 +21,6 @@
 
 namespace hf::sim {
 
-inline constexpr int kMilliPerGpu = 1000;
-
 struct TraceNode {
   std::string name;
   CpuMilli cpu_milli = 0;

@@ -20,9 +20,6 @@
 
 namespace hf::scheduler::node_scan {
 
-// The simulator's GPU size: a slice's per-GPU milli is its share of it.
-inline constexpr MemoryMib kSimGpuMemoryMib = 64000;
-
 // What a request needs, derived once per call.
 struct Need {
   const ledger::PlacementRequest* request = nullptr;
