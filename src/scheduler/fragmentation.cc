@@ -115,12 +115,17 @@ TargetWorkload TargetWorkload::FromTasks(const std::vector<TaskClass>& tasks,
 }
 
 int GpuFreeMilli(const ledger::GpuRecord& gpu) {
+  return GpuFreeMilliAfter(gpu, 0, 0);
+}
+
+int GpuFreeMilliAfter(const ledger::GpuRecord& gpu, MemoryMib take_memory,
+                      ComputePercent take_compute) {
   if (!gpu.healthy() || gpu.whole_owned) return 0;
   if (gpu.spec.memory_mib <= 0) return 0;
-  const std::int64_t by_memory =
-      gpu.free_memory_mib() * kMilliPerGpu / gpu.spec.memory_mib;
+  const std::int64_t by_memory = (gpu.free_memory_mib() - take_memory) *
+                                 kMilliPerGpu / gpu.spec.memory_mib;
   const std::int64_t by_compute =
-      static_cast<std::int64_t>(gpu.free_compute_percent()) *
+      static_cast<std::int64_t>(gpu.free_compute_percent() - take_compute) *
       (kMilliPerGpu / kFullComputePercent);
   const std::int64_t free = std::min(by_memory, by_compute);
   return static_cast<int>(std::clamp<std::int64_t>(free, 0, kMilliPerGpu));

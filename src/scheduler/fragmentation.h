@@ -75,6 +75,10 @@ struct NodeGpuState {
 // and free compute shares, rounded down (in the simulator both are the
 // same). A lost GPU, or one held whole, has 0.
 int GpuFreeMilli(const ledger::GpuRecord& gpu);
+// The same after a slice of `take_memory` MiB and `take_compute` percent
+// would be placed on it (for scoring a placement before making it).
+int GpuFreeMilliAfter(const ledger::GpuRecord& gpu, MemoryMib take_memory,
+                      ComputePercent take_compute);
 
 // A node's state as fragmentation sees it.
 NodeGpuState NodeStateOf(const ledger::ClusterView& view,

@@ -49,14 +49,7 @@ std::optional<Need> MakeNeed(const ClusterView& view,
 }
 
 int AfterSliceMilli(const GpuRecord& gpu, const Need& need) {
-  if (!gpu.healthy() || gpu.whole_owned || gpu.spec.memory_mib <= 0) return 0;
-  const std::int64_t by_memory = (gpu.free_memory_mib() - need.memory) *
-                                 kMilliPerGpu / gpu.spec.memory_mib;
-  const std::int64_t by_compute =
-      std::int64_t{gpu.free_compute_percent() - need.compute} *
-      (kMilliPerGpu / kFullComputePercent);
-  return static_cast<int>(std::clamp<std::int64_t>(
-      std::min(by_memory, by_compute), 0, kMilliPerGpu));
+  return GpuFreeMilliAfter(gpu, need.memory, need.compute);
 }
 
 bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
