@@ -454,48 +454,50 @@ Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
   return a;
 }
 
+namespace {
+
+PlacementResult InvalidResult(Status status) {
+  PlacementResult result;
+  result.outcome = PlacementOutcome::kInvalid;
+  result.message = status.message();
+  result.status = std::move(status);
+  return result;
+}
+
+}  // namespace
+
 PlacementResult Ledger::Place(const PlacementRequest& request,
                               const PlacementPolicy& policy) {
-  PlacementResult result;
   if (Status s = ValidatePlacementRequest(request); !s.ok()) {
-    result.outcome = PlacementOutcome::kInvalid;
-    result.message = s.message();
-    result.status = std::move(s);
-    return result;
+    return InvalidResult(std::move(s));
   }
   std::lock_guard lock(mu_);
   const ClusterView view(state_);
+  NodeId node;  // node-only requests: the policy's node
+  std::vector<GpuId> gpus;
   if (request.kind == RequestKind::kNodeOnly) {
-    const std::optional<NodeId> node = policy.ChooseNode(view, request);
-    if (!node.has_value()) return ExplainNoPlacement(view, request);
-    if (!view.HasNode(*node) ||
-        view.CheckNodeResources(view.node(*node), request)) {
-      Status s = Status::Internal(
+    const std::optional<NodeId> chosen = policy.ChooseNode(view, request);
+    if (!chosen.has_value()) return ExplainNoPlacement(view, request);
+    if (!view.HasNode(*chosen) ||
+        view.CheckNodeResources(view.node(*chosen), request)) {
+      return InvalidResult(Status::Internal(
           "placement policy " + std::string(policy.name()) +
-          ": chose a node that is unknown or lacks the resources");
-      result.outcome = PlacementOutcome::kInvalid;
-      result.message = s.message();
-      result.status = std::move(s);
-      return result;
+          ": chose a node that is unknown or lacks the resources"));
     }
-    result.outcome = PlacementOutcome::kPlaced;
-    result.allocation =
-        CommitLocked(request, *node, {}, SliceId(state_.next_slice_id++));
-    result.message = "placed";
-    return result;
+    node = *chosen;
+  } else {
+    std::optional<std::vector<GpuId>> chosen = policy.Choose(view, request);
+    if (!chosen.has_value()) return ExplainNoPlacement(view, request);
+    if (Status s = ValidateChoiceLocked(request, *chosen); !s.ok()) {
+      return InvalidResult(
+          s.WithContext("placement policy " + std::string(policy.name())));
+    }
+    gpus = std::move(*chosen);
   }
-  std::optional<std::vector<GpuId>> choice = policy.Choose(view, request);
-  if (!choice.has_value()) return ExplainNoPlacement(view, request);
-  if (Status s = ValidateChoiceLocked(request, *choice); !s.ok()) {
-    s = s.WithContext("placement policy " + std::string(policy.name()));
-    result.outcome = PlacementOutcome::kInvalid;
-    result.message = s.message();
-    result.status = std::move(s);
-    return result;
-  }
+  PlacementResult result;
   result.outcome = PlacementOutcome::kPlaced;
   result.allocation =
-      CommitLocked(request, NodeId(), *choice, SliceId(state_.next_slice_id++));
+      CommitLocked(request, node, gpus, SliceId(state_.next_slice_id++));
   result.message = "placed";
   return result;
 }
