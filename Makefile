@@ -41,7 +41,7 @@ test-tsan: deps
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DHF_SANITIZE=address \
 	    -DHF_BUILD_BENCH=OFF >/dev/null
-	@cmake --build $(ASAN_BUILD)
+	@cmake --build $(ASAN_BUILD) --target core_tests
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L core --timeout 1800
 
 # Every *_bench binary, each writing build/bench-results/<name>.json.

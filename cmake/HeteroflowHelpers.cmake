@@ -24,4 +24,12 @@ function(hf_test name)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
                                           LABELS "${ARG_LABELS}")
+  # `core_tests` builds every test labelled core (the sanitizer runs need
+  # only those).
+  if("core" IN_LIST ARG_LABELS)
+    if(NOT TARGET core_tests)
+      add_custom_target(core_tests)
+    endif()
+    add_dependencies(core_tests ${name})
+  endif()
 endfunction()
