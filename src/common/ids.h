@@ -27,6 +27,7 @@ class StrongId {
   constexpr ValueType value() const { return value_; }
   constexpr bool valid() const { return value_ != kInvalidValue; }
 
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 false positive
   friend constexpr auto operator<=>(StrongId, StrongId) = default;
   friend std::ostream& operator<<(std::ostream& os, StrongId id) {
     return os << id.value_;

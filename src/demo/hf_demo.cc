@@ -34,6 +34,7 @@ void CheckFields(const json& obj, const std::string& where,
   if (!obj.is_object()) throw DemoError{where + ": must be an object"};
   for (const auto& [key, value] : obj.items()) {
     if (!allowed.contains(key) && key.rfind('_', 0) != 0) {
+      // NOLINTNEXTLINE(performance-inefficient-string-concatenation)
       throw DemoError{where + "." + key + ": unknown field"};
     }
   }
@@ -87,6 +88,7 @@ class Demo {
       if (tenant.contains("group")) {
         const auto group = Get<std::string>(tenant, where, "group");
         if (!groups_.contains(group)) {
+          // NOLINTNEXTLINE(performance-inefficient-string-concatenation)
           throw DemoError{where + ".group: undefined group " + group};
         }
         Must(ledger_->SetTenantGroup(id, groups_[group]), where);
@@ -288,7 +290,7 @@ class Demo {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int Main(int argc, char** argv) {
   CLI::App app{
       "hf-demo: play a scripted cluster through HeteroFlow's slice ledger and "
       "Best-Fit placement, printing each decision, its QoS tier, or why it "
@@ -323,4 +325,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   return 0;
+}
+
+// Anything unexpected (out of memory, a library's exception) ends the program
+// with a message instead of an uncaught-exception abort.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hf-demo: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "hf-demo: unknown error\n");
+  }
+  return 2;
 }

@@ -34,6 +34,7 @@ struct FitKey {
   std::uint64_t rank = 0;    // tie-break among equal primaries; < 2^32
   std::uint64_t id = 0;      // final tie-break; unique per entry; < 2^32
 
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 false positive
   friend auto operator<=>(const FitKey&, const FitKey&) = default;
 };
 

@@ -28,7 +28,7 @@ namespace hf::scheduler {
 // The memory of every GPU in the trace simulator (src/sim/sim_cluster.h):
 // the trace asks for shares of any GPU, so the simulator gives all GPUs this
 // size and the reference policies read a slice's share (milli) against it.
-inline constexpr MemoryMib kSimGpuMemoryMib = 64 * kMilliPerGpu;
+inline constexpr MemoryMib kSimGpuMemoryMib = MemoryMib{64} * kMilliPerGpu;
 
 // One task class: tasks with exactly these requests.
 struct TaskClass {

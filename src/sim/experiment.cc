@@ -155,6 +155,7 @@ std::vector<Point> Aggregate(const std::vector<SeedRun>& runs,
   for (int x = 0; x <= max_x; ++x) {
     const auto column = [&](const std::vector<std::vector<double>>& series) {
       std::vector<double> values;
+      values.reserve(series.size());
       for (const auto& s : series)
         values.push_back(s[static_cast<std::size_t>(x)]);
       return Summarise(std::move(values));

@@ -75,7 +75,7 @@ int Fail(const std::string& message) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int Main(int argc, char** argv) {
   CLI::App app{
       "hf-sim: replay a GPU cluster trace (Alibaba openb CSV format) through "
       "HeteroFlow's ledger and a placement policy, and report unallocated "
@@ -219,4 +219,17 @@ int main(int argc, char** argv) {
       at100.x, at100.unallocated_pct.median, at100.unallocated_pct.p25,
       at100.unallocated_pct.p75);
   return 0;
+}
+
+// Anything unexpected (out of memory, a library's exception) ends the program
+// with a message instead of an uncaught-exception abort.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hf-sim: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "hf-sim: unknown error\n");
+  }
+  return 2;
 }

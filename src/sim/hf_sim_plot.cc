@@ -8,7 +8,7 @@
 
 #include "sim/report.h"
 
-int main(int argc, char** argv) {
+static int Main(int argc, char** argv) {
   CLI::App app{"hf-sim-plot: draw several hf-sim JSON results in one SVG"};
   std::vector<std::string> inputs;
   std::string output;
@@ -41,4 +41,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   return 0;
+}
+
+// Anything unexpected (out of memory, a library's exception) ends the program
+// with a message instead of an uncaught-exception abort.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hf-sim-plot: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "hf-sim-plot: unknown error\n");
+  }
+  return 2;
 }
