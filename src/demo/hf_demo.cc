@@ -13,6 +13,7 @@
 #include <set>
 #include <string>
 
+#include "common/main_guard.h"
 #include "common/quantity.h"
 #include "ledger/ledger.h"
 #include "scheduler/policy/registry.h"
@@ -327,15 +328,6 @@ static int Main(int argc, char** argv) {
   return 0;
 }
 
-// Anything unexpected (out of memory, a library's exception) ends the program
-// with a message instead of an uncaught-exception abort.
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hf-demo: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "hf-demo: unknown error\n");
-  }
-  return 2;
+  return hf::RunMain("hf-demo", [&] { return Main(argc, argv); });
 }

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/main_guard.h"
 #include "scheduler/policy/artifact.h"
 #include "sim/experiment.h"
 #include "sim/report.h"
@@ -221,15 +222,6 @@ static int Main(int argc, char** argv) {
   return 0;
 }
 
-// Anything unexpected (out of memory, a library's exception) ends the program
-// with a message instead of an uncaught-exception abort.
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hf-sim: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "hf-sim: unknown error\n");
-  }
-  return 2;
+  return hf::RunMain("hf-sim", [&] { return Main(argc, argv); });
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/main_guard.h"
 #include "sim/report.h"
 
 static int Main(int argc, char** argv) {
@@ -43,15 +44,6 @@ static int Main(int argc, char** argv) {
   return 0;
 }
 
-// Anything unexpected (out of memory, a library's exception) ends the program
-// with a message instead of an uncaught-exception abort.
 int main(int argc, char** argv) {
-  try {
-    return Main(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hf-sim-plot: %s\n", e.what());
-  } catch (...) {
-    std::fprintf(stderr, "hf-sim-plot: unknown error\n");
-  }
-  return 2;
+  return hf::RunMain("hf-sim-plot", [&] { return Main(argc, argv); });
 }
