@@ -24,6 +24,9 @@ enum class StatusCode {
   kResourceExhausted,   // does not fit now; may fit later
   kUnavailable,         // a dependency is down; retry
   kInternal,            // a bug or a broken invariant
+  kUnauthenticated,     // no or unknown credentials
+  kPermissionDenied,    // known caller, not allowed to do this
+  kAborted,             // a concurrent change won (compare-and-set lost)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -54,6 +57,15 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string message) {
     return Status(StatusCode::kInternal, std::move(message));
+  }
+  static Status Unauthenticated(std::string message) {
+    return Status(StatusCode::kUnauthenticated, std::move(message));
+  }
+  static Status PermissionDenied(std::string message) {
+    return Status(StatusCode::kPermissionDenied, std::move(message));
+  }
+  static Status Aborted(std::string message) {
+    return Status(StatusCode::kAborted, std::move(message));
   }
 
   bool ok() const { return code_ == StatusCode::kOk; }

@@ -606,6 +606,17 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
   return a;
 }
 
+SliceId Ledger::ReserveSliceId() {
+  std::lock_guard lock(mu_);
+  return SliceId(state_.next_slice_id++);
+}
+
+void Ledger::AdvanceSliceIdPast(SliceId id) {
+  if (!id.valid()) return;
+  std::lock_guard lock(mu_);
+  state_.next_slice_id = std::max(state_.next_slice_id, id.value() + 1);
+}
+
 // -------------------------------------------------------------------- reads
 
 std::optional<Allocation> Ledger::GetAllocation(SliceId id) const {

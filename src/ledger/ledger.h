@@ -107,6 +107,12 @@ class Ledger {
   // capacity and tenancy but not health, models or the 90% rule (a lost GPU
   // keeps its slices). Moves the id counter past `allocation.id`.
   StatusOr<Allocation> Restore(const Allocation& allocation);
+  // Hands out a fresh slice id for a `Restore` of an allocation that has
+  // none yet (the compensation path); Place never reuses it.
+  SliceId ReserveSliceId();
+  // Moves the id counter past `id` (restart recovery: ids of released slices
+  // in the store must never be handed out again).
+  void AdvanceSliceIdPast(SliceId id);
 
   // --- reads ---
   std::optional<Allocation> GetAllocation(SliceId id) const;

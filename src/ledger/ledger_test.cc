@@ -985,6 +985,18 @@ TEST_F(LedgerTest, RestoreNodeOnlyTask) {
             SliceId(42));  // the counter moved past the restored id
 }
 
+TEST_F(LedgerTest, ReservedAndAdvancedIdsAreNeverHandedOutAgain) {
+  const NodeId n = AddNode(/*cpu=*/8000);
+  AddGpu(n, k80G);
+  const SliceId reserved = ledger_->ReserveSliceId();
+  EXPECT_NE(MustPlace(PlacementRequest::NodeOnly(kAlice, 100, 0)).id, reserved);
+  ledger_->AdvanceSliceIdPast(SliceId(500));
+  EXPECT_EQ(MustPlace(PlacementRequest::NodeOnly(kAlice, 100, 0)).id,
+            SliceId(501));
+  ledger_->AdvanceSliceIdPast(SliceId(7));  // never moves backwards
+  EXPECT_EQ(ledger_->ReserveSliceId(), SliceId(503));
+}
+
 TEST_F(LedgerTest, NodeResourcesLimitWholeGpus) {
   const NodeId small = AddNode(/*cpu=*/1000);
   const NodeId big = AddNode(/*cpu=*/16000);

@@ -1,0 +1,727 @@
+#include "api/codec.h"
+
+#include <cmath>
+#include <ctime>
+#include <set>
+
+namespace hf::api {
+
+namespace {
+
+struct TooDeep {};
+
+Status Wrong(const std::string& field, const std::string& what) {
+  return Status::InvalidArgument(what, field);
+}
+
+// Walks every string in `j` and fails on one longer than `max`.
+Status CheckStrings(const json& j, std::size_t max, const std::string& where) {
+  if (j.is_string()) {
+    if (j.get_ref<const std::string&>().size() > max) {
+      return Wrong(where, "is longer than " + std::to_string(max) + " bytes");
+    }
+  } else if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      HF_RETURN_IF_ERROR(
+          CheckStrings(j[i], max, where + "[" + std::to_string(i) + "]"));
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      const std::string at = where.empty() ? key : where + "." + key;
+      if (key.size() > max) return Wrong(at, "field name is too long");
+      HF_RETURN_IF_ERROR(CheckStrings(value, max, at));
+    }
+  }
+  return Status::Ok();
+}
+
+const json* Field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+StatusOr<std::string> GetString(const json& body, const char* name,
+                                bool required) {
+  const json* v = Field(body, name);
+  if (v == nullptr) {
+    if (required) return Wrong(name, "is required");
+    return std::string();
+  }
+  if (!v->is_string()) return Wrong(name, "must be a string");
+  return v->get<std::string>();
+}
+
+StatusOr<std::optional<std::int64_t>> GetInt(const json& body,
+                                             const std::string& name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::optional<std::int64_t>();
+  if (it->is_number_integer()) return std::optional(it->get<std::int64_t>());
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
+      return std::optional(static_cast<std::int64_t>(d));
+    }
+    return Wrong(name, "must be a whole number, got " + it->dump());
+  }
+  return Wrong(name, "must be an integer");
+}
+
+StatusOr<bool> GetBool(const json& body, const char* name, bool fallback) {
+  const json* v = Field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) return Wrong(name, "must be true or false");
+  return v->get<bool>();
+}
+
+StatusOr<store::StringMap> GetStringMap(const json& body, const char* name,
+                                        std::size_t max_entries) {
+  store::StringMap out;
+  const json* v = Field(body, name);
+  if (v == nullptr) return out;
+  if (!v->is_object()) return Wrong(name, "must be an object of strings");
+  if (v->size() > max_entries) {
+    return Wrong(name,
+                 "has more than " + std::to_string(max_entries) + " entries");
+  }
+  for (const auto& [key, value] : v->items()) {
+    if (!value.is_string()) {
+      return Wrong(std::string(name) + "." + key, "must be a string");
+    }
+    out[key] = value.get<std::string>();
+  }
+  return out;
+}
+
+std::string Iso(store::Millis ms) { return FormatTime(ms); }
+
+json OptionalTime(const std::optional<store::Millis>& ms) {
+  return ms ? json(Iso(*ms)) : json(nullptr);
+}
+
+}  // namespace
+
+StatusOr<json> ParseBody(std::string_view body, const Limits& limits) {
+  if (body.empty()) {
+    return Status::InvalidArgument("the request needs a JSON object body",
+                                   "body");
+  }
+  json parsed;
+  try {
+    parsed =
+        json::parse(body.begin(), body.end(),
+                    [&](int depth, json::parse_event_t event, json&) {
+                      if ((event == json::parse_event_t::object_start ||
+                           event == json::parse_event_t::array_start) &&
+                          static_cast<std::size_t>(depth) >= limits.max_depth) {
+                        throw TooDeep{};
+                      }
+                      return true;
+                    });
+  } catch (const TooDeep&) {
+    return Status::InvalidArgument(
+        "JSON nesting is deeper than " + std::to_string(limits.max_depth),
+        "body");
+  } catch (const json::parse_error& e) {
+    return Status::InvalidArgument(
+        std::string("is not valid JSON: ") + e.what(), "body");
+  }
+  if (!parsed.is_object()) {
+    return Status::InvalidArgument("must be a JSON object", "body");
+  }
+  return parsed;
+}
+
+Status CheckFields(const json& body,
+                   std::initializer_list<std::string_view> allowed) {
+  for (const auto& [key, value] : body.items()) {
+    bool known = false;
+    for (std::string_view a : allowed) known = known || key == a;
+    if (!known) return Wrong(key, "unknown field '" + key + "'");
+  }
+  return Status::Ok();
+}
+
+StatusOr<int> RatioToPercentField(const json& value, const std::string& field) {
+  if (!value.is_number() || value.is_boolean()) {
+    return Wrong(field, "must be a number in (0, 1]");
+  }
+  const double ratio = value.get<double>();
+  if (!std::isfinite(ratio) || ratio <= 0.0 || ratio > 1.0) {
+    return Wrong(field, "must be in (0, 1], got " + value.dump());
+  }
+  // Half up; the epsilon absorbs binary representation (0.505 * 100 is
+  // 50.4999...).
+  const int percent = static_cast<int>(std::floor(ratio * 100.0 + 0.5 + 1e-9));
+  if (percent < 1) {
+    return Wrong(
+        field,
+        "rounds to 0% (the smallest share is 0.005 = 1%), got " + value.dump());
+  }
+  return std::min(percent, 100);
+}
+
+StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
+                                             const Limits& limits) {
+  for (const char* derived : {"qos", "qos_level"}) {
+    if (body.contains(derived)) {
+      return Wrong(derived,
+                   "the QoS tier is derived from the GPU the task lands on "
+                   "(gold: MIG, silver: MPS, bronze) and cannot be requested");
+    }
+  }
+  HF_RETURN_IF_ERROR(CheckFields(
+      body,
+      {"name", "image", "command", "gpu_type", "gpu_required", "gpu_memory_mb",
+       "gpu_compute_ratio", "preemptible", "env", "labels", "tenant"}));
+  server::TaskCreate t;
+  {
+    const json* cmd = Field(body, "command");
+    std::size_t total = 0;
+    if (cmd != nullptr) {
+      if (cmd->is_string()) {
+        t.command = {cmd->get<std::string>()};
+        t.command_is_shell = true;
+        total = t.command[0].size();
+      } else if (cmd->is_array()) {
+        for (const json& arg : *cmd) {
+          if (!arg.is_string()) {
+            return Wrong("command", "must be a string or an array of strings");
+          }
+          t.command.push_back(arg.get<std::string>());
+          total += t.command.back().size();
+        }
+      } else {
+        return Wrong("command", "must be a string or an array of strings");
+      }
+      if (total > limits.max_command) {
+        return Wrong(
+            "command",
+            "is longer than " + std::to_string(limits.max_command) + " bytes");
+      }
+    }
+  }
+  json rest = body;
+  rest.erase("command");
+  HF_RETURN_IF_ERROR(CheckStrings(rest, limits.max_string, ""));
+  auto name = GetString(body, "name", true);
+  if (!name.ok()) return name.status();
+  t.name = *name;
+  auto image = GetString(body, "image", false);
+  if (!image.ok()) return image.status();
+  t.image = *image;
+  auto gpu_type = GetString(body, "gpu_type", false);
+  if (!gpu_type.ok()) return gpu_type.status();
+  if (!gpu_type->empty()) t.gpu_type = *gpu_type;
+  auto required = GetInt(body, "gpu_required");
+  if (!required.ok()) return required.status();
+  if (*required) {
+    if (**required < 0 || **required > 64) {
+      return Wrong("gpu_required", "must be 0..64");
+    }
+    t.gpu_required = static_cast<int>(**required);
+  }
+  auto memory = GetInt(body, "gpu_memory_mb");
+  if (!memory.ok()) return memory.status();
+  t.memory_mib = *memory;
+  if (const json* ratio = Field(body, "gpu_compute_ratio")) {
+    auto percent = RatioToPercentField(*ratio, "gpu_compute_ratio");
+    if (!percent.ok()) return percent.status();
+    t.compute_percent = *percent;
+  }
+  auto preemptible = GetBool(body, "preemptible", false);
+  if (!preemptible.ok()) return preemptible.status();
+  t.preemptible = *preemptible;
+  auto env = GetStringMap(body, "env", limits.max_map_entries);
+  if (!env.ok()) return env.status();
+  t.env = std::move(*env);
+  auto labels = GetStringMap(body, "labels", limits.max_map_entries);
+  if (!labels.ok()) return labels.status();
+  t.labels = std::move(*labels);
+  if (const json* tenant = Field(body, "tenant")) {
+    if (!tenant->is_string()) return Wrong("tenant", "must be a string");
+    t.tenant = tenant->get<std::string>();
+  }
+  HF_RETURN_IF_ERROR(server::ValidateTaskCreate(t));
+  return t;
+}
+
+StatusOr<server::SliceCreate> ParseSliceCreate(const json& body) {
+  for (const char* derived : {"qos", "qos_level"}) {
+    if (body.contains(derived)) {
+      return Wrong(derived, "the QoS tier is derived and cannot be requested");
+    }
+  }
+  HF_RETURN_IF_ERROR(
+      CheckFields(body, {"tenant", "node_id", "gpu_index", "gpu_memory_mb",
+                         "gpu_compute_ratio", "reason"}));
+  HF_RETURN_IF_ERROR(CheckStrings(body, 4096, ""));
+  server::SliceCreate s;
+  auto tenant = GetString(body, "tenant", false);
+  if (!tenant.ok()) return tenant.status();
+  s.tenant = *tenant;
+  auto node = GetString(body, "node_id", false);
+  if (!node.ok()) return node.status();
+  if (!node->empty()) s.node = *node;
+  auto index = GetInt(body, "gpu_index");
+  if (!index.ok()) return index.status();
+  if (*index) {
+    if (**index < 0 || **index > 1023)
+      return Wrong("gpu_index", "must be 0..1023");
+    s.gpu_index = static_cast<int>(**index);
+  }
+  auto memory = GetInt(body, "gpu_memory_mb");
+  if (!memory.ok()) return memory.status();
+  s.memory_mib = *memory;
+  if (const json* ratio = Field(body, "gpu_compute_ratio")) {
+    auto percent = RatioToPercentField(*ratio, "gpu_compute_ratio");
+    if (!percent.ok()) return percent.status();
+    s.compute_percent = *percent;
+  }
+  auto reason = GetString(body, "reason", false);
+  if (!reason.ok()) return reason.status();
+  s.reason = *reason;
+  return s;
+}
+
+StatusOr<server::NodeReport> ParseNodeReport(const json& body,
+                                             bool name_required) {
+  HF_RETURN_IF_ERROR(CheckFields(
+      body, {"node_id", "containerized", "hook_available", "cpu_milli",
+             "host_memory_mb", "gpus", "agent_version", "tasks"}));
+  HF_RETURN_IF_ERROR(CheckStrings(body, 4096, ""));
+  server::NodeReport r;
+  auto name = GetString(body, "node_id", name_required);
+  if (!name.ok()) return name.status();
+  r.name = *name;
+  auto containerized = GetBool(body, "containerized", false);
+  if (!containerized.ok()) return containerized.status();
+  r.containerized = *containerized;
+  auto hook = GetBool(body, "hook_available", false);
+  if (!hook.ok()) return hook.status();
+  r.hook_available = *hook;
+  auto cpu = GetInt(body, "cpu_milli");
+  if (!cpu.ok()) return cpu.status();
+  r.cpu_milli = cpu->value_or(0);
+  auto host = GetInt(body, "host_memory_mb");
+  if (!host.ok()) return host.status();
+  r.host_memory_mib = host->value_or(0);
+  if (r.cpu_milli < 0) return Wrong("cpu_milli", "must not be negative");
+  if (r.host_memory_mib < 0) {
+    return Wrong("host_memory_mb", "must not be negative");
+  }
+  auto version = GetString(body, "agent_version", false);
+  if (!version.ok()) return version.status();
+  r.agent_version = *version;
+  // Every report lists the node's GPUs (an empty list for a node without
+  // any): a GPU left out is treated as gone.
+  const json* gpus = Field(body, "gpus");
+  if (gpus == nullptr) {
+    return Wrong("gpus", "is required (the node's GPUs, [] for none)");
+  }
+  {
+    if (!gpus->is_array()) return Wrong("gpus", "must be an array");
+    if (gpus->size() > 64) return Wrong("gpus", "at most 64 GPUs per node");
+    for (std::size_t i = 0; i < gpus->size(); ++i) {
+      const json& g = (*gpus)[i];
+      const std::string at = "gpus[" + std::to_string(i) + "]";
+      if (!g.is_object()) return Wrong(at, "must be an object");
+      for (const auto& [key, value] : g.items()) {
+        static const std::set<std::string> kGpuFields = {
+            "index",       "uuid",        "vendor",
+            "model",       "memory_mb",   "compute_capability",
+            "mig_capable", "mps_capable", "health"};
+        if (!kGpuFields.contains(key)) {
+          return Wrong(at + "." + key, "unknown field '" + key + "'");
+        }
+      }
+      server::GpuReport gr;
+      auto index = GetInt(g, "index");
+      if (!index.ok()) return Wrong(at + ".index", index.status().message());
+      if (!*index) return Wrong(at + ".index", "is required");
+      gr.index = static_cast<int>(**index);
+      auto uuid = GetString(g, "uuid", true);
+      if (!uuid.ok()) return Wrong(at + ".uuid", uuid.status().message());
+      gr.uuid = *uuid;
+      auto vendor = GetString(g, "vendor", false);
+      if (!vendor.ok()) return Wrong(at + ".vendor", vendor.status().message());
+      if (!vendor->empty()) gr.vendor = *vendor;
+      auto model = GetString(g, "model", false);
+      if (!model.ok()) return Wrong(at + ".model", model.status().message());
+      gr.model = *model;
+      auto memory = GetInt(g, "memory_mb");
+      if (!memory.ok()) {
+        return Wrong(at + ".memory_mb", memory.status().message());
+      }
+      if (!*memory) return Wrong(at + ".memory_mb", "is required");
+      gr.memory_mib = **memory;
+      auto cc = GetString(g, "compute_capability", false);
+      if (!cc.ok()) {
+        return Wrong(at + ".compute_capability", cc.status().message());
+      }
+      if (!cc->empty()) {
+        int major = 0;
+        int minor = 0;
+        char extra = 0;
+        if (std::sscanf(cc->c_str(), "%d.%d%c", &major, &minor, &extra) != 2 ||
+            major < 0 || minor < 0 || major > 99 || minor > 99) {
+          return Wrong(at + ".compute_capability",
+                       "must look like \"8.0\", got \"" + *cc + "\"");
+        }
+        gr.cc_major = major;
+        gr.cc_minor = minor;
+      }
+      auto mig = GetBool(g, "mig_capable", false);
+      if (!mig.ok()) return Wrong(at + ".mig_capable", mig.status().message());
+      gr.mig_capable = *mig;
+      auto mps = GetBool(g, "mps_capable", false);
+      if (!mps.ok()) return Wrong(at + ".mps_capable", mps.status().message());
+      gr.mps_capable = *mps;
+      auto health = GetString(g, "health", false);
+      if (!health.ok()) return Wrong(at + ".health", health.status().message());
+      if (!health->empty() && *health != "ok" && *health != "lost") {
+        return Wrong(at + ".health", "must be \"ok\" or \"lost\"");
+      }
+      gr.lost = *health == "lost";
+      r.gpus.push_back(std::move(gr));
+    }
+  }
+  return r;
+}
+
+StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body) {
+  std::vector<server::RunningTask> out;
+  const json* tasks = Field(body, "tasks");
+  if (tasks == nullptr) return out;
+  if (!tasks->is_array()) return Wrong("tasks", "must be an array");
+  if (tasks->size() > 10000) return Wrong("tasks", "too many entries");
+  for (std::size_t i = 0; i < tasks->size(); ++i) {
+    const json& t = (*tasks)[i];
+    const std::string at = "tasks[" + std::to_string(i) + "]";
+    if (!t.is_object()) return Wrong(at, "must be an object");
+    server::RunningTask r;
+    auto id = GetInt(t, "task_id");
+    if (!id.ok() || !*id) return Wrong(at + ".task_id", "must be an integer");
+    r.task_id = **id;
+    auto state = GetString(t, "state", true);
+    if (!state.ok()) return Wrong(at + ".state", state.status().message());
+    r.state = *state;
+    if (const json* idx = Field(t, "gpu_indices")) {
+      if (!idx->is_array())
+        return Wrong(at + ".gpu_indices", "must be an array");
+      for (const json& v : *idx) {
+        if (!v.is_number_integer()) {
+          return Wrong(at + ".gpu_indices", "must be integers");
+        }
+        r.gpu_indices.push_back(v.get<int>());
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+StatusOr<std::vector<server::TaskStateReport>> ParseTaskStates(
+    const json& body) {
+  HF_RETURN_IF_ERROR(CheckFields(body, {"states"}));
+  const json* states = Field(body, "states");
+  if (states == nullptr || !states->is_array()) {
+    return Wrong("states", "must be an array");
+  }
+  if (states->size() > 10000) return Wrong("states", "too many entries");
+  std::vector<server::TaskStateReport> out;
+  for (std::size_t i = 0; i < states->size(); ++i) {
+    const json& s = (*states)[i];
+    const std::string at = "states[" + std::to_string(i) + "]";
+    if (!s.is_object()) return Wrong(at, "must be an object");
+    server::TaskStateReport r;
+    auto id = GetInt(s, "task_id");
+    if (!id.ok() || !*id) return Wrong(at + ".task_id", "must be an integer");
+    r.task_id = **id;
+    auto state = GetString(s, "state", true);
+    if (!state.ok()) return Wrong(at + ".state", state.status().message());
+    auto parsed = store::ParseTaskState(*state);
+    if (!parsed) return Wrong(at + ".state", "unknown state '" + *state + "'");
+    r.state = *parsed;
+    auto code = GetInt(s, "exit_code");
+    if (!code.ok()) return Wrong(at + ".exit_code", code.status().message());
+    if (*code) r.exit_code = static_cast<int>(**code);
+    auto message = GetString(s, "message", false);
+    if (!message.ok())
+      return Wrong(at + ".message", message.status().message());
+    r.message = *message;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+StatusOr<server::MigResult> ParseMigResult(const json& body) {
+  HF_RETURN_IF_ERROR(
+      CheckFields(body, {"ok", "device_id", "error", "orphaned"}));
+  server::MigResult r;
+  const json* ok = Field(body, "ok");
+  if (ok == nullptr || !ok->is_boolean()) {
+    return Wrong("ok", "is required (true or false)");
+  }
+  r.ok = ok->get<bool>();
+  auto device = GetString(body, "device_id", false);
+  if (!device.ok()) return device.status();
+  r.device_id = *device;
+  auto error = GetString(body, "error", false);
+  if (!error.ok()) return error.status();
+  r.error = error->substr(0, 4096);
+  auto orphaned = GetBool(body, "orphaned", false);
+  if (!orphaned.ok()) return orphaned.status();
+  r.orphaned = *orphaned;
+  return r;
+}
+
+std::string FormatTime(store::Millis millis) {
+  const std::time_t seconds = static_cast<std::time_t>(millis / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ",
+                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                tm.tm_min, tm.tm_sec, static_cast<int>(millis % 1000));
+  return buf;
+}
+
+json TaskJson(server::ControlPlane& cp, const store::TaskRow& t) {
+  json j;
+  j["id"] = t.id;
+  j["name"] = t.name;
+  j["tenant"] = cp.TenantName(t.tenant_id);
+  j["image"] = t.image;
+  if (t.command_is_shell && t.command.size() == 1) {
+    j["command"] = t.command[0];
+  } else {
+    j["command"] = t.command;
+  }
+  j["gpu_type"] = t.gpu_type;
+  j["gpu_required"] = t.gpu_required;
+  j["gpu_memory_mb"] = t.memory_mib ? json(*t.memory_mib) : json(nullptr);
+  j["gpu_compute_ratio"] =
+      t.compute_percent ? json(*t.compute_percent / 100.0) : json(nullptr);
+  j["gpu_compute_percent"] =
+      t.compute_percent ? json(*t.compute_percent) : json(nullptr);
+  j["preemptible"] = t.preemptible;
+  j["env"] = t.env;
+  j["labels"] = t.labels;
+  j["status"] = store::TaskStateName(t.state);
+  j["pending_reason"] =
+      t.pending_reason.empty() ? json(nullptr) : json(t.pending_reason);
+  j["slice_id"] = t.slice_id ? json(*t.slice_id) : json(nullptr);
+  j["node_id"] = t.node_id ? json(cp.NodeName(*t.node_id)) : json(nullptr);
+  j["gpu_indices"] = t.gpu_indices;
+  auto qos = t.env.find("HETEROFLOW_SLICE_QOS");
+  j["qos_level"] = qos == t.env.end() ? json(nullptr) : json(qos->second);
+  j["exit_code"] = t.exit_code ? json(*t.exit_code) : json(nullptr);
+  j["message"] = t.message;
+  j["cancel_requested"] = t.cancel_requested;
+  j["created_at"] = Iso(t.created_at);
+  j["updated_at"] = Iso(t.updated_at);
+  return j;
+}
+
+json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
+  json j;
+  j["id"] = s.id;
+  j["task_id"] = s.task_id ? json(*s.task_id) : json(nullptr);
+  j["tenant"] = cp.TenantName(s.tenant_id);
+  j["node_id"] = cp.NodeName(s.node_id);
+  const int first = s.gpu_indices.empty() ? 0 : s.gpu_indices[0];
+  j["gpu_index"] = first;
+  j["gpu_indices"] = s.gpu_indices;
+  std::string uuids;
+  for (int index : s.gpu_indices) {
+    if (!uuids.empty()) uuids += ",";
+    uuids += cp.GpuUuid(s.node_id, index);
+  }
+  j["gpu_uuid"] = uuids;
+  j["memory_mb"] = s.memory_mib;
+  j["compute_percent"] = s.compute_percent;
+  j["compute_defaulted"] = s.compute_defaulted;
+  j["kind"] = s.whole ? "whole" : "slice";
+  j["qos_level"] = s.qos_level;
+  j["enforcement"] = s.enforcement;
+  j["state"] = store::SliceStateName(s.state);
+  j["origin"] = s.origin;
+  j["mig_device_id"] =
+      s.mig_device_id.empty() ? json(nullptr) : json(s.mig_device_id);
+  j["created_at"] = Iso(s.created_at);
+  j["released_at"] = OptionalTime(s.released_at);
+  return j;
+}
+
+json HistoryJson(server::ControlPlane& cp, const store::HistoryRow& h) {
+  json j;
+  j["id"] = h.id;
+  j["at"] = Iso(h.at);
+  j["op"] = h.op;
+  j["slice_id"] = h.slice_id ? json(*h.slice_id) : json(nullptr);
+  j["task_id"] = h.task_id ? json(*h.task_id) : json(nullptr);
+  j["tenant"] = h.tenant_id ? json(cp.TenantName(*h.tenant_id)) : json(nullptr);
+  j["node_id"] = h.node_id ? json(cp.NodeName(*h.node_id)) : json(nullptr);
+  j["gpu_index"] =
+      h.gpu_indices.empty() ? json(nullptr) : json(h.gpu_indices[0]);
+  j["gpu_indices"] = h.gpu_indices;
+  j["memory_mb"] = h.memory_mib;
+  j["compute_percent"] = h.compute_percent;
+  j["actor"] = h.actor;
+  j["reason"] = h.reason;
+  return j;
+}
+
+json SliceRequestJson(server::ControlPlane& cp,
+                      const store::SliceRequestRow& r) {
+  json j;
+  j["id"] = r.id;
+  j["node_id"] = cp.NodeName(r.node_id);
+  j["slice_id"] = r.slice_id;
+  j["task_id"] = r.task_id ? json(*r.task_id) : json(nullptr);
+  j["action"] = r.action;
+  j["gpu_index"] = r.gpu_index;
+  j["gpu_uuid"] = r.gpu_uuid;
+  j["profile"] = r.profile;
+  j["state"] = store::SliceRequestStateName(r.state);
+  j["device_id"] = r.device_id.empty() ? json(nullptr) : json(r.device_id);
+  j["error"] = r.error.empty() ? json(nullptr) : json(r.error);
+  j["message"] = r.state == store::SliceRequestState::kStuck
+                     ? json("HARDWARE STATE UNKNOWN")
+                     : json(nullptr);
+  j["created_at"] = Iso(r.created_at);
+  j["deadline_at"] = Iso(r.deadline_at);
+  j["claimed_at"] = OptionalTime(r.claimed_at);
+  j["finished_at"] = OptionalTime(r.finished_at);
+  return j;
+}
+
+json TenantJson(server::ControlPlane& cp, const store::TenantRow& t) {
+  json j;
+  j["name"] = t.name;
+  j["shared_group"] =
+      t.group_id ? json(cp.GroupName(*t.group_id)) : json(nullptr);
+  j["created_at"] = Iso(t.created_at);
+  return j;
+}
+
+json TokenJson(server::ControlPlane& cp, const store::TokenRow& t) {
+  json j;
+  j["id"] = t.id;
+  j["role"] = store::RoleName(t.role);
+  j["tenant"] = t.tenant_id ? json(cp.TenantName(*t.tenant_id)) : json(nullptr);
+  j["description"] = t.description;
+  j["created_at"] = Iso(t.created_at);
+  j["revoked_at"] = OptionalTime(t.revoked_at);
+  return j;
+}
+
+json NodeJson(const server::NodeView& v, store::Millis now) {
+  json j;
+  j["node_id"] = v.node.name;
+  j["containerized"] = v.node.containerized;
+  j["hook_available"] = v.hook_available;
+  j["cpu_milli"] = v.node.cpu_milli;
+  j["host_memory_mb"] = v.node.host_memory_mib;
+  j["agent_version"] = v.node.agent_version;
+  j["registered_at"] = Iso(v.node.registered_at);
+  j["last_heartbeat_at"] = Iso(v.node.last_heartbeat_at);
+  j["heartbeat_age_s"] =
+      static_cast<double>(now - v.node.last_heartbeat_at) / 1000.0;
+  json gpus = json::array();
+  for (const store::GpuRow& g : v.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"vendor", g.vendor},
+                    {"model", g.model},
+                    {"memory_mb", g.memory_mib},
+                    {"compute_capability", std::to_string(g.cc_major) + "." +
+                                               std::to_string(g.cc_minor)},
+                    {"mig_capable", g.mig_capable},
+                    {"mps_capable", g.mps_capable},
+                    {"health", g.lost ? "lost" : "ok"}});
+  }
+  j["gpus"] = std::move(gpus);
+  return j;
+}
+
+json StatsJson(const server::SliceStats& s) {
+  json j;
+  j["scope"] = s.cluster_scope ? "cluster" : "tenant";
+  // null, as in whoami, when the view belongs to no tenant (node tokens).
+  j["tenant"] =
+      s.cluster_scope || s.tenant.empty() ? json(nullptr) : json(s.tenant);
+  json totals = {{"nodes", s.nodes},
+                 {"gpus", s.gpus},
+                 {"live_slices", s.live_slices},
+                 {"accounted_memory_mb", s.accounted_memory_mib}};
+  if (s.cluster_scope) {
+    totals["total_memory_mb"] = s.total_memory_mib;
+    totals["free_memory_mb"] = s.free_memory_mib;
+    totals["pending_tasks"] = s.pending_tasks;
+  }
+  j["totals"] = std::move(totals);
+  json gpus = json::array();
+  std::map<std::string, json> nodes;
+  std::int64_t free_sum = 0;
+  for (const server::GpuStats& g : s.per_gpu) {
+    json e = {{"node_id", g.node},
+              {"gpu_index", g.index},
+              {"gpu_uuid", g.uuid},
+              {"model", g.model},
+              {"vendor", g.vendor},
+              {"health", g.lost ? "lost" : "ok"},
+              {"mig_capable", g.mig_capable},
+              {"mps_capable", g.mps_capable},
+              {"qos_level", g.qos_level},
+              {"accounted_memory_mb", g.accounted_memory_mib},
+              {"accounted_compute_percent", g.accounted_compute_percent},
+              {"tenants", g.tenants}};
+    json& n = nodes[g.node];
+    if (n.is_null()) {
+      n = {{"node_id", g.node}, {"gpus", 0}, {"accounted_memory_mb", 0}};
+      if (s.cluster_scope) {
+        n["total_memory_mb"] = 0;
+        n["free_memory_mb"] = 0;
+      }
+    }
+    n["gpus"] = n["gpus"].get<int>() + 1;
+    n["accounted_memory_mb"] =
+        n["accounted_memory_mb"].get<std::int64_t>() + g.accounted_memory_mib;
+    if (s.cluster_scope) {
+      const std::int64_t free = g.total_memory_mib - g.accounted_memory_mib;
+      e["total_memory_mb"] = g.total_memory_mib;
+      e["free_memory_mb"] = free;
+      e["free_compute_percent"] = 100 - g.accounted_compute_percent;
+      e["slices"] = g.slices;
+      e["whole_gpu_task"] = g.whole_owned;
+      n["total_memory_mb"] =
+          n["total_memory_mb"].get<std::int64_t>() + g.total_memory_mib;
+      n["free_memory_mb"] = n["free_memory_mb"].get<std::int64_t>() + free;
+      if (!g.lost && !g.whole_owned) free_sum += free;
+    }
+    gpus.push_back(std::move(e));
+  }
+  json node_list = json::array();
+  for (auto& [name, n] : nodes) node_list.push_back(std::move(n));
+  j["nodes"] = std::move(node_list);
+  j["gpus"] = std::move(gpus);
+  if (s.cluster_scope) {
+    // "Enough memory in total, nothing fits" made visible (SPEC.md 10).
+    j["fragmentation"] = {
+        {"largest_placeable_slice_mb", s.largest_placeable_slice_mib},
+        {"free_memory_mb", free_sum},
+        {"stranded_memory_mb", free_sum - s.largest_placeable_slice_mib},
+        {"fragmentation_ratio",
+         free_sum > 0
+             ? 1.0 - static_cast<double>(s.largest_placeable_slice_mib) /
+                         static_cast<double>(free_sum)
+             : 0.0}};
+  } else {
+    j["fragmentation"] = nullptr;
+  }
+  return j;
+}
+
+}  // namespace hf::api

@@ -1,0 +1,62 @@
+// JSON in and out of the REST API (docs/API.md): parsing request bodies into
+// the control plane's input structs, strictly (unknown top-level fields,
+// wrong types and out-of-range values are errors naming the field), and
+// rendering rows into the documented JSON shapes.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+#include "server/control_plane.h"
+
+namespace hf::api {
+
+using nlohmann::json;
+
+struct Limits {
+  std::size_t max_depth = 16;
+  std::size_t max_string = 4096;
+  std::size_t max_command = 65536;
+  std::size_t max_map_entries = 256;
+};
+
+// Parses a request body: invalid JSON, nesting deeper than max_depth and a
+// non-object top level are InvalidArgument errors.
+StatusOr<json> ParseBody(std::string_view body, const Limits& limits = {});
+
+// Converts a ratio in (0, 1] to a percent, rounded half up; InvalidArgument
+// (naming `field`) when out of range or rounding to 0.
+StatusOr<int> RatioToPercentField(const json& value, const std::string& field);
+
+StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
+                                             const Limits& limits = {});
+StatusOr<server::SliceCreate> ParseSliceCreate(const json& body);
+StatusOr<server::NodeReport> ParseNodeReport(const json& body,
+                                             bool name_required);
+StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body);
+StatusOr<std::vector<server::TaskStateReport>> ParseTaskStates(
+    const json& body);
+StatusOr<server::MigResult> ParseMigResult(const json& body);
+
+// Rejects any top-level field of `body` outside `allowed`.
+Status CheckFields(const json& body,
+                   std::initializer_list<std::string_view> allowed);
+
+std::string FormatTime(store::Millis millis);  // RFC 3339, UTC, ms
+
+// Renderers; names are resolved through the control plane's caches.
+json TaskJson(server::ControlPlane& cp, const store::TaskRow& task);
+json SliceJson(server::ControlPlane& cp, const store::SliceRow& slice);
+json HistoryJson(server::ControlPlane& cp, const store::HistoryRow& h);
+json SliceRequestJson(server::ControlPlane& cp,
+                      const store::SliceRequestRow& row);
+json TenantJson(server::ControlPlane& cp, const store::TenantRow& tenant);
+json TokenJson(server::ControlPlane& cp, const store::TokenRow& token);
+json NodeJson(const server::NodeView& node, store::Millis now);
+json StatsJson(const server::SliceStats& stats);
+
+}  // namespace hf::api

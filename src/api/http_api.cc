@@ -1,0 +1,919 @@
+#include "api/http_api.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <regex>
+#include <set>
+#include <utility>
+
+#include "api/codec.h"
+
+namespace hf::api {
+
+using server::Caller;
+using server::ControlPlane;
+using store::Role;
+using store::RowId;
+
+namespace {
+
+struct Reply {
+  int status = 200;
+  json body;
+  std::string text;          // non-JSON replies (metrics, openapi)
+  std::string content_type;  // with `text`
+};
+
+struct Ctx {
+  const httplib::Request& req;
+  Caller caller;
+  std::vector<std::string> params;  // path parameters, in order
+};
+
+using HandlerFn = std::function<StatusOr<Reply>(Ctx&)>;
+
+struct Route {
+  std::string method;
+  std::string path;
+  bool auth = true;
+  std::vector<std::string> query;  // allowed query parameters
+  HandlerFn fn;
+};
+
+Reply Ok(json body, int status = 200) {
+  Reply r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+json ErrorBody(const Status& s) {
+  json j = {{"error", ErrorCodeFor(s.code())}, {"message", s.message()}};
+  if (!s.field().empty()) j["field"] = s.field();
+  return j;
+}
+
+void WriteJson(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
+}
+
+StatusOr<RowId> ParseId(const std::string& text, const std::string& field) {
+  RowId value = 0;
+  auto [ptr, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || value <= 0) {
+    return Status::InvalidArgument(
+        "must be a positive integer, got '" + text.substr(0, 64) + "'", field);
+  }
+  return value;
+}
+
+std::optional<std::string> Query(const httplib::Request& req,
+                                 const char* name) {
+  if (!req.has_param(name)) return std::nullopt;
+  return req.get_param_value(name);
+}
+
+StatusOr<int> ParseLimit(const httplib::Request& req) {
+  auto v = Query(req, "limit");
+  if (!v) return 100;
+  auto id = ParseId(*v, "limit");
+  if (!id.ok() || *id > 1000) {
+    return Status::InvalidArgument("must be 1..1000", "limit");
+  }
+  return static_cast<int>(*id);
+}
+
+StatusOr<RowId> ParseCursor(const httplib::Request& req) {
+  auto v = Query(req, "cursor");
+  if (!v || v->empty()) return RowId{0};
+  auto id = ParseId(*v, "cursor");
+  if (!id.ok()) {
+    return Status::InvalidArgument("is not a cursor this server handed out",
+                                   "cursor");
+  }
+  return *id;
+}
+
+template <typename T, typename F>
+json PageJson(const server::Page<T>& page, F&& render) {
+  json items = json::array();
+  for (const T& row : page.items) items.push_back(render(row));
+  return {
+      {"items", std::move(items)},
+      {"next_cursor", page.next_after ? json(std::to_string(*page.next_after))
+                                      : json(nullptr)}};
+}
+
+StatusOr<json> Body(const Ctx& ctx) { return ParseBody(ctx.req.body); }
+
+// Pages an in-memory list (the admin lists are small) the same way the
+// store pages the big ones: ascending id, ?limit= and ?cursor=.
+template <typename T, typename IdFn, typename RenderFn>
+StatusOr<json> PagedList(const httplib::Request& req,
+                         const std::vector<T>& rows, IdFn id_of,
+                         RenderFn render) {
+  auto limit = ParseLimit(req);
+  if (!limit.ok()) return limit.status();
+  auto cursor = ParseCursor(req);
+  if (!cursor.ok()) return cursor.status();
+  json items = json::array();
+  std::optional<RowId> next;
+  RowId last = 0;
+  for (const T& row : rows) {
+    if (id_of(row) <= *cursor) continue;
+    if (static_cast<int>(items.size()) == *limit) {
+      next = last;  // more rows follow: resume after the last one sent
+      break;
+    }
+    items.push_back(render(row));
+    last = id_of(row);
+  }
+  return json{
+      {"items", std::move(items)},
+      {"next_cursor", next ? json(std::to_string(*next)) : json(nullptr)}};
+}
+
+std::string PathRegex(const std::string& path) {
+  static const std::regex kParam(R"(\{[a-z_]+\})");
+  std::string escaped = std::regex_replace(path, std::regex(R"([.])"), R"(\.)");
+  return std::regex_replace(escaped, kParam, "([^/]+)");
+}
+
+std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
+  std::vector<Route> r;
+  auto add = [&](std::string method, std::string path,
+                 std::vector<std::string> query, HandlerFn fn,
+                 bool auth = true) {
+    r.push_back(Route{std::move(method), std::move(path), auth,
+                      std::move(query), std::move(fn)});
+  };
+
+  // ---- public
+  add(
+      "GET", "/healthz", {},
+      [](Ctx&) -> StatusOr<Reply> {
+        return Ok({{"ok", true}});
+      },
+      false);
+  add(
+      "GET", "/api/v1/openapi.json", {},
+      [](Ctx&) -> StatusOr<Reply> {
+        Reply reply;
+        reply.text = OpenApiDocument();
+        reply.content_type = "application/json";
+        return reply;
+      },
+      false);
+  add(
+      "GET", "/metrics", {},
+      [cpp](Ctx&) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        Caller admin;
+        admin.role = Role::kAdmin;
+        auto stats = cp.Stats(admin);
+        if (!stats.ok()) return stats.status();
+        std::string out;
+        out += "# HELP heteroflow_slices_live Live slices.\n";
+        out += "# TYPE heteroflow_slices_live gauge\n";
+        out += "heteroflow_slices_live " + std::to_string(stats->live_slices) +
+               "\n";
+        out += "# HELP heteroflow_tasks_pending Tasks waiting to be bound.\n";
+        out += "# TYPE heteroflow_tasks_pending gauge\n";
+        out += "heteroflow_tasks_pending " +
+               std::to_string(stats->pending_tasks) + "\n";
+        out +=
+            "# HELP heteroflow_gpu_memory_accounted_mb Memory the ledger "
+            "accounts per GPU.\n";
+        out += "# TYPE heteroflow_gpu_memory_accounted_mb gauge\n";
+        for (const auto& g : stats->per_gpu) {
+          out += "heteroflow_gpu_memory_accounted_mb{node=\"" + g.node +
+                 "\",gpu=\"" + std::to_string(g.index) + "\",qos=\"" +
+                 g.qos_level + "\"} " + std::to_string(g.accounted_memory_mib) +
+                 "\n";
+        }
+        out +=
+            "# HELP heteroflow_gpu_memory_total_mb Physical memory per "
+            "GPU.\n";
+        out += "# TYPE heteroflow_gpu_memory_total_mb gauge\n";
+        for (const auto& g : stats->per_gpu) {
+          out += "heteroflow_gpu_memory_total_mb{node=\"" + g.node +
+                 "\",gpu=\"" + std::to_string(g.index) + "\"} " +
+                 std::to_string(g.total_memory_mib) + "\n";
+        }
+        Reply reply;
+        reply.text = std::move(out);
+        reply.content_type = "text/plain; version=0.0.4";
+        return reply;
+      },
+      false);
+
+  // ---- identity
+  add("GET", "/api/v1/whoami", {}, [](Ctx& c) -> StatusOr<Reply> {
+    return Ok({{"role", store::RoleName(c.caller.role)},
+               {"tenant", c.caller.tenant.empty() ? json(nullptr)
+                                                  : json(c.caller.tenant)},
+               {"token_id", c.caller.token_id}});
+  });
+
+  // ---- tasks
+  add("POST", "/api/v1/tasks", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    auto task = ParseTaskCreate(*body);
+    if (!task.ok()) return task.status();
+    auto row = cp.CreateTask(c.caller, std::move(*task));
+    if (!row.ok()) return row.status();
+    return Ok(TaskJson(cp, *row), 201);
+  });
+  add("GET", "/api/v1/tasks", {"status", "tenant", "limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        server::TaskQuery q;
+        if (auto s = Query(c.req, "status"); s && !s->empty()) {
+          q.state = store::ParseTaskState(*s);
+          if (!q.state) {
+            return Status::InvalidArgument(
+                "must be pending, scheduled, running, succeeded, failed or "
+                "cancelled",
+                "status");
+          }
+        }
+        if (auto t = Query(c.req, "tenant"); t && !t->empty()) q.tenant = *t;
+        auto limit = ParseLimit(c.req);
+        if (!limit.ok()) return limit.status();
+        q.limit = *limit;
+        auto cursor = ParseCursor(c.req);
+        if (!cursor.ok()) return cursor.status();
+        q.after_id = *cursor;
+        auto page = cp.ListTasks(c.caller, q);
+        if (!page.ok()) return page.status();
+        return Ok(PageJson(
+            *page, [&](const store::TaskRow& t) { return TaskJson(cp, t); }));
+      });
+  add("GET", "/api/v1/tasks/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto id = ParseId(c.params[0], "id");
+    if (!id.ok()) return id.status();
+    auto row = cp.GetTask(c.caller, *id);
+    if (!row.ok()) return row.status();
+    return Ok(TaskJson(cp, *row));
+  });
+  add("POST", "/api/v1/tasks/{id}/cancel", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return id.status();
+        if (!c.req.body.empty()) {
+          auto body = Body(c);
+          if (!body.ok()) return body.status();
+          HF_RETURN_IF_ERROR(CheckFields(*body, {}));
+        }
+        auto row = cp.CancelTask(c.caller, *id);
+        if (!row.ok()) return row.status();
+        return Ok(TaskJson(cp, *row));
+      });
+
+  // ---- slices (fixed paths before /{id})
+  add("GET", "/api/v1/slices/stats", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto stats = cp.Stats(c.caller);
+    if (!stats.ok()) return stats.status();
+    return Ok(StatsJson(*stats));
+  });
+  add("GET", "/api/v1/slices/history",
+      {"limit", "cursor", "slice_id", "task_id"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        store::HistoryFilter f;
+        auto limit = ParseLimit(c.req);
+        if (!limit.ok()) return limit.status();
+        f.limit = *limit;
+        auto cursor = ParseCursor(c.req);
+        if (!cursor.ok()) return cursor.status();
+        f.after_id = *cursor;
+        if (auto v = Query(c.req, "slice_id"); v && !v->empty()) {
+          auto id = ParseId(*v, "slice_id");
+          if (!id.ok()) return id.status();
+          f.slice_id = *id;
+        }
+        if (auto v = Query(c.req, "task_id"); v && !v->empty()) {
+          auto id = ParseId(*v, "task_id");
+          if (!id.ok()) return id.status();
+          f.task_id = *id;
+        }
+        auto page = cp.History(c.caller, f);
+        if (!page.ok()) return page.status();
+        return Ok(PageJson(*page, [&](const store::HistoryRow& h) {
+          return HistoryJson(cp, h);
+        }));
+      });
+  add("GET", "/api/v1/slices",
+      {"node_id", "gpu_index", "state", "limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        server::SliceQuery q;
+        if (auto v = Query(c.req, "node_id"); v && !v->empty()) q.node = *v;
+        if (auto v = Query(c.req, "gpu_index"); v && !v->empty()) {
+          int index = -1;
+          auto [ptr, ec] =
+              std::from_chars(v->data(), v->data() + v->size(), index);
+          if (ec != std::errc() || ptr != v->data() + v->size() || index < 0) {
+            return Status::InvalidArgument("must be a GPU index (0, 1, ...)",
+                                           "gpu_index");
+          }
+          q.gpu_index = index;
+        }
+        if (auto v = Query(c.req, "state"); v && !v->empty()) {
+          if (*v == "all") {
+            q.all_states = true;
+          } else {
+            q.state = store::ParseSliceState(*v);
+            if (!q.state) {
+              return Status::InvalidArgument(
+                  "must be allocated, releasing, released or all", "state");
+            }
+          }
+        }
+        auto limit = ParseLimit(c.req);
+        if (!limit.ok()) return limit.status();
+        q.limit = *limit;
+        auto cursor = ParseCursor(c.req);
+        if (!cursor.ok()) return cursor.status();
+        q.after_id = *cursor;
+        auto page = cp.ListSlices(c.caller, q);
+        if (!page.ok()) return page.status();
+        return Ok(PageJson(
+            *page, [&](const store::SliceRow& s) { return SliceJson(cp, s); }));
+      });
+  add("POST", "/api/v1/slices", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    auto request = ParseSliceCreate(*body);
+    if (!request.ok()) return request.status();
+    auto slice = cp.CreateSlice(c.caller, *request);
+    if (!slice.ok()) return slice.status();
+    return Ok(SliceJson(cp, *slice), 201);
+  });
+  add("GET", "/api/v1/slices/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto id = ParseId(c.params[0], "id");
+    if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+    auto slice = cp.GetSlice(c.caller, *id);
+    if (!slice.ok()) return slice.status();
+    return Ok(SliceJson(cp, *slice));
+  });
+  add("DELETE", "/api/v1/slices/{id}", {"reason"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+        const std::string reason = Query(c.req, "reason").value_or("");
+        if (reason.size() > 1024) {
+          return Status::InvalidArgument("must be at most 1024 bytes",
+                                         "reason");
+        }
+        auto slice = cp.DeleteSlice(c.caller, *id, reason);
+        if (!slice.ok()) return slice.status();
+        return Ok(SliceJson(cp, *slice));
+      });
+
+  // ---- MIG command channel
+  add("GET", "/api/v1/slice-requests", {"node_id", "state", "limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        store::SliceRequestFilter f;
+        if (auto v = Query(c.req, "node_id"); v && !v->empty()) {
+          // Resolve the name; an unknown node has no rows.
+          std::optional<RowId> node;
+          HF_RETURN_IF_ERROR(cp.store()->Read([&](store::Txn& txn) -> Status {
+            auto n = txn.FindNode(*v);
+            if (n.ok()) node = n->id;
+            return Status::Ok();
+          }));
+          f.node_id = node.value_or(-1);
+        }
+        if (auto v = Query(c.req, "state"); v && !v->empty()) {
+          f.state = store::ParseSliceRequestState(*v);
+          if (!f.state) {
+            return Status::InvalidArgument(
+                "must be pending, claimed, done, failed or stuck", "state");
+          }
+        }
+        auto limit = ParseLimit(c.req);
+        if (!limit.ok()) return limit.status();
+        f.limit = *limit;
+        auto cursor = ParseCursor(c.req);
+        if (!cursor.ok()) return cursor.status();
+        f.after_id = *cursor;
+        auto page = cp.ListSliceRequests(c.caller, f);
+        if (!page.ok()) return page.status();
+        return Ok(PageJson(*page, [&](const store::SliceRequestRow& row) {
+          return SliceRequestJson(cp, row);
+        }));
+      });
+  add("POST", "/api/v1/slice-requests/{id}/result", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return id.status();
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto result = ParseMigResult(*body);
+        if (!result.ok()) return result.status();
+        auto row = cp.ReportSliceRequest(c.caller, *id, *result);
+        if (!row.ok()) return row.status();
+        return Ok(SliceRequestJson(cp, *row));
+      });
+
+  // ---- tenants and groups
+  add("POST", "/api/v1/tenants", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    HF_RETURN_IF_ERROR(CheckFields(*body, {"name", "shared_group"}));
+    const json& b = *body;
+    if (!b.contains("name") || !b["name"].is_string()) {
+      return Status::InvalidArgument("is required (a string)", "name");
+    }
+    std::optional<std::string> group;
+    if (b.contains("shared_group") && !b["shared_group"].is_null()) {
+      if (!b["shared_group"].is_string()) {
+        return Status::InvalidArgument("must be a string", "shared_group");
+      }
+      group = b["shared_group"].get<std::string>();
+      if (group->empty()) group.reset();
+    }
+    auto t = cp.CreateTenant(c.caller, b["name"].get<std::string>(), group);
+    if (!t.ok()) return t.status();
+    return Ok(TenantJson(cp, *t), 201);
+  });
+  add("GET", "/api/v1/tenants", {"limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto rows = cp.ListTenants(c.caller);
+        if (!rows.ok()) return rows.status();
+        auto page = PagedList(
+            c.req, *rows, [](const store::TenantRow& t) { return t.id; },
+            [&](const store::TenantRow& t) { return TenantJson(cp, t); });
+        if (!page.ok()) return page.status();
+        return Ok(std::move(*page));
+      });
+  add("GET", "/api/v1/tenants/{name}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto t = cp.GetTenant(c.caller, c.params[0]);
+    if (!t.ok()) return t.status();
+    return Ok(TenantJson(cp, *t));
+  });
+  add("PATCH", "/api/v1/tenants/{name}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    HF_RETURN_IF_ERROR(CheckFields(*body, {"shared_group"}));
+    if (!body->contains("shared_group")) {
+      return Status::InvalidArgument("is required (a name or null)",
+                                     "shared_group");
+    }
+    const json& g = (*body)["shared_group"];
+    std::optional<std::string> group;
+    if (!g.is_null()) {
+      if (!g.is_string()) {
+        return Status::InvalidArgument("must be a string or null",
+                                       "shared_group");
+      }
+      group = g.get<std::string>();
+      if (group->empty()) group.reset();
+    }
+    auto t = cp.SetTenantGroup(c.caller, c.params[0], group);
+    if (!t.ok()) return t.status();
+    return Ok(TenantJson(cp, *t));
+  });
+  add("POST", "/api/v1/groups", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    HF_RETURN_IF_ERROR(CheckFields(*body, {"name"}));
+    if (!body->contains("name") || !(*body)["name"].is_string()) {
+      return Status::InvalidArgument("is required (a string)", "name");
+    }
+    auto g = cp.CreateGroup(c.caller, (*body)["name"].get<std::string>());
+    if (!g.ok()) return g.status();
+    return Ok({{"name", g->name},
+               {"tenants", json::array()},
+               {"created_at", FormatTime(g->created_at)}},
+              201);
+  });
+  add("GET", "/api/v1/groups", {"limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto groups = cp.ListGroups(c.caller);
+        if (!groups.ok()) return groups.status();
+        auto tenants = cp.ListTenants(c.caller);
+        if (!tenants.ok()) return tenants.status();
+        auto page = PagedList(
+            c.req, *groups, [](const store::GroupRow& g) { return g.id; },
+            [&](const store::GroupRow& g) {
+              json members = json::array();
+              for (const auto& t : *tenants) {
+                if (t.group_id == g.id) members.push_back(t.name);
+              }
+              return json{{"name", g.name},
+                          {"tenants", std::move(members)},
+                          {"created_at", FormatTime(g.created_at)}};
+            });
+        if (!page.ok()) return page.status();
+        return Ok(std::move(*page));
+      });
+  add("DELETE", "/api/v1/groups/{name}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto g = cp.DeleteGroup(c.caller, c.params[0]);
+    if (!g.ok()) return g.status();
+    return Ok({{"name", g->name},
+               {"tenants", json::array()},
+               {"created_at", FormatTime(g->created_at)}});
+  });
+
+  // ---- tokens
+  add("POST", "/api/v1/tokens", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    HF_RETURN_IF_ERROR(CheckFields(*body, {"role", "tenant", "description"}));
+    const json& b = *body;
+    if (!b.contains("role") || !b["role"].is_string()) {
+      return Status::InvalidArgument(
+          "is required: admin, tenant-admin, user or node", "role");
+    }
+    auto role = store::ParseRole(b["role"].get<std::string>());
+    if (!role) {
+      return Status::InvalidArgument(
+          "must be admin, tenant-admin, user or node", "role");
+    }
+    std::optional<std::string> tenant;
+    if (b.contains("tenant") && !b["tenant"].is_null()) {
+      if (!b["tenant"].is_string()) {
+        return Status::InvalidArgument("must be a string", "tenant");
+      }
+      tenant = b["tenant"].get<std::string>();
+    }
+    std::string description;
+    if (b.contains("description") && !b["description"].is_null()) {
+      if (!b["description"].is_string()) {
+        return Status::InvalidArgument("must be a string", "description");
+      }
+      description = b["description"].get<std::string>();
+    }
+    auto created = cp.CreateToken(c.caller, *role, tenant, description);
+    if (!created.ok()) return created.status();
+    json j = TokenJson(cp, created->first);
+    j["token"] = created->second;
+    return Ok(std::move(j), 201);
+  });
+  add("GET", "/api/v1/tokens", {"limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto rows = cp.ListTokens(c.caller);
+        if (!rows.ok()) return rows.status();
+        auto page = PagedList(
+            c.req, *rows, [](const store::TokenRow& t) { return t.id; },
+            [&](const store::TokenRow& t) { return TokenJson(cp, t); });
+        if (!page.ok()) return page.status();
+        return Ok(std::move(*page));
+      });
+  add("DELETE", "/api/v1/tokens/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto id = ParseId(c.params[0], "id");
+    if (!id.ok()) return Status::NotFound("no token '" + c.params[0] + "'");
+    auto row = cp.RevokeToken(c.caller, *id);
+    if (!row.ok()) return row.status();
+    return Ok(TokenJson(cp, *row));
+  });
+
+  // ---- nodes and agents
+  add("POST", "/api/v1/nodes/register", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    if (body->contains("tasks")) {
+      return Status::InvalidArgument(
+          "unknown field 'tasks' (running tasks go in heartbeats)", "tasks");
+    }
+    auto report = ParseNodeReport(*body, true);
+    if (!report.ok()) return report.status();
+    auto node = cp.RegisterNode(c.caller, *report);
+    if (!node.ok()) return node.status();
+    return Ok({{"node_id", node->name},
+               {"heartbeat_interval_s", cp.options().heartbeat_interval_s}});
+  });
+  add("POST", "/api/v1/nodes/{node}/heartbeat", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto report = ParseNodeReport(*body, false);
+        if (!report.ok()) return report.status();
+        if (!report->name.empty() && report->name != c.params[0]) {
+          return Status::InvalidArgument("does not match the path", "node_id");
+        }
+        report->name = c.params[0];
+        auto tasks = ParseRunningTasks(*body);
+        if (!tasks.ok()) return tasks.status();
+        HF_RETURN_IF_ERROR(cp.Heartbeat(c.caller, *report, *tasks));
+        return Ok({{"ok", true}});
+      });
+  add("GET", "/api/v1/nodes/{node}/assignments", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto a = cp.GetAssignments(c.caller, c.params[0]);
+        if (!a.ok()) return a.status();
+        json run = json::array();
+        for (const auto& t : a->run) run.push_back(TaskJson(cp, t));
+        return Ok({{"run", std::move(run)}, {"cancel", a->cancel}});
+      });
+  add("POST", "/api/v1/nodes/{node}/task-states", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto states = ParseTaskStates(*body);
+        if (!states.ok()) return states.status();
+        auto n = cp.ReportTaskStates(c.caller, c.params[0], *states);
+        if (!n.ok()) return n.status();
+        return Ok({{"accepted", *n}});
+      });
+  add("POST", "/api/v1/nodes/{node}/slice-requests/claim", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto rows = cp.ClaimSliceRequests(c.caller, c.params[0]);
+        if (!rows.ok()) return rows.status();
+        json items = json::array();
+        for (const auto& row : *rows)
+          items.push_back(SliceRequestJson(cp, row));
+        return Ok({{"items", std::move(items)}});
+      });
+  add("GET", "/api/v1/nodes", {"limit", "cursor"},
+      [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto nodes = cp.ListNodes(c.caller);
+        if (!nodes.ok()) return nodes.status();
+        auto page = PagedList(
+            c.req, *nodes, [](const server::NodeView& n) { return n.node.id; },
+            [&](const server::NodeView& n) {
+              return NodeJson(n, clock.NowMillis());
+            });
+        if (!page.ok()) return page.status();
+        return Ok(std::move(*page));
+      });
+  add("GET", "/api/v1/nodes/{node}", {},
+      [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto node = cp.GetNode(c.caller, c.params[0]);
+        if (!node.ok()) return node.status();
+        return Ok(NodeJson(*node, clock.NowMillis()));
+      });
+  return r;
+}
+
+// The parameter names in the query part of `target`, undecoded except for
+// '+' and %XX.
+std::vector<std::string> QueryNames(const std::string& target) {
+  std::vector<std::string> names;
+  const auto q = target.find('?');
+  if (q == std::string::npos) return names;
+  std::size_t start = q + 1;
+  while (start <= target.size()) {
+    std::size_t end = target.find('&', start);
+    if (end == std::string::npos) end = target.size();
+    const std::string pair = target.substr(start, end - start);
+    const std::string raw = pair.substr(0, pair.find('='));
+    if (!raw.empty()) names.push_back(httplib::detail::decode_url(raw, true));
+    start = end + 1;
+  }
+  return names;
+}
+
+std::string BearerToken(const httplib::Request& req) {
+  const std::string header = req.get_header_value("Authorization");
+  static constexpr std::string_view kPrefix = "Bearer ";
+  if (header.size() > kPrefix.size() &&
+      std::equal(
+          kPrefix.begin(), kPrefix.end(), header.begin(),
+          [](char a, char b) { return std::tolower(a) == std::tolower(b); })) {
+    std::string token = header.substr(kPrefix.size());
+    while (!token.empty() && token.back() == ' ') token.pop_back();
+    return token;
+  }
+  return "";
+}
+
+}  // namespace
+
+int HttpStatusFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kAborted:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 409;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+std::string ErrorCodeFor(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid_argument";
+    case StatusCode::kUnauthenticated:
+      return "unauthenticated";
+    case StatusCode::kPermissionDenied:
+      return "permission_denied";
+    case StatusCode::kNotFound:
+      return "not_found";
+    case StatusCode::kAlreadyExists:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kAborted:
+    case StatusCode::kResourceExhausted:  // 409: docs/API.md's "conflict"
+      return "conflict";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kInternal:
+      return "internal";
+  }
+  return "internal";
+}
+
+std::vector<RouteInfo> ServedRoutes() {
+  // The handlers are not run; a ControlPlane reference is only captured.
+  std::vector<RouteInfo> out;
+  SystemClock clock;
+  for (const Route& r : BuildRoutes(nullptr, clock)) {
+    out.push_back({r.method, r.path});
+  }
+  return out;
+}
+
+ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
+                     ApiOptions options)
+    : cp_(control_plane), clock_(clock), options_(options) {
+  http_.set_payload_max_length(options_.max_body_bytes);
+  http_.set_keep_alive_max_count(100000);
+  // httplib writes a response's headers and its body in separate send()
+  // calls; with Nagle's algorithm on (httplib's default) the body then waits
+  // for the client's delayed ACK, ~40 ms on Linux, on every keep-alive
+  // request (bench/server_bench.cc measured 48 ms against 7 ms).
+  http_.set_tcp_nodelay(true);
+  http_.set_read_timeout(30, 0);
+  http_.set_write_timeout(30, 0);
+  const int threads = std::max(1, options_.threads);
+  http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_.set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty())
+          return httplib::Server::HandlerResponse::Unhandled;
+        Status s;
+        switch (res.status) {
+          case 404:
+            s = Status::NotFound("no route " + req.method + " " + req.path);
+            break;
+          case 413:
+            WriteJson(
+                res, 413,
+                {{"error", "payload_too_large"},
+                 {"message", "the request body is larger than the limit"}});
+            return httplib::Server::HandlerResponse::Handled;
+          case 400:
+            s = Status::InvalidArgument("malformed HTTP request");
+            break;
+          default:
+            s = Status::Internal("HTTP " + std::to_string(res.status));
+        }
+        WriteJson(res, res.status, ErrorBody(s));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http_.set_exception_handler([](const httplib::Request& req,
+                                 httplib::Response& res,
+                                 std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("{} {}: {}", req.method, req.path, what);
+    WriteJson(res, 500, ErrorBody(Status::Internal("internal error")));
+  });
+  RegisterRoutes();
+}
+
+ApiServer::~ApiServer() { Stop(); }
+
+void ApiServer::RegisterRoutes() {
+  for (Route& route : BuildRoutes(cp_, *clock_)) {
+    auto handler = [this, route](const httplib::Request& req,
+                                 httplib::Response& res) {
+      // Only the URL's query counts (httplib also puts form bodies in
+      // params, and curl -d sends JSON as a form by default).
+      for (const std::string& name : QueryNames(req.target)) {
+        if (std::find(route.query.begin(), route.query.end(), name) ==
+            route.query.end()) {
+          WriteJson(res, 400,
+                    ErrorBody(Status::InvalidArgument(
+                        "unknown query parameter '" + name + "'", name)));
+          return;
+        }
+      }
+      Ctx ctx{req, {}, {}};
+      for (std::size_t i = 1; i < req.matches.size(); ++i) {
+        ctx.params.push_back(req.matches[i].str());
+      }
+      if (route.auth) {
+        auto caller = cp_->Authenticate(BearerToken(req));
+        if (!caller.ok()) {
+          res.set_header("WWW-Authenticate", "Bearer");
+          WriteJson(res, 401, ErrorBody(caller.status()));
+          return;
+        }
+        ctx.caller = *caller;
+      }
+      StatusOr<Reply> reply = route.fn(ctx);
+      if (!reply.ok()) {
+        const Status& s = reply.status();
+        if (s.code() == StatusCode::kInternal ||
+            s.code() == StatusCode::kUnavailable) {
+          spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
+        }
+        WriteJson(res, HttpStatusFor(s.code()), ErrorBody(s));
+        return;
+      }
+      if (!reply->content_type.empty()) {
+        res.status = reply->status;
+        res.set_content(reply->text, reply->content_type.c_str());
+        return;
+      }
+      WriteJson(res, reply->status, reply->body);
+    };
+    const std::string pattern = PathRegex(route.path);
+    if (route.method == "GET") {
+      http_.Get(pattern, handler);
+    } else if (route.method == "POST") {
+      http_.Post(pattern, handler);
+    } else if (route.method == "DELETE") {
+      http_.Delete(pattern, handler);
+    } else if (route.method == "PATCH") {
+      http_.Patch(pattern, handler);
+    } else if (route.method == "PUT") {
+      http_.Put(pattern, handler);
+    }
+  }
+}
+
+Status ApiServer::Bind(const std::string& host, int port) {
+  if (port == 0) {
+    port_ = http_.bind_to_any_port(host);
+    if (port_ <= 0) return Status::Unavailable("cannot bind " + host);
+    return Status::Ok();
+  }
+  if (!http_.bind_to_port(host, port)) {
+    return Status::Unavailable("cannot listen on " + host + ":" +
+                               std::to_string(port) +
+                               " (address in use or not allowed)");
+  }
+  port_ = port;
+  return Status::Ok();
+}
+
+Status ApiServer::Serve() {
+  if (!http_.listen_after_bind()) {
+    return Status::Unavailable("the HTTP server stopped with an error");
+  }
+  return Status::Ok();
+}
+
+void ApiServer::Stop() { http_.stop(); }
+
+}  // namespace hf::api

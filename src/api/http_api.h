@@ -1,0 +1,64 @@
+// The HTTP front of hf-server: the route table (registered as data, the
+// same list the OpenAPI test compares against openapi.json), Bearer-token
+// authentication, request limits, and the one translation of Status codes
+// into HTTP statuses and JSON error bodies.
+//
+// Thread-safety: an ApiServer serves requests on its thread pool; Stop may
+// be called from any thread.
+#pragma once
+
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "server/control_plane.h"
+
+namespace hf::api {
+
+struct RouteInfo {
+  std::string method;  // "GET", "POST", ...
+  std::string path;    // OpenAPI style: /api/v1/tasks/{id}
+};
+
+// Every route hf-server serves.
+std::vector<RouteInfo> ServedRoutes();
+
+// The OpenAPI document served at /api/v1/openapi.json.
+const std::string& OpenApiDocument();
+
+struct ApiOptions {
+  std::size_t max_body_bytes = 1 << 20;
+  int threads = 32;
+};
+
+int HttpStatusFor(StatusCode code);
+std::string ErrorCodeFor(StatusCode code);
+
+class ApiServer {
+ public:
+  ApiServer(server::ControlPlane* control_plane, const Clock* clock,
+            ApiOptions options);
+  ~ApiServer();
+
+  // Binds the listening socket; port 0 picks a free one (see port()).
+  Status Bind(const std::string& host, int port);
+  int port() const { return port_; }
+  // Serves until Stop(). REQUIRES: Bind succeeded.
+  Status Serve();
+  void Stop();
+
+ private:
+  void RegisterRoutes();
+
+  server::ControlPlane* const cp_;
+  const Clock* const clock_;
+  const ApiOptions options_;
+  httplib::Server http_;
+  int port_ = 0;
+};
+
+}  // namespace hf::api

@@ -1,0 +1,71 @@
+// The routes hf-server serves and the routes openapi.json documents are the
+// same set (method + path), in both directions; and the document served is
+// the file in the source tree.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "api/http_api.h"
+
+namespace hf::api {
+namespace {
+
+using Route = std::pair<std::string, std::string>;
+
+std::set<Route> DocumentedRoutes(const nlohmann::json& doc) {
+  std::set<Route> out;
+  for (const auto& [path, ops] : doc.at("paths").items()) {
+    for (const auto& [method, op] : ops.items()) {
+      std::string upper;
+      for (char c : method) upper.push_back(static_cast<char>(std::toupper(c)));
+      if (upper == "PARAMETERS") continue;
+      out.insert({upper, path});
+    }
+  }
+  return out;
+}
+
+TEST(RoutesTest, ServedRoutesEqualTheOpenApiDocument) {
+  const nlohmann::json doc = nlohmann::json::parse(OpenApiDocument());
+  const std::set<Route> documented = DocumentedRoutes(doc);
+  std::set<Route> served;
+  for (const RouteInfo& r : ServedRoutes()) {
+    EXPECT_TRUE(served.insert({r.method, r.path}).second)
+        << "served twice: " << r.method << " " << r.path;
+  }
+  for (const Route& r : served) {
+    EXPECT_TRUE(documented.contains(r))
+        << "served but not in openapi.json: " << r.first << " " << r.second;
+  }
+  for (const Route& r : documented) {
+    EXPECT_TRUE(served.contains(r))
+        << "in openapi.json but not served: " << r.first << " " << r.second;
+  }
+}
+
+TEST(RoutesTest, EmbeddedDocumentIsTheSourceFile) {
+  std::ifstream in(HF_OPENAPI_PATH);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(nlohmann::json::parse(ss.str()),
+            nlohmann::json::parse(OpenApiDocument()));
+}
+
+TEST(RoutesTest, StatusCodesMapToHttp) {
+  EXPECT_EQ(HttpStatusFor(StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kUnauthenticated), 401);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kPermissionDenied), 403);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kAlreadyExists), 409);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kAborted), 409);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kInternal), 500);
+  EXPECT_EQ(ErrorCodeFor(StatusCode::kInvalidArgument), "invalid_argument");
+}
+
+}  // namespace
+}  // namespace hf::api

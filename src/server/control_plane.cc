@@ -1,0 +1,870 @@
+// ControlPlane: construction, restart recovery, the inventory mirror, names,
+// identity and the admin objects (tenants, groups, tokens). Tasks, slices,
+// nodes and the scheduler live in the sibling files tasks.cc, slices.cc,
+// nodes.cc and scheduler.cc.
+#include "server/control_plane.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+#include "scheduler/policy/registry.h"
+#include "server/internal.h"
+
+namespace hf::server {
+
+using store::Millis;
+
+using store::GroupRow;
+using store::Role;
+using store::TenantRow;
+using store::TokenRow;
+using store::Txn;
+
+// ------------------------------------------------------------- helpers
+
+std::string Sha256Hex(std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest.data(), &len, EVP_sha256(),
+             nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(len * 2);
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+StatusOr<std::string> NewTokenSecret() {
+  std::array<unsigned char, 24> bytes{};
+  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
+    return Status::Internal("the system random source failed");
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "hf_";
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 0xf]);
+  }
+  return out;
+}
+
+Status ValidateName(std::string_view name, std::string_view field) {
+  if (name.empty())
+    return Status::InvalidArgument("is required", std::string(field));
+  if (name.size() > 63) {
+    return Status::InvalidArgument("must be at most 63 characters",
+                                   std::string(field));
+  }
+  auto ok_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == '-';
+  };
+  const bool first_ok =
+      (name[0] >= 'a' && name[0] <= 'z') || (name[0] >= '0' && name[0] <= '9');
+  if (!first_ok || !std::all_of(name.begin(), name.end(), ok_char)) {
+    return Status::InvalidArgument(
+        "must be lower-case letters, digits, '.', '_' or '-', starting with a "
+        "letter or digit (got '" +
+            std::string(name) + "')",
+        std::string(field));
+  }
+  return Status::Ok();
+}
+
+Status RequireAdmin(const Caller& caller) {
+  if (caller.admin()) return Status::Ok();
+  return Status::PermissionDenied("this needs a platform admin token");
+}
+
+// ------------------------------------------------------------- lifetime
+
+ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
+                           ControlPlaneOptions options,
+                           std::unique_ptr<ledger::Ledger> ledger,
+                           const ledger::PlacementPolicy* policy)
+    : store_(store),
+      clock_(clock),
+      options_(std::move(options)),
+      ledger_(std::move(ledger)),
+      policy_(policy) {}
+
+ControlPlane::~ControlPlane() { Stop(); }
+
+StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
+    store::Store* store, const Clock* clock, ControlPlaneOptions options) {
+  if (options.default_compute_percent < 1 ||
+      options.default_compute_percent > kFullComputePercent) {
+    return Status::InvalidArgument("must be 1..100", "default_compute_percent");
+  }
+  if (options.gc_interval_ms <= 0) {
+    return Status::InvalidArgument("must be positive", "gc_interval");
+  }
+  if (options.gc_min_age_ms < 0) {
+    return Status::InvalidArgument("must not be negative", "gc_min_age");
+  }
+  if (options.bind_batch <= 0) options.bind_batch = 1;
+  auto policy = scheduler::FindPolicy(options.policy);
+  if (!policy.ok()) {
+    return Status::InvalidArgument(policy.status().message(), "policy");
+  }
+  ledger::LedgerOptions ledger_options;
+  ledger_options.default_compute_percent = options.default_compute_percent;
+  auto ledger = ledger::Ledger::Create(ledger_options);
+  if (!ledger.ok()) return ledger.status();
+  std::unique_ptr<ControlPlane> cp(new ControlPlane(
+      store, clock, std::move(options), std::move(*ledger), *policy));
+  HF_RETURN_IF_ERROR(cp->EnsureDefaultTenant());
+  HF_RETURN_IF_ERROR(cp->Recover());
+  return cp;
+}
+
+void ControlPlane::Start() {
+  std::lock_guard lock(sched_mu_);
+  if (started_) return;
+  started_ = true;
+  stop_ = false;
+  scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
+  gc_thread_ = std::thread([this] { GcLoop(); });
+}
+
+void ControlPlane::Stop() {
+  {
+    std::lock_guard lock(sched_mu_);
+    if (!started_) return;
+    stop_ = true;
+  }
+  sched_cv_.notify_all();
+  gc_cv_.notify_all();
+  if (scheduler_thread_.joinable()) scheduler_thread_.join();
+  if (gc_thread_.joinable()) gc_thread_.join();
+  std::lock_guard lock(sched_mu_);
+  started_ = false;
+}
+
+Status ControlPlane::EnsureDefaultTenant() {
+  return store_->Write([&](Txn& txn) -> Status {
+    auto found = txn.FindTenant(kDefaultTenant);
+    if (found.ok()) return Status::Ok();
+    if (found.status().code() != StatusCode::kNotFound) return found.status();
+    TenantRow row;
+    row.name = std::string(kDefaultTenant);
+    row.created_at = clock_->NowMillis();
+    return txn.InsertTenant(row).status();
+  });
+}
+
+// Restart recovery (SPEC.md section 5): the inventory, the tenancy and every
+// live slice go back into the ledger; tenants are normalised (a slice whose
+// tenant is gone belongs to its task's tenant, else `default`); the slice-id
+// counter moves past the highest id ever stored.
+Status ControlPlane::Recover() {
+  std::vector<GroupRow> groups;
+  std::vector<TenantRow> tenants;
+  std::vector<store::NodeRow> nodes;
+  std::vector<store::GpuRow> gpus;
+  RowId max_slice_id = 0;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto g = txn.ListGroups();
+    if (!g.ok()) return g.status();
+    groups = std::move(*g);
+    auto t = txn.ListTenants();
+    if (!t.ok()) return t.status();
+    tenants = std::move(*t);
+    auto n = txn.ListNodes();
+    if (!n.ok()) return n.status();
+    nodes = std::move(*n);
+    auto gp = txn.ListGpus(std::nullopt);
+    if (!gp.ok()) return gp.status();
+    gpus = std::move(*gp);
+    auto m = txn.MaxSliceId();
+    if (!m.ok()) return m.status();
+    max_slice_id = *m;
+    return Status::Ok();
+  }));
+
+  std::lock_guard lock(mu_);
+  {
+    std::lock_guard names(names_mu_);
+    for (const GroupRow& g : groups) group_names_[g.id] = g.name;
+    for (const TenantRow& t : tenants) tenant_names_[t.id] = t.name;
+    for (const store::NodeRow& n : nodes) node_names_[n.id] = n.name;
+  }
+  for (const GroupRow& g : groups) {
+    HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(g.id)));
+  }
+  for (const TenantRow& t : tenants) HF_RETURN_IF_ERROR(SyncTenantLocked(t));
+  std::map<RowId, const store::NodeRow*> node_by_id;
+  for (const store::NodeRow& n : nodes) {
+    node_by_id[n.id] = &n;
+    auto id = LedgerNodeLocked(n);
+    if (!id.ok()) return id.status();
+  }
+  for (const store::GpuRow& g : gpus) {
+    auto it = node_by_id.find(g.node_id);
+    if (it == node_by_id.end()) continue;
+    HF_RETURN_IF_ERROR(SyncGpuLocked(*it->second, g));
+  }
+  ledger_->AdvanceSliceIdPast(
+      SliceId(static_cast<std::uint64_t>(max_slice_id)));
+
+  // Live slices, page by page.
+  int restored = 0;
+  int failed = 0;
+  RowId after = 0;
+  const RowId default_tenant = [&] {
+    for (const TenantRow& t : tenants) {
+      if (t.name == kDefaultTenant) return t.id;
+    }
+    return RowId{0};
+  }();
+  for (;;) {
+    std::vector<store::SliceRow> page;
+    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+      store::SliceFilter f;
+      f.live_only = true;
+      f.after_id = after;
+      f.limit = 1000;
+      auto rows = txn.ListSlices(f);
+      if (!rows.ok()) return rows.status();
+      page = std::move(*rows);
+      return Status::Ok();
+    }));
+    if (page.empty()) break;
+    after = page.back().id;
+    for (store::SliceRow& slice : page) {
+      const bool tenant_known = std::any_of(
+          tenants.begin(), tenants.end(),
+          [&](const TenantRow& t) { return t.id == slice.tenant_id; });
+      if (!tenant_known) {
+        RowId owner = default_tenant;
+        if (slice.task_id) {
+          (void)store_->Read([&](Txn& txn) -> Status {
+            auto task = txn.GetTask(*slice.task_id);
+            if (task.ok()) owner = task->tenant_id;
+            return Status::Ok();
+          });
+        }
+        spdlog::warn("recovery: slice {} names unknown tenant {}; now {}",
+                     slice.id, slice.tenant_id, owner);
+        slice.tenant_id = owner;
+        HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+          HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
+          store::HistoryRow h = HistoryFor(slice, "normalise_tenant");
+          h.at = clock_->NowMillis();
+          h.actor = "recovery";
+          h.reason = "slice named a tenant that no longer exists";
+          return txn.AppendHistory(h).status();
+        }));
+      }
+      auto restored_alloc = ledger_->Restore(AllocationFromRow(slice));
+      if (restored_alloc.ok()) {
+        ++restored;
+      } else {
+        ++failed;
+        spdlog::error("recovery: slice {} could not be restored: {}", slice.id,
+                      restored_alloc.status().ToString());
+      }
+    }
+  }
+  if (restored > 0 || failed > 0) {
+    spdlog::info("recovery: {} live slices restored, {} refused", restored,
+                 failed);
+  }
+  {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------ inventory mirror
+
+StatusOr<NodeId> ControlPlane::LedgerNodeLocked(const store::NodeRow& node) {
+  auto it = ledger_nodes_.find(node.id);
+  if (it != ledger_nodes_.end()) {
+    HF_RETURN_IF_ERROR(
+        ledger_->SetNodeContainerized(it->second, node.containerized));
+    return it->second;
+  }
+  ledger::NodeSpec spec;
+  spec.name = node.name;
+  // Node CPU and host memory are not scheduled by the server (tasks ask
+  // for GPUs only); the largest values keep the node-resource checks out
+  // of the way.
+  spec.cpu_milli = std::max<std::int64_t>(node.cpu_milli, 1) << 20;
+  spec.host_memory_mib = std::max<std::int64_t>(node.host_memory_mib, 1) << 20;
+  spec.containerized = node.containerized;
+  auto id = ledger_->AddNode(spec);
+  if (!id.ok()) return id.status();
+  ledger_nodes_[node.id] = *id;
+  node_rows_[*id] = node.id;
+  return *id;
+}
+
+Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
+                                   const store::GpuRow& gpu) {
+  auto node_id = LedgerNodeLocked(node);
+  if (!node_id.ok()) return node_id.status();
+  const GpuKey key{node.id, gpu.index};
+  auto it = ledger_gpus_.find(key);
+  vendors_models_[gpu.vendor].insert(gpu.model);
+  if (it == ledger_gpus_.end()) {
+    ledger::GpuSpec spec;
+    spec.uuid = gpu.uuid;
+    spec.index = gpu.index;
+    spec.vendor = gpu.vendor;
+    spec.model = gpu.model;
+    spec.memory_mib = gpu.memory_mib;
+    spec.compute_capability_major = gpu.cc_major;
+    spec.compute_capability_minor = gpu.cc_minor;
+    spec.mig_capable = gpu.mig_capable;
+    spec.mps_capable = gpu.mps_capable;
+    spec.health = gpu.lost ? ledger::GpuHealth::kLost : ledger::GpuHealth::kOk;
+    auto id = ledger_->AddGpu(*node_id, spec);
+    if (!id.ok()) return id.status().WithContext("GPU " + gpu.uuid);
+    ledger_gpus_[key] = *id;
+    gpu_keys_[*id] = key;
+    BumpGeneration();
+    return Status::Ok();
+  }
+  bool changed = false;
+  ledger_->Read([&](const ledger::ClusterView& view) {
+    const ledger::GpuSpec& spec = view.gpu(it->second).spec;
+    changed = spec.mig_capable != gpu.mig_capable ||
+              spec.mps_capable != gpu.mps_capable ||
+              (spec.health == ledger::GpuHealth::kLost) != gpu.lost;
+  });
+  if (!changed) return Status::Ok();
+  HF_RETURN_IF_ERROR(ledger_->SetGpuCapabilities(it->second, gpu.mig_capable,
+                                                 gpu.mps_capable));
+  HF_RETURN_IF_ERROR(
+      ledger_->SetGpuHealth(it->second, gpu.lost ? ledger::GpuHealth::kLost
+                                                 : ledger::GpuHealth::kOk));
+  BumpGeneration();
+  return Status::Ok();
+}
+
+StatusOr<GpuId> ControlPlane::LedgerGpuLocked(RowId node_id, int index) const {
+  auto it = ledger_gpus_.find(GpuKey{node_id, index});
+  if (it == ledger_gpus_.end()) {
+    return Status::NotFound("GPU " + std::to_string(index) + " of node " +
+                            std::to_string(node_id));
+  }
+  return it->second;
+}
+
+Status ControlPlane::SyncTenantLocked(const TenantRow& tenant) {
+  auto it = tenant_groups_.find(tenant.id);
+  if (it != tenant_groups_.end() && it->second == tenant.group_id) {
+    return Status::Ok();
+  }
+  tenant_groups_[tenant.id] = tenant.group_id;
+  std::optional<GroupId> group;
+  if (tenant.group_id) group = GroupId(*tenant.group_id);
+  HF_RETURN_IF_ERROR(ledger_->SetTenantGroup(TenantId(tenant.id), group));
+  BumpGeneration();
+  return Status::Ok();
+}
+
+ledger::Allocation ControlPlane::AllocationFromRow(
+    const store::SliceRow& row) const {
+  ledger::Allocation a;
+  a.id = SliceId(static_cast<std::uint64_t>(row.id));
+  a.tenant = TenantId(row.tenant_id);
+  a.kind =
+      row.whole ? ledger::RequestKind::kWholeGpus : ledger::RequestKind::kSlice;
+  for (int index : row.gpu_indices) {
+    auto gpu = LedgerGpuLocked(row.node_id, index);
+    a.gpus.push_back(gpu.ok() ? *gpu : GpuId());
+  }
+  a.memory_mib = row.memory_mib;
+  a.compute_percent = row.compute_percent;
+  a.compute_defaulted = row.compute_defaulted;
+  return a;
+}
+
+void ControlPlane::BumpGeneration() { generation_.fetch_add(1); }
+
+// ------------------------------------------------------------------ names
+
+std::string ControlPlane::TenantName(RowId id) {
+  {
+    std::lock_guard lock(names_mu_);
+    auto it = tenant_names_.find(id);
+    if (it != tenant_names_.end()) return it->second;
+  }
+  std::string name;
+  (void)store_->Read([&](Txn& txn) -> Status {
+    auto t = txn.GetTenant(id);
+    if (t.ok()) name = t->name;
+    return Status::Ok();
+  });
+  if (!name.empty()) {
+    std::lock_guard lock(names_mu_);
+    tenant_names_[id] = name;
+  }
+  return name;
+}
+
+std::string ControlPlane::NodeName(RowId id) {
+  {
+    std::lock_guard lock(names_mu_);
+    auto it = node_names_.find(id);
+    if (it != node_names_.end()) return it->second;
+  }
+  std::string name;
+  (void)store_->Read([&](Txn& txn) -> Status {
+    auto n = txn.GetNode(id);
+    if (n.ok()) name = n->name;
+    return Status::Ok();
+  });
+  if (!name.empty()) {
+    std::lock_guard lock(names_mu_);
+    node_names_[id] = name;
+  }
+  return name;
+}
+
+std::string ControlPlane::GroupName(RowId id) {
+  {
+    std::lock_guard lock(names_mu_);
+    auto it = group_names_.find(id);
+    if (it != group_names_.end()) return it->second;
+  }
+  std::string name;
+  (void)store_->Read([&](Txn& txn) -> Status {
+    auto g = txn.GetGroup(id);
+    if (g.ok()) name = g->name;
+    return Status::Ok();
+  });
+  return name;
+}
+
+std::string ControlPlane::GpuUuid(RowId node_id, int index) {
+  std::lock_guard lock(mu_);
+  return GpuUuidLocked(node_id, index);
+}
+
+std::string ControlPlane::GpuUuidLocked(RowId node_id, int index) const {
+  auto gpu = LedgerGpuLocked(node_id, index);
+  if (!gpu.ok()) return "";
+  std::string uuid;
+  ledger_->Read([&](const ledger::ClusterView& view) {
+    uuid = view.gpu(*gpu).spec.uuid;
+  });
+  return uuid;
+}
+
+// --------------------------------------------------------------- identity
+
+StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {
+  if (secret.empty()) {
+    return Status::Unauthenticated(
+        "missing bearer token (send 'Authorization: Bearer <token>')");
+  }
+  const std::string hash = Sha256Hex(secret);
+  {
+    std::lock_guard lock(auth_mu_);
+    auto it = token_cache_.find(hash);
+    if (it != token_cache_.end() &&
+        clock_->NowMillis() - it->second.second < kTokenCacheMillis) {
+      return it->second.first;
+    }
+  }
+  std::optional<TokenRow> row;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto t = txn.FindTokenByHash(hash);
+    if (t.ok()) {
+      row = *t;
+      return Status::Ok();
+    }
+    if (t.status().code() == StatusCode::kNotFound) return Status::Ok();
+    return t.status();
+  }));
+  if (!row || row->revoked_at) {
+    return Status::Unauthenticated(row ? "this token was revoked"
+                                       : "unknown token");
+  }
+  Caller caller;
+  caller.token_id = row->id;
+  caller.role = row->role;
+  caller.tenant_id = row->tenant_id;
+  if (row->tenant_id) caller.tenant = TenantName(*row->tenant_id);
+  std::lock_guard lock(auth_mu_);
+  token_cache_[hash] = {caller, clock_->NowMillis()};
+  return caller;
+}
+
+StatusOr<std::optional<std::string>> ControlPlane::BootstrapAdmin(
+    const std::optional<std::string>& secret) {
+  std::optional<std::string> created;
+  if (secret && secret->size() < 16) {
+    return Status::InvalidArgument(
+        "the admin token must be at least 16 characters", "admin_token_file");
+  }
+  std::string fresh;
+  if (!secret) {
+    auto s = NewTokenSecret();
+    if (!s.ok()) return s.status();
+    fresh = *s;
+  }
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    created.reset();
+    if (secret) {
+      auto existing = txn.FindTokenByHash(Sha256Hex(*secret));
+      if (existing.ok()) {
+        if (existing->revoked_at) {
+          return Status::FailedPrecondition(
+              "the token in the admin token file was revoked; put a new one "
+              "there");
+        }
+        if (existing->role != Role::kAdmin) {
+          return Status::FailedPrecondition(
+              "the token in the admin token file belongs to a non-admin "
+              "token");
+        }
+        return Status::Ok();
+      }
+      if (existing.status().code() != StatusCode::kNotFound) {
+        return existing.status();
+      }
+      TokenRow row;
+      row.hash = Sha256Hex(*secret);
+      row.role = Role::kAdmin;
+      row.description = "admin token from the admin token file";
+      row.created_at = clock_->NowMillis();
+      HF_RETURN_IF_ERROR(txn.InsertToken(row).status());
+      return txn.SetMeta("admin_bootstrapped", "file");
+    }
+    auto done = txn.GetMeta("admin_bootstrapped");
+    if (!done.ok()) return done.status();
+    if (done->has_value()) return Status::Ok();
+    TokenRow row;
+    row.hash = Sha256Hex(fresh);
+    row.role = Role::kAdmin;
+    row.description = "bootstrap admin token";
+    row.created_at = clock_->NowMillis();
+    HF_RETURN_IF_ERROR(txn.InsertToken(row).status());
+    HF_RETURN_IF_ERROR(txn.SetMeta("admin_bootstrapped", "generated"));
+    created = fresh;
+    return Status::Ok();
+  }));
+  return created;
+}
+
+// ------------------------------------------------------ tenants and groups
+
+StatusOr<TenantRow> ControlPlane::CreateTenant(
+    const Caller& caller, const std::string& name,
+    const std::optional<std::string>& group) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  HF_RETURN_IF_ERROR(ValidateName(name, "name"));
+  if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
+  TenantRow out;
+  std::optional<GroupRow> new_group;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    new_group.reset();
+    TenantRow row;
+    row.name = name;
+    row.created_at = clock_->NowMillis();
+    if (group) {
+      auto g = txn.FindGroup(*group);
+      if (g.ok()) {
+        row.group_id = g->id;
+      } else if (g.status().code() == StatusCode::kNotFound) {
+        GroupRow gr;
+        gr.name = *group;
+        gr.created_at = row.created_at;
+        auto inserted = txn.InsertGroup(gr);
+        if (!inserted.ok()) return inserted.status();
+        new_group = *inserted;
+        row.group_id = inserted->id;
+      } else {
+        return g.status();
+      }
+    }
+    auto inserted = txn.InsertTenant(row);
+    if (!inserted.ok()) {
+      if (inserted.status().code() == StatusCode::kAlreadyExists) {
+        return Status::AlreadyExists("tenant '" + name + "' already exists");
+      }
+      return inserted.status();
+    }
+    out = *inserted;
+    return Status::Ok();
+  }));
+  if (new_group) {
+    HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(new_group->id)));
+    std::lock_guard names(names_mu_);
+    group_names_[new_group->id] = new_group->name;
+  }
+  {
+    std::lock_guard names(names_mu_);
+    tenant_names_[out.id] = out.name;
+  }
+  HF_RETURN_IF_ERROR(SyncTenantLocked(out));
+  return out;
+}
+
+StatusOr<std::vector<TenantRow>> ControlPlane::ListTenants(
+    const Caller& caller) {
+  std::vector<TenantRow> out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto rows = txn.ListTenants();
+    if (!rows.ok()) return rows.status();
+    out = std::move(*rows);
+    return Status::Ok();
+  }));
+  if (!caller.admin()) {
+    // Tenant roles see their own tenant only.
+    std::erase_if(out, [&](const TenantRow& t) {
+      return !caller.tenant_id || t.id != *caller.tenant_id;
+    });
+  }
+  return out;
+}
+
+StatusOr<TenantRow> ControlPlane::GetTenant(const Caller& caller,
+                                            const std::string& name) {
+  std::optional<TenantRow> out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto t = txn.FindTenant(name);
+    if (t.ok()) out = *t;
+    return Status::Ok();
+  }));
+  if (!out || (!caller.admin() && caller.tenant_id != out->id)) {
+    return Status::NotFound("no tenant '" + name + "'");
+  }
+  return *out;
+}
+
+StatusOr<TenantRow> ControlPlane::SetTenantGroup(
+    const Caller& caller, const std::string& name,
+    const std::optional<std::string>& group) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
+  TenantRow out;
+  std::optional<GroupRow> new_group;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    new_group.reset();
+    auto t = txn.FindTenant(name);
+    if (!t.ok()) {
+      return t.status().code() == StatusCode::kNotFound
+                 ? Status::NotFound("no tenant '" + name + "'")
+                 : t.status();
+    }
+    std::optional<RowId> group_id;
+    if (group) {
+      auto g = txn.FindGroup(*group);
+      if (g.ok()) {
+        group_id = g->id;
+      } else if (g.status().code() == StatusCode::kNotFound) {
+        GroupRow gr;
+        gr.name = *group;
+        gr.created_at = clock_->NowMillis();
+        auto inserted = txn.InsertGroup(gr);
+        if (!inserted.ok()) return inserted.status();
+        new_group = *inserted;
+        group_id = inserted->id;
+      } else {
+        return g.status();
+      }
+    }
+    HF_RETURN_IF_ERROR(txn.SetTenantGroup(t->id, group_id));
+    out = *t;
+    out.group_id = group_id;
+    return Status::Ok();
+  }));
+  if (new_group) {
+    HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(new_group->id)));
+    std::lock_guard names(names_mu_);
+    group_names_[new_group->id] = new_group->name;
+  }
+  HF_RETURN_IF_ERROR(SyncTenantLocked(out));
+  return out;
+}
+
+StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
+                                             const std::string& name) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  HF_RETURN_IF_ERROR(ValidateName(name, "name"));
+  GroupRow out;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    GroupRow row;
+    row.name = name;
+    row.created_at = clock_->NowMillis();
+    auto inserted = txn.InsertGroup(row);
+    if (!inserted.ok()) {
+      if (inserted.status().code() == StatusCode::kAlreadyExists) {
+        return Status::AlreadyExists("group '" + name + "' already exists");
+      }
+      return inserted.status();
+    }
+    out = *inserted;
+    return Status::Ok();
+  }));
+  HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(out.id)));
+  std::lock_guard names(names_mu_);
+  group_names_[out.id] = out.name;
+  return out;
+}
+
+StatusOr<std::vector<GroupRow>> ControlPlane::ListGroups(const Caller& caller) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  std::vector<GroupRow> out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto rows = txn.ListGroups();
+    if (!rows.ok()) return rows.status();
+    out = std::move(*rows);
+    return Status::Ok();
+  }));
+  return out;
+}
+
+StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
+                                             const std::string& name) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  RowId id = 0;
+  GroupRow deleted;
+  std::vector<RowId> members;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    members.clear();
+    auto g = txn.FindGroup(name);
+    if (!g.ok()) {
+      return g.status().code() == StatusCode::kNotFound
+                 ? Status::NotFound("no group '" + name + "'")
+                 : g.status();
+    }
+    id = g->id;
+    deleted = *g;
+    auto tenants = txn.ListTenants();
+    if (!tenants.ok()) return tenants.status();
+    for (const TenantRow& t : *tenants) {
+      if (t.group_id == id) members.push_back(t.id);
+    }
+    return txn.DeleteGroup(id);
+  }));
+  for (RowId t : members) tenant_groups_[t] = std::nullopt;
+  // Members share with nobody from now on (fail-closed).
+  HF_RETURN_IF_ERROR(ledger_->RemoveGroup(GroupId(id)));
+  BumpGeneration();
+  return deleted;
+}
+
+// ------------------------------------------------------------------ tokens
+
+StatusOr<std::pair<TokenRow, std::string>> ControlPlane::CreateToken(
+    const Caller& caller, Role role, const std::optional<std::string>& tenant,
+    const std::string& description) {
+  if (!caller.admin()) {
+    if (caller.role != Role::kTenantAdmin) {
+      return Status::PermissionDenied(
+          "only admins and tenant-admins create tokens");
+    }
+    if (role != Role::kUser && role != Role::kTenantAdmin) {
+      return Status::PermissionDenied(
+          "a tenant-admin creates only user and tenant-admin tokens");
+    }
+    if (tenant && *tenant != caller.tenant) {
+      return Status::PermissionDenied(
+          "a tenant-admin creates tokens for its own tenant only");
+    }
+  }
+  const bool needs_tenant = role == Role::kUser || role == Role::kTenantAdmin;
+  std::optional<std::string> tenant_name = tenant;
+  if (!tenant_name && needs_tenant && !caller.admin()) {
+    tenant_name = caller.tenant;
+  }
+  if (needs_tenant && !tenant_name) {
+    return Status::InvalidArgument(
+        "is required for role " + std::string(store::RoleName(role)), "tenant");
+  }
+  if (!needs_tenant && tenant_name) {
+    return Status::InvalidArgument(
+        "must be empty for role " + std::string(store::RoleName(role)),
+        "tenant");
+  }
+  if (description.size() > 256) {
+    return Status::InvalidArgument("must be at most 256 characters",
+                                   "description");
+  }
+  auto secret = NewTokenSecret();
+  if (!secret.ok()) return secret.status();
+  TokenRow out;
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    TokenRow row;
+    row.hash = Sha256Hex(*secret);
+    row.role = role;
+    row.description = description;
+    row.created_at = clock_->NowMillis();
+    if (tenant_name) {
+      auto t = txn.FindTenant(*tenant_name);
+      if (!t.ok()) {
+        return t.status().code() == StatusCode::kNotFound
+                   ? Status::InvalidArgument(
+                         "no tenant '" + *tenant_name +
+                             "' (create it with POST /api/v1/tenants)",
+                         "tenant")
+                   : t.status();
+      }
+      row.tenant_id = t->id;
+    }
+    auto inserted = txn.InsertToken(row);
+    if (!inserted.ok()) return inserted.status();
+    out = *inserted;
+    return Status::Ok();
+  }));
+  return std::make_pair(out, *secret);
+}
+
+StatusOr<std::vector<TokenRow>> ControlPlane::ListTokens(const Caller& caller) {
+  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
+    return Status::PermissionDenied(
+        "only admins and tenant-admins list tokens");
+  }
+  std::vector<TokenRow> out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto rows =
+        txn.ListTokens(caller.admin() ? std::nullopt : caller.tenant_id);
+    if (!rows.ok()) return rows.status();
+    out = std::move(*rows);
+    return Status::Ok();
+  }));
+  return out;
+}
+
+StatusOr<TokenRow> ControlPlane::RevokeToken(const Caller& caller, RowId id) {
+  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
+    return Status::PermissionDenied(
+        "only admins and tenant-admins revoke tokens");
+  }
+  TokenRow out;
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    auto t = txn.GetToken(id);
+    if (!t.ok() || (!caller.admin() && t->tenant_id != caller.tenant_id)) {
+      return Status::NotFound("no token " + std::to_string(id));
+    }
+    HF_RETURN_IF_ERROR(txn.RevokeToken(id, clock_->NowMillis()));
+    auto after = txn.GetToken(id);
+    if (!after.ok()) return after.status();
+    out = *after;
+    return Status::Ok();
+  }));
+  std::lock_guard lock(auth_mu_);
+  token_cache_.erase(out.hash);
+  return out;
+}
+
+}  // namespace hf::server

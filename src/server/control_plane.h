@@ -1,0 +1,414 @@
+// The control plane's core (SPEC.md sections 2-8): tenants, tokens, tasks,
+// the scheduler's bind, releases, orphan GC, restart recovery, the
+// compensation path and the MIG command channel, on top of the ledger and
+// the store. The HTTP layer (src/api) parses requests into the structs
+// below and renders what these methods return; it holds no state.
+//
+// Ordering rule: every change to the ledger is mirrored in the store, and
+// the ledger is only changed while `mu_` is held, in the same critical
+// section as the store write that records it (placements are undone when the
+// write fails; releases are applied after the write commits). So the ledger
+// always equals the live slices in the store, and a restart rebuilds it from
+// the store alone.
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "ledger/ledger.h"
+#include "ledger/placement_policy.h"
+#include "scheduler/qos.h"
+#include "server/slice_env.h"
+#include "store/store.h"
+
+namespace hf::server {
+
+using store::RowId;
+
+struct ControlPlaneOptions {
+  ComputePercent default_compute_percent = 50;  // slices with no ratio
+  std::string policy = "best-fit";              // scheduler/policy/registry
+  std::int64_t gc_interval_ms = 60'000;
+  std::int64_t gc_min_age_ms = 60'000;  // GC skips slices younger than this
+  std::int64_t mig_command_deadline_ms = 120'000;  // then "stuck"
+  int heartbeat_interval_s = 5;            // told to agents at registration
+  int bind_batch = 512;                    // most tasks bound per store commit
+  std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
+};
+
+// Who is calling, resolved from a Bearer token.
+struct Caller {
+  RowId token_id = 0;
+  store::Role role = store::Role::kUser;
+  std::optional<RowId> tenant_id;  // tenant-admin and user
+  std::string tenant;              // its name, or empty
+  bool admin() const { return role == store::Role::kAdmin; }
+  // The value written to the history log's `actor`.
+  std::string Actor() const { return "token:" + std::to_string(token_id); }
+};
+
+template <typename T>
+struct Page {
+  std::vector<T> items;
+  std::optional<RowId> next_after;  // pass as after_id for the next page
+};
+
+// A validated POST /api/v1/tasks (src/api does the JSON-level checks; the
+// rules of SPEC.md section 4 on the values are checked again here, in
+// `ValidateTaskCreate`, so no path can skip them).
+struct TaskCreate {
+  std::string name;
+  std::string image;
+  std::vector<std::string> command;
+  bool command_is_shell = false;
+  std::string gpu_type = "nvidia";
+  int gpu_required = 0;
+  std::optional<std::int64_t> memory_mib;
+  std::optional<int> compute_percent;  // 1..100
+  bool preemptible = false;
+  store::StringMap env;
+  store::StringMap labels;
+  std::optional<std::string> tenant;  // admins acting for a tenant
+};
+
+// The one function holding the value rules of SPEC.md section 4.
+Status ValidateTaskCreate(const TaskCreate& task);
+
+struct TaskQuery {
+  std::optional<store::TaskState> state;
+  std::optional<std::string> tenant;  // admins only
+  RowId after_id = 0;
+  int limit = 100;
+};
+
+struct SliceQuery {
+  std::optional<std::string> node;
+  std::optional<int> gpu_index;
+  std::optional<store::SliceState> state;  // none: live slices
+  bool all_states = false;
+  RowId after_id = 0;
+  int limit = 100;
+};
+
+struct SliceCreate {
+  std::string tenant;
+  std::optional<std::string> node;
+  std::optional<int> gpu_index;
+  std::optional<std::int64_t> memory_mib;
+  std::optional<int> compute_percent;
+  std::string reason;
+};
+
+struct GpuReport {
+  int index = 0;
+  std::string uuid;
+  std::string vendor = "nvidia";
+  std::string model;
+  std::int64_t memory_mib = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  bool mig_capable = false;
+  bool mps_capable = false;
+  bool lost = false;
+};
+
+struct NodeReport {
+  std::string name;
+  bool containerized = false;
+  bool hook_available = false;
+  std::int64_t cpu_milli = 0;
+  std::int64_t host_memory_mib = 0;
+  std::string agent_version;
+  std::vector<GpuReport> gpus;
+};
+
+struct RunningTask {
+  RowId task_id = 0;
+  std::string state;  // as the agent sees it: "running", ...
+  std::vector<int> gpu_indices;
+};
+
+struct TaskStateReport {
+  RowId task_id = 0;
+  store::TaskState state = store::TaskState::kRunning;
+  std::optional<int> exit_code;
+  std::string message;
+};
+
+struct Assignments {
+  std::vector<store::TaskRow> run;
+  std::vector<RowId> cancel;
+};
+
+struct MigResult {
+  bool ok = false;
+  std::string device_id;
+  std::string error;
+  bool orphaned = false;  // destroy failed and left an instance behind
+};
+
+struct GpuStats {
+  std::string node;
+  int index = 0;
+  std::string uuid;
+  std::string model;
+  std::string vendor;
+  bool lost = false;
+  bool mig_capable = false;
+  bool mps_capable = false;
+  std::string qos_level;  // the tier a new slice here would get
+  std::int64_t total_memory_mib = 0;
+  std::int64_t accounted_memory_mib = 0;
+  int accounted_compute_percent = 0;
+  int slices = 0;
+  bool whole_owned = false;
+  std::vector<std::string> tenants;
+};
+
+struct SliceStats {
+  bool cluster_scope = true;  // false: narrowed to `tenant`
+  std::string tenant;
+  int nodes = 0;
+  int gpus = 0;
+  int live_slices = 0;
+  std::int64_t total_memory_mib = 0;
+  std::int64_t accounted_memory_mib = 0;
+  std::int64_t free_memory_mib = 0;
+  std::int64_t largest_placeable_slice_mib = 0;  // 0 in tenant scope
+  int pending_tasks = 0;
+  std::vector<GpuStats> per_gpu;
+};
+
+struct NodeView {
+  store::NodeRow node;
+  std::vector<store::GpuRow> gpus;
+  bool hook_available = false;
+};
+
+class ControlPlane {
+ public:
+  // `store` and `clock` must outlive the ControlPlane. Rebuilds the ledger
+  // from the store (restart recovery) before returning.
+  static StatusOr<std::unique_ptr<ControlPlane>> Create(
+      store::Store* store, const Clock* clock, ControlPlaneOptions options);
+  ~ControlPlane();
+
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  // Starts / stops the scheduler and GC threads. Stop is idempotent.
+  void Start();
+  void Stop();
+
+  // --- identity ---
+  // Unauthenticated for an unknown or revoked token.
+  StatusOr<Caller> Authenticate(std::string_view secret);
+  // With `secret`: makes it a valid admin token (idempotent). Without: on a
+  // database with no admin token yet, creates one and returns its secret
+  // (nullopt when an admin token already exists).
+  StatusOr<std::optional<std::string>> BootstrapAdmin(
+      const std::optional<std::string>& secret);
+
+  // --- tenants, groups, tokens (admin) ---
+  StatusOr<store::TenantRow> CreateTenant(
+      const Caller& caller, const std::string& name,
+      const std::optional<std::string>& group);
+  StatusOr<std::vector<store::TenantRow>> ListTenants(const Caller& caller);
+  StatusOr<store::TenantRow> GetTenant(const Caller& caller,
+                                       const std::string& name);
+  StatusOr<store::TenantRow> SetTenantGroup(
+      const Caller& caller, const std::string& name,
+      const std::optional<std::string>& group);
+  StatusOr<store::GroupRow> CreateGroup(const Caller& caller,
+                                        const std::string& name);
+  StatusOr<std::vector<store::GroupRow>> ListGroups(const Caller& caller);
+  // Returns the deleted group; its former members share with nobody.
+  StatusOr<store::GroupRow> DeleteGroup(const Caller& caller,
+                                        const std::string& name);
+  // Returns the row and the secret (shown once).
+  StatusOr<std::pair<store::TokenRow, std::string>> CreateToken(
+      const Caller& caller, store::Role role,
+      const std::optional<std::string>& tenant, const std::string& description);
+  StatusOr<std::vector<store::TokenRow>> ListTokens(const Caller& caller);
+  StatusOr<store::TokenRow> RevokeToken(const Caller& caller, RowId id);
+
+  // --- tasks ---
+  StatusOr<store::TaskRow> CreateTask(const Caller& caller, TaskCreate task);
+  StatusOr<store::TaskRow> GetTask(const Caller& caller, RowId id);
+  StatusOr<Page<store::TaskRow>> ListTasks(const Caller& caller,
+                                           const TaskQuery& query);
+  StatusOr<store::TaskRow> CancelTask(const Caller& caller, RowId id);
+
+  // --- slices ---
+  StatusOr<store::SliceRow> GetSlice(const Caller& caller, RowId id);
+  StatusOr<Page<store::SliceRow>> ListSlices(const Caller& caller,
+                                             const SliceQuery& query);
+  StatusOr<SliceStats> Stats(const Caller& caller);
+  StatusOr<Page<store::HistoryRow>> History(const Caller& caller,
+                                            const store::HistoryFilter& f);
+  StatusOr<store::SliceRow> CreateSlice(const Caller& caller,
+                                        const SliceCreate& request);
+  StatusOr<store::SliceRow> DeleteSlice(const Caller& caller, RowId id,
+                                        const std::string& reason);
+  StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
+      const Caller& caller, const store::SliceRequestFilter& f);
+
+  // --- nodes and agents ---
+  StatusOr<store::NodeRow> RegisterNode(const Caller& caller,
+                                        const NodeReport& report);
+  Status Heartbeat(const Caller& caller, const NodeReport& report,
+                   const std::vector<RunningTask>& tasks);
+  StatusOr<Assignments> GetAssignments(const Caller& caller,
+                                       const std::string& node);
+  StatusOr<int> ReportTaskStates(const Caller& caller, const std::string& node,
+                                 const std::vector<TaskStateReport>& states);
+  StatusOr<std::vector<store::SliceRequestRow>> ClaimSliceRequests(
+      const Caller& caller, const std::string& node);
+  StatusOr<store::SliceRequestRow> ReportSliceRequest(const Caller& caller,
+                                                      RowId id,
+                                                      const MigResult& result);
+  StatusOr<std::vector<NodeView>> ListNodes(const Caller& caller);
+  StatusOr<NodeView> GetNode(const Caller& caller, const std::string& name);
+
+  // --- background work, also callable directly (tests, benchmarks) ---
+  // Binds up to one batch of pending tasks; returns how many were bound.
+  StatusOr<int> BindPendingOnce();
+  // Releases orphaned slices and marks stuck MIG commands; returns the
+  // number of slices released.
+  StatusOr<int> RunGcOnce();
+  // Checks that the ledger equals the live slices in the store.
+  Status CheckLedgerMatchesStore();
+
+  // --- names for rendering (cached; "" when unknown) ---
+  std::string TenantName(RowId id);
+  std::string NodeName(RowId id);
+  std::string GroupName(RowId id);
+  std::string GpuUuid(RowId node_id, int index);
+
+  const ControlPlaneOptions& options() const { return options_; }
+  store::Store* store() const { return store_; }
+
+ private:
+  struct GpuKey {
+    RowId node_id;
+    int index;
+    friend auto operator<=>(const GpuKey&, const GpuKey&) = default;
+  };
+  struct PendingTask {
+    store::TaskRow row;
+    std::uint64_t failed_generation = 0;
+    store::Millis last_try = 0;
+  };
+
+  ControlPlane(store::Store* store, const Clock* clock,
+               ControlPlaneOptions options,
+               std::unique_ptr<ledger::Ledger> ledger,
+               const ledger::PlacementPolicy* policy);
+
+  Status Recover();  // REQUIRES: called once, before any other use
+  Status EnsureDefaultTenant();
+
+  // Ledger mirror of the inventory. REQUIRES: mu_ held.
+  StatusOr<NodeId> LedgerNodeLocked(const store::NodeRow& node);
+  Status SyncGpuLocked(const store::NodeRow& node, const store::GpuRow& gpu);
+  StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const;
+  std::string GpuUuidLocked(RowId node_id, int index) const;
+  Status SyncTenantLocked(const store::TenantRow& tenant);
+  ledger::Allocation AllocationFromRow(const store::SliceRow& row) const;
+
+  // Releases `slice` in the store (inside `txn`) and appends history; the
+  // caller applies `ApplyReleasesLocked` after the commit.
+  Status ReleaseInTxn(store::Txn& txn, store::SliceRow& slice,
+                      const std::string& actor, const std::string& reason,
+                      std::vector<RowId>& released);
+  void ApplyReleasesLocked(const std::vector<RowId>& released);
+  Status ReleaseTaskSliceInTxn(store::Txn& txn, const store::TaskRow& task,
+                               const std::string& actor,
+                               const std::string& reason,
+                               std::vector<RowId>& released);
+
+  // The tier a slice on `gpu` gets (the one derivation, scheduler::DeriveQos).
+  scheduler::QosDecision QosForGpuLocked(GpuId gpu);
+  // Allowed models for a task's gpu_type (empty: any GPU qualifies).
+  std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const;
+  // The MIG profile for a gold slice; empty when the model has no table.
+  std::string ChooseMigProfileLocked(GpuId gpu, const store::SliceRow& slice);
+  // Builds the env input of `slice`.
+  SliceEnvInput SliceEnvFor(const store::SliceRow& slice);
+
+  // Compensation: a running task reported with no live slice.
+  Status CompensateLocked(const store::NodeRow& node, const RunningTask& task);
+
+  StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
+                                        const std::string& node);
+  StatusOr<store::TenantRow> ResolveTenantForWrite(
+      const Caller& caller, const std::optional<std::string>& tenant);
+  bool CanSee(const Caller& caller, RowId tenant_id) const;
+
+  void SchedulerLoop();
+  void GcLoop();
+  void WakeScheduler();
+  void BumpGeneration();
+
+  store::Store* const store_;
+  const Clock* const clock_;
+  const ControlPlaneOptions options_;
+
+  std::mutex mu_;  // guards the ledger mirror below and every ledger change
+  std::unique_ptr<ledger::Ledger> ledger_;
+  const ledger::PlacementPolicy* const policy_;
+  std::map<RowId, NodeId> ledger_nodes_;                 // GUARDED_BY(mu_)
+  std::map<NodeId, RowId> node_rows_;                    // GUARDED_BY(mu_)
+  std::map<GpuKey, GpuId> ledger_gpus_;                  // GUARDED_BY(mu_)
+  std::map<GpuId, GpuKey> gpu_keys_;                     // GUARDED_BY(mu_)
+  std::map<RowId, bool> node_hook_;                      // GUARDED_BY(mu_)
+  std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)
+  // GPU models per vendor, to turn a task's gpu_type into allowed models.
+  std::map<std::string, std::set<std::string>>
+      vendors_models_;  // GUARDED_BY(mu_)
+
+  std::mutex names_mu_;
+  std::unordered_map<RowId, std::string>
+      tenant_names_;                                    // GUARDED_BY(names_mu_)
+  std::unordered_map<RowId, std::string> node_names_;   // GUARDED_BY(names_mu_)
+  std::unordered_map<RowId, std::string> group_names_;  // GUARDED_BY(names_mu_)
+
+  // Token cache: hash -> (caller, when cached). Revocation here removes the
+  // entry; a revocation by another server instance takes effect within
+  // kTokenCacheMillis.
+  std::mutex auth_mu_;
+  std::unordered_map<std::string, std::pair<Caller, store::Millis>>
+      token_cache_;  // GUARDED_BY(auth_mu_)
+
+  // Scheduler state.
+  std::mutex sched_mu_;
+  std::condition_variable sched_cv_;
+  std::condition_variable gc_cv_;         // the GC thread's wake-up (stop)
+  std::vector<store::TaskRow> incoming_;  // GUARDED_BY(sched_mu_)
+  bool stop_ = false;                     // GUARDED_BY(sched_mu_)
+  bool resync_ = true;                    // GUARDED_BY(sched_mu_)
+  std::mutex bind_mu_;  // one bind pass at a time; guards pending_
+  std::map<RowId, PendingTask> pending_;      // GUARDED_BY(bind_mu_)
+  std::atomic<std::uint64_t> generation_{1};  // bumped when capacity frees up
+  std::atomic<int> pending_count_{0};
+
+  std::thread scheduler_thread_;
+  std::thread gc_thread_;
+  bool started_ = false;
+};
+
+}  // namespace hf::server

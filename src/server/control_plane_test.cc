@@ -1,0 +1,550 @@
+// ControlPlane against the real SQLite store in a temporary directory, with
+// a fake clock: the bind (QoS, env, tenancy, rollback on a failed commit,
+// a lost claim), releases, orphan GC, the compensation path, the MIG
+// command channel, lost GPUs and restart recovery. After every scenario the
+// ledger must equal the live slices in the store.
+#include "server/control_plane.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+namespace hf::server {
+namespace {
+
+using store::Role;
+using store::SliceRow;
+using store::TaskRow;
+using store::TaskState;
+
+// Delegates to a real store; fails the next N writes like a full disk.
+class FaultyStore final : public store::Store {
+ public:
+  explicit FaultyStore(std::unique_ptr<store::Store> inner)
+      : inner_(std::move(inner)) {}
+  Status Write(const std::function<Status(store::Txn&)>& fn) override {
+    if (fail_writes.load() > 0) {
+      fail_writes.fetch_sub(1);
+      return Status::Unavailable("disk I/O error (injected)");
+    }
+    return inner_->Write(fn);
+  }
+  Status Read(const std::function<Status(store::Txn&)>& fn) override {
+    return inner_->Read(fn);
+  }
+  store::StoreInfo info() const override { return inner_->info(); }
+  std::atomic<int> fail_writes{0};
+
+ private:
+  std::unique_ptr<store::Store> inner_;
+};
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/hf-cp-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Open();
+    admin_.role = Role::kAdmin;
+    admin_.token_id = 1;
+  }
+  void TearDown() override {
+    if (cp_) {
+      EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+          << cp_->CheckLedgerMatchesStore().ToString();
+    }
+    cp_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void Open(ControlPlaneOptions options = {}) {
+    cp_.reset();
+    store_.reset();
+    auto inner = store::OpenStore("sqlite:" + dir_ + "/hf.db");
+    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+    store_ = std::make_unique<FaultyStore>(std::move(*inner));
+    options.gc_min_age_ms = 60'000;
+    auto cp = ControlPlane::Create(store_.get(), &clock_, options);
+    ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+    cp_ = std::move(*cp);
+  }
+
+  Caller TenantUser(const std::string& tenant,
+                    const std::optional<std::string>& group = std::nullopt) {
+    auto existing = cp_->GetTenant(admin_, tenant);
+    if (!existing.ok()) {
+      auto t = cp_->CreateTenant(admin_, tenant, group);
+      EXPECT_TRUE(t.ok()) << t.status().ToString();
+      existing = t;
+    }
+    Caller c;
+    c.role = Role::kUser;
+    c.token_id = 100 + existing->id;
+    c.tenant_id = existing->id;
+    c.tenant = tenant;
+    return c;
+  }
+
+  static GpuReport Gpu(int index, std::int64_t memory = 81920, bool mig = false,
+                       bool mps = false) {
+    GpuReport g;
+    g.index = index;
+    g.uuid = "GPU-" + std::to_string(index);
+    g.model = "NVIDIA A100-SXM4-80GB";
+    g.memory_mib = memory;
+    g.cc_major = 8;
+    g.mig_capable = mig;
+    g.mps_capable = mps;
+    return g;
+  }
+
+  NodeReport Node(const std::string& name, std::vector<GpuReport> gpus) {
+    NodeReport r;
+    r.name = name;
+    r.gpus = std::move(gpus);
+    for (GpuReport& g : r.gpus) g.uuid = name + "-" + g.uuid;
+    return r;
+  }
+
+  void Register(const NodeReport& report) {
+    auto n = cp_->RegisterNode(admin_, report);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+  }
+
+  TaskRow Submit(const Caller& caller, std::optional<std::int64_t> memory,
+                 std::optional<int> percent = std::nullopt, int whole = 0) {
+    TaskCreate t;
+    t.name = "t";
+    t.memory_mib = memory;
+    t.compute_percent = percent;
+    t.gpu_required = whole;
+    t.env = {{"USER_VAR", "1"}};
+    auto row = cp_->CreateTask(caller, t);
+    EXPECT_TRUE(row.ok()) << row.status().ToString();
+    return row.ok() ? *row : TaskRow{};
+  }
+
+  TaskRow Get(RowId id) {
+    auto t = cp_->GetTask(admin_, id);
+    EXPECT_TRUE(t.ok());
+    return *t;
+  }
+
+  SliceRow SliceOf(const TaskRow& task) {
+    EXPECT_TRUE(task.slice_id.has_value());
+    auto s = cp_->GetSlice(admin_, task.slice_id.value_or(0));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return s.ok() ? *s : SliceRow{};
+  }
+
+  int Bind() {
+    auto n = cp_->BindPendingOnce();
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    return n.ok() ? *n : -1;
+  }
+
+  std::string dir_;
+  FakeClock clock_{1'700'000'000'000};
+  std::unique_ptr<FaultyStore> store_;
+  std::unique_ptr<ControlPlane> cp_;
+  Caller admin_;
+};
+
+TEST_F(ControlPlaneTest, BindsASliceWithDerivedQosAndItsEnv) {
+  Register(Node("n1", {Gpu(0, 81920, false, true)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow created = Submit(alice, 4096, 25);
+  EXPECT_EQ(created.state, TaskState::kPending);
+  EXPECT_EQ(Bind(), 1);
+  const TaskRow bound = Get(created.id);
+  EXPECT_EQ(bound.state, TaskState::kScheduled);
+  EXPECT_TRUE(bound.pending_reason.empty());
+  const SliceRow slice = SliceOf(bound);
+  EXPECT_EQ(slice.qos_level, "silver");
+  EXPECT_EQ(slice.enforcement, std::vector<std::string>{"mps"});
+  EXPECT_EQ(slice.memory_mib, 4096);
+  EXPECT_EQ(slice.compute_percent, 25);
+  EXPECT_EQ(bound.env.at("HETEROFLOW_SLICE_ID"), std::to_string(slice.id));
+  EXPECT_EQ(bound.env.at("HETEROFLOW_SLICE_QOS"), "silver");
+  EXPECT_EQ(bound.env.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");
+  EXPECT_EQ(bound.env.at("USER_VAR"), "1");
+  auto history = cp_->History(admin_, {});
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->items.size(), 1u);
+  EXPECT_EQ(history->items[0].op, "allocate");
+  EXPECT_EQ(history->items[0].actor, "scheduler");
+}
+
+TEST_F(ControlPlaneTest, ContainerizedNodeIsForcedToBronzeAndMigIsGold) {
+  NodeReport boxed = Node("boxed", {Gpu(0, 81920, true, true)});
+  boxed.containerized = true;
+  Register(boxed);
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  Bind();
+  EXPECT_EQ(SliceOf(Get(t.id)).qos_level, "bronze");
+
+  Register(Node("mig", {Gpu(0, 81920, true, false)}));
+  const Caller bob = TenantUser("bob");
+  const TaskRow g = Submit(bob, 4096);  // alice's GPU is closed to bob
+  Bind();
+  const SliceRow gold = SliceOf(Get(g.id));
+  EXPECT_EQ(gold.qos_level, "gold");
+  // Held until the agent reports the MIG device.
+  auto assignments = cp_->GetAssignments(admin_, "mig");
+  ASSERT_TRUE(assignments.ok());
+  EXPECT_TRUE(assignments->run.empty());
+  auto rows = cp_->ListSliceRequests(admin_, {});
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->items.size(), 1u);
+  EXPECT_EQ(rows->items[0].action, "create");
+  EXPECT_EQ(rows->items[0].profile, "1g.10gb");
+}
+
+TEST_F(ControlPlaneTest, FailedCommitRollsTheWholeBindBack) {
+  Register(Node("n1", {Gpu(0)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow a = Submit(alice, 4096);
+  const TaskRow b = Submit(alice, 8192);
+  store_->fail_writes = 1;
+  auto bound = cp_->BindPendingOnce();
+  EXPECT_FALSE(bound.ok());
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok());
+  EXPECT_EQ(Get(a.id).state, TaskState::kPending);
+  auto stats = cp_->Stats(admin_);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->accounted_memory_mib, 0);  // placements undone
+  EXPECT_EQ(Bind(), 2);
+  EXPECT_EQ(Get(b.id).state, TaskState::kScheduled);
+}
+
+TEST_F(ControlPlaneTest, LostClaimUndoesThePlacement) {
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  EXPECT_EQ(Bind(), 0);  // no GPUs: waits with a reason
+  EXPECT_FALSE(Get(t.id).pending_reason.empty());
+  // The task changes behind the scheduler's cached copy.
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& txn) -> Status {
+                    auto row = txn.GetTask(t.id);
+                    if (!row.ok()) return row.status();
+                    TaskRow changed = *row;
+                    changed.message = "touched";
+                    return txn.UpdateTask(changed).status();
+                  })
+                  .ok());
+  Register(Node("n1", {Gpu(0)}));
+  EXPECT_EQ(Bind(), 0);  // the claim (CAS) lost: nothing bound
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok());
+  EXPECT_EQ(Bind(), 1);  // re-read and bound
+  EXPECT_EQ(Get(t.id).state, TaskState::kScheduled);
+}
+
+TEST_F(ControlPlaneTest, TenantsOutsideAGroupNeverShareAGpu) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller a = TenantUser("a", "g");
+  const Caller b = TenantUser("b", "g");
+  const Caller c = TenantUser("c");
+  const TaskRow ta = Submit(a, 4096);
+  Bind();
+  const TaskRow tb = Submit(b, 4096);
+  Bind();
+  const TaskRow tc = Submit(c, 4096);
+  Bind();
+  const int gpu_a = SliceOf(Get(ta.id)).gpu_indices[0];
+  EXPECT_EQ(SliceOf(Get(tb.id)).gpu_indices[0], gpu_a);  // same group
+  EXPECT_NE(SliceOf(Get(tc.id)).gpu_indices[0], gpu_a);  // outsider
+  const TaskRow td = Submit(c, 4096);
+  Bind();
+  EXPECT_NE(SliceOf(Get(td.id)).gpu_indices[0], gpu_a);
+}
+
+TEST_F(ControlPlaneTest, UnplaceableTaskWaitsWithReasonAndBindsWhenFreed) {
+  Register(Node("n1", {Gpu(0, 40960)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow big = Submit(alice, 30000);
+  Bind();
+  const TaskRow waiting = Submit(alice, 20000);
+  EXPECT_EQ(Bind(), 0);
+  const TaskRow pending = Get(waiting.id);
+  EXPECT_EQ(pending.state, TaskState::kPending);
+  EXPECT_NE(pending.pending_reason.find("memory"), std::string::npos)
+      << pending.pending_reason;
+  auto cancelled = cp_->CancelTask(alice, big.id);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state, TaskState::kCancelled);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(Get(waiting.id).state, TaskState::kScheduled);
+}
+
+TEST_F(ControlPlaneTest, WholeGpuTasksAvoidMigGpusAndSlicedGpus) {
+  Register(Node("n1", {Gpu(0, 81920, true), Gpu(1), Gpu(2)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow slice = Submit(alice, 1024);
+  Bind();
+  const TaskRow whole = Submit(alice, std::nullopt, std::nullopt, 1);
+  EXPECT_EQ(Bind(), 1);
+  const SliceRow w = SliceOf(Get(whole.id));
+  EXPECT_TRUE(w.whole);
+  EXPECT_NE(w.gpu_indices[0], 0);  // MIG mode
+  EXPECT_NE(w.gpu_indices[0], SliceOf(Get(slice.id)).gpu_indices[0]);
+  EXPECT_EQ(Get(whole.id).env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
+}
+
+TEST_F(ControlPlaneTest, TerminalStateReleasesAndGcReleasesOrphans) {
+  Register(Node("n1", {Gpu(0)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  const TaskRow orphan = Submit(alice, 4096);
+  Bind();
+  auto n = cp_->ReportTaskStates(admin_, "n1",
+                                 {{t.id, TaskState::kRunning, {}, ""}});
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  n = cp_->ReportTaskStates(admin_, "n1",
+                            {{t.id, TaskState::kSucceeded, 0, "done"}});
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).state, store::SliceState::kReleased);
+
+  // An orphan: the task is terminal but its slice was left allocated (as
+  // after a crash between two writes).
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& txn) -> Status {
+                    auto row = txn.GetTask(orphan.id);
+                    if (!row.ok()) return row.status();
+                    TaskRow changed = *row;
+                    changed.state = TaskState::kFailed;
+                    return txn.UpdateTask(changed).status();
+                  })
+                  .ok());
+  // An operator reservation is never an orphan.
+  SliceCreate reservation;
+  reservation.tenant = "alice";
+  reservation.memory_mib = 1024;
+  ASSERT_TRUE(cp_->CreateSlice(admin_, reservation).ok());
+  auto released = cp_->RunGcOnce();
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(*released, 0);  // younger than the minimum age
+  clock_.Advance(61'000);
+  released = cp_->RunGcOnce();
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(*released, 1);
+  EXPECT_EQ(SliceOf(Get(orphan.id)).state, store::SliceState::kReleased);
+  auto stats = cp_->Stats(admin_);
+  EXPECT_EQ(stats->accounted_memory_mib, 1024);  // the reservation
+  auto history = cp_->History(admin_, {});
+  bool gc_entry = false;
+  for (const auto& h : history->items) gc_entry |= h.actor == "gc";
+  EXPECT_TRUE(gc_entry);
+}
+
+TEST_F(ControlPlaneTest, CompensationRecordsARunningTaskWithoutASlice) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  Bind();
+  const SliceRow first = SliceOf(Get(t.id));
+  // An admin deletes the slice while the task still runs on GPU 1.
+  ASSERT_TRUE(cp_->DeleteSlice(admin_, first.id, "test").ok());
+  NodeReport hb = Node("n1", {Gpu(0), Gpu(1)});
+  ASSERT_TRUE(cp_->Heartbeat(admin_, hb, {{t.id, "running", {1}}}).ok());
+  const TaskRow after = Get(t.id);
+  const SliceRow comp = SliceOf(after);
+  EXPECT_EQ(comp.origin, "compensation");
+  EXPECT_EQ(comp.gpu_indices, std::vector<int>{1});
+  EXPECT_EQ(comp.memory_mib, 4096);
+  EXPECT_GT(comp.id, first.id);
+  EXPECT_EQ(after.state, TaskState::kRunning);
+  // A second heartbeat does not record it twice.
+  ASSERT_TRUE(cp_->Heartbeat(admin_, hb, {{t.id, "running", {1}}}).ok());
+  EXPECT_EQ(Get(t.id).slice_id, comp.id);
+}
+
+TEST_F(ControlPlaneTest, MigCreateFailureRebindsWithAFreshEnv) {
+  Register(Node("n1", {Gpu(0, 81920, true), Gpu(1)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  Bind();
+  const TaskRow gold = Get(t.id);
+  ASSERT_EQ(gold.env.at("HETEROFLOW_SLICE_QOS"), "gold");
+  auto claimed = cp_->ClaimSliceRequests(admin_, "n1");
+  ASSERT_TRUE(claimed.ok());
+  ASSERT_EQ(claimed->size(), 1u);
+  MigResult failed;
+  failed.ok = false;
+  failed.error = "insufficient resources";
+  ASSERT_TRUE(cp_->ReportSliceRequest(admin_, (*claimed)[0].id, failed).ok());
+  TaskRow back = Get(t.id);
+  EXPECT_EQ(back.state, TaskState::kPending);
+  EXPECT_NE(back.pending_reason.find("insufficient resources"),
+            std::string::npos);
+  EXPECT_EQ(back.env.count("HETEROFLOW_SLICE_ID"), 0u);
+  // Make the MIG GPU unattractive so the rebind lands elsewhere.
+  NodeReport hb = Node("n1", {Gpu(0, 81920, false), Gpu(1)});
+  hb.gpus[0].lost = true;
+  ASSERT_TRUE(cp_->Heartbeat(admin_, hb, {}).ok());
+  EXPECT_EQ(Bind(), 1);
+  const TaskRow rebound = Get(t.id);
+  const SliceRow slice = SliceOf(rebound);
+  EXPECT_EQ(slice.gpu_indices[0], 1);
+  EXPECT_EQ(rebound.env.at("HETEROFLOW_SLICE_ID"), std::to_string(slice.id));
+  EXPECT_EQ(rebound.env.at("HETEROFLOW_GPU_INDEX"), "1");
+  EXPECT_EQ(rebound.env.at("CUDA_VISIBLE_DEVICES"), "n1-GPU-1");
+  EXPECT_EQ(rebound.env.at("HETEROFLOW_SLICE_QOS"), "bronze");
+}
+
+TEST_F(ControlPlaneTest, MigCreateThenDestroyReleasesOnlyAfterDestroy) {
+  Register(Node("n1", {Gpu(0, 81920, true)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  Bind();
+  auto claimed = cp_->ClaimSliceRequests(admin_, "n1");
+  ASSERT_EQ(claimed->size(), 1u);
+  MigResult ok;
+  ok.ok = true;
+  ok.device_id = "MIG-n1-GPU-0/7/0";
+  ASSERT_TRUE(cp_->ReportSliceRequest(admin_, (*claimed)[0].id, ok).ok());
+  // Idempotent repeat.
+  ASSERT_TRUE(cp_->ReportSliceRequest(admin_, (*claimed)[0].id, ok).ok());
+  const TaskRow ready = Get(t.id);
+  EXPECT_EQ(ready.labels.at("heteroflow.mig_device_id"), ok.device_id);
+  EXPECT_EQ(ready.env.at("NVIDIA_VISIBLE_DEVICES"), ok.device_id);
+  EXPECT_EQ(cp_->GetAssignments(admin_, "n1")->run.size(), 1u);
+  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                    {{t.id, TaskState::kFailed, 1, "boom"}})
+                  .ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).state, store::SliceState::kReleasing);
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 4096);  // still held
+  auto destroy = cp_->ClaimSliceRequests(admin_, "n1");
+  ASSERT_EQ(destroy->size(), 1u);
+  EXPECT_EQ((*destroy)[0].action, "destroy");
+  MigResult orphaned;
+  orphaned.ok = false;
+  orphaned.orphaned = true;
+  orphaned.error = "processes still attached";
+  auto row = cp_->ReportSliceRequest(admin_, (*destroy)[0].id, orphaned);
+  ASSERT_TRUE(row.ok());
+  EXPECT_NE(row->error.find("MIG_PARTITION_ORPHANED"), std::string::npos);
+  EXPECT_EQ(SliceOf(Get(t.id)).state, store::SliceState::kReleasing);
+}
+
+TEST_F(ControlPlaneTest, StuckMigCommandsAreMarked) {
+  Register(Node("n1", {Gpu(0, 81920, true)}));
+  const Caller alice = TenantUser("alice");
+  Submit(alice, 4096);
+  Bind();
+  clock_.Advance(ControlPlaneOptions{}.mig_command_deadline_ms + 1);
+  ASSERT_TRUE(cp_->RunGcOnce().ok());
+  auto rows = cp_->ListSliceRequests(admin_, {});
+  ASSERT_EQ(rows->items.size(), 1u);
+  EXPECT_EQ(rows->items[0].state, store::SliceRequestState::kStuck);
+  EXPECT_NE(rows->items[0].error.find("HARDWARE STATE UNKNOWN"),
+            std::string::npos);
+}
+
+TEST_F(ControlPlaneTest, LostGpuKeepsItsSlicesAndTakesNoNewOnes) {
+  Register(Node("n1", {Gpu(0)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  Bind();
+  NodeReport lost = Node("n1", {Gpu(0)});
+  lost.gpus[0].lost = true;
+  ASSERT_TRUE(cp_->Heartbeat(admin_, lost, {}).ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).state, store::SliceState::kAllocated);
+  const TaskRow waiting = Submit(alice, 1024);
+  EXPECT_EQ(Bind(), 0);
+  EXPECT_NE(Get(waiting.id).pending_reason.find("lost"), std::string::npos)
+      << Get(waiting.id).pending_reason;
+  ASSERT_TRUE(cp_->Heartbeat(admin_, Node("n1", {Gpu(0)}), {}).ok());
+  EXPECT_EQ(Bind(), 1);
+}
+
+TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller alice = TenantUser("alice", "g");
+  std::vector<RowId> tasks;
+  for (int i = 0; i < 6; ++i) tasks.push_back(Submit(alice, 10000 + i, 10).id);
+  Bind();
+  ASSERT_TRUE(cp_->DeleteSlice(admin_, *Get(tasks[5]).slice_id, "x").ok());
+  const RowId highest = *Get(tasks[5]).slice_id;
+  const std::int64_t accounted = cp_->Stats(admin_)->accounted_memory_mib;
+  Open();
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+      << cp_->CheckLedgerMatchesStore().ToString();
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, accounted);
+  const Caller again = TenantUser("alice");
+  const TaskRow t = Submit(again, 1024);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_GT(*Get(t.id).slice_id, highest);
+  // The tenancy survived: an outsider does not land next to alice.
+  const Caller bob = TenantUser("bob");
+  const TaskRow b = Submit(bob, 1024);
+  EXPECT_EQ(Bind(), 1);
+  const int bob_gpu = SliceOf(Get(b.id)).gpu_indices[0];
+  for (RowId id : tasks) {
+    const TaskRow task = Get(id);
+    if (task.state != TaskState::kScheduled) continue;
+    auto s = cp_->GetSlice(admin_, *task.slice_id);
+    if (s->state == store::SliceState::kAllocated) {
+      EXPECT_NE(s->gpu_indices[0], bob_gpu);
+    }
+  }
+}
+
+TEST_F(ControlPlaneTest, ReadsAreNarrowedToTheCallersTenant) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller a = TenantUser("a");
+  const Caller b = TenantUser("b");
+  const TaskRow ta = Submit(a, 4096);
+  Submit(b, 2048);
+  Bind();
+  EXPECT_EQ(cp_->GetTask(b, ta.id).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cp_->GetSlice(b, *Get(ta.id).slice_id).status().code(),
+            StatusCode::kNotFound);
+  auto slices = cp_->ListSlices(b, {});
+  ASSERT_EQ(slices->items.size(), 1u);
+  EXPECT_EQ(slices->items[0].tenant_id, *b.tenant_id);
+  auto stats = cp_->Stats(b);
+  EXPECT_FALSE(stats->cluster_scope);
+  EXPECT_EQ(stats->accounted_memory_mib, 2048);
+  for (const GpuStats& g : stats->per_gpu) {
+    EXPECT_EQ(g.tenants, std::vector<std::string>{"b"});
+  }
+  auto history = cp_->History(b, {});
+  for (const auto& h : history->items) EXPECT_EQ(h.tenant_id, b.tenant_id);
+  Caller node;
+  node.role = Role::kNode;
+  EXPECT_TRUE(cp_->Stats(node)->per_gpu.empty());
+}
+
+TEST_F(ControlPlaneTest, TokensAreHashedAndRevocable) {
+  auto bootstrap = cp_->BootstrapAdmin(std::nullopt);
+  ASSERT_TRUE(bootstrap.ok());
+  ASSERT_TRUE(bootstrap->has_value());
+  EXPECT_FALSE(cp_->BootstrapAdmin(std::nullopt)->has_value());  // once
+  auto admin = cp_->Authenticate(**bootstrap);
+  ASSERT_TRUE(admin.ok());
+  EXPECT_TRUE(admin->admin());
+  TenantUser("alice");
+  auto created = cp_->CreateToken(*admin, Role::kUser, "alice", "ci");
+  ASSERT_TRUE(created.ok());
+  auto user = cp_->Authenticate(created->second);
+  ASSERT_TRUE(user.ok());
+  EXPECT_EQ(user->tenant, "alice");
+  auto tokens = cp_->ListTokens(*admin);
+  for (const auto& t : *tokens) EXPECT_NE(t.hash, created->second);
+  ASSERT_TRUE(cp_->RevokeToken(*admin, created->first.id).ok());
+  EXPECT_EQ(cp_->Authenticate(created->second).status().code(),
+            StatusCode::kUnauthenticated);
+  EXPECT_EQ(cp_->CreateToken(*user, Role::kUser, "alice", "").status().code(),
+            StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace hf::server

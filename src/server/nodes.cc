@@ -1,0 +1,550 @@
+// ControlPlane: the agent side (SPEC.md sections 3, 5, 8): registration and
+// heartbeats (capabilities and health taken afresh every time), the
+// compensation path, assignments, task-state reports and the MIG command
+// channel.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "server/control_plane.h"
+#include "server/internal.h"
+
+namespace hf::server {
+
+using store::Millis;
+
+using store::GpuRow;
+using store::NodeRow;
+using store::Role;
+using store::SliceRow;
+using store::TaskRow;
+using store::TaskState;
+using store::Txn;
+
+namespace {
+
+Status ValidateNodeReport(const NodeReport& report) {
+  HF_RETURN_IF_ERROR(ValidateName(report.name, "node_id"));
+  if (report.gpus.size() > 64) {
+    return Status::InvalidArgument("at most 64 GPUs per node", "gpus");
+  }
+  std::set<int> indices;
+  std::set<std::string> uuids;
+  for (std::size_t i = 0; i < report.gpus.size(); ++i) {
+    const GpuReport& g = report.gpus[i];
+    const std::string at = "gpus[" + std::to_string(i) + "].";
+    if (g.index < 0 || g.index > 1023) {
+      return Status::InvalidArgument("must be 0..1023", at + "index");
+    }
+    if (!indices.insert(g.index).second) {
+      return Status::InvalidArgument("appears twice", at + "index");
+    }
+    if (g.uuid.empty() || g.uuid.size() > 128) {
+      return Status::InvalidArgument("is required (1..128 characters)",
+                                     at + "uuid");
+    }
+    if (!uuids.insert(g.uuid).second) {
+      return Status::InvalidArgument("appears twice", at + "uuid");
+    }
+    if (g.memory_mib <= 0) {
+      return Status::InvalidArgument("must be positive", at + "memory_mb");
+    }
+    HF_RETURN_IF_ERROR(ValidateName(g.vendor, at + "vendor"));
+  }
+  return Status::Ok();
+}
+
+Status RequireAgent(const Caller& caller) {
+  if (caller.role == Role::kNode || caller.admin()) return Status::Ok();
+  return Status::PermissionDenied("this endpoint needs a node token");
+}
+
+GpuRow GpuRowFrom(RowId node_id, const GpuReport& g, Millis now) {
+  GpuRow row;
+  row.node_id = node_id;
+  row.index = g.index;
+  row.uuid = g.uuid;
+  row.vendor = g.vendor;
+  row.model = g.model;
+  row.memory_mib = g.memory_mib;
+  row.cc_major = g.cc_major;
+  row.cc_minor = g.cc_minor;
+  row.mig_capable = g.mig_capable;
+  row.mps_capable = g.mps_capable;
+  row.lost = g.lost;
+  row.updated_at = now;
+  return row;
+}
+
+bool SameGpu(const GpuRow& a, const GpuRow& b) {
+  return a.uuid == b.uuid && a.vendor == b.vendor && a.model == b.model &&
+         a.memory_mib == b.memory_mib && a.cc_major == b.cc_major &&
+         a.cc_minor == b.cc_minor && a.mig_capable == b.mig_capable &&
+         a.mps_capable == b.mps_capable && a.lost == b.lost;
+}
+
+}  // namespace
+
+StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
+                                             const std::string& node) {
+  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  std::optional<NodeRow> row;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto n = txn.FindNode(node);
+    if (n.ok()) row = *n;
+    return Status::Ok();
+  }));
+  if (!row) {
+    return Status::NotFound(
+        "node '" + node + "' is not registered (POST /api/v1/nodes/register)");
+  }
+  return *row;
+}
+
+StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
+                                             const NodeReport& report) {
+  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  HF_RETURN_IF_ERROR(ValidateNodeReport(report));
+  const store::Millis now = clock_->NowMillis();
+  NodeRow stored;
+  std::vector<GpuRow> gpus;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    gpus.clear();
+    NodeRow row;
+    auto existing = txn.FindNode(report.name);
+    if (existing.ok()) {
+      row = *existing;
+    } else {
+      row.registered_at = now;
+    }
+    row.name = report.name;
+    row.containerized = report.containerized;
+    row.cpu_milli = report.cpu_milli;
+    row.host_memory_mib = report.host_memory_mib;
+    row.agent_version = report.agent_version;
+    row.last_heartbeat_at = now;
+    auto upserted = txn.UpsertNode(row);
+    if (!upserted.ok()) return upserted.status();
+    stored = *upserted;
+    auto known = txn.ListGpus(stored.id);
+    if (!known.ok()) return known.status();
+    std::map<int, GpuRow> by_index;
+    for (GpuRow& g : *known) by_index[g.index] = g;
+    for (const GpuReport& g : report.gpus) {
+      GpuRow row_gpu = GpuRowFrom(stored.id, g, now);
+      auto it = by_index.find(g.index);
+      if (it == by_index.end() || !SameGpu(it->second, row_gpu)) {
+        auto up = txn.UpsertGpu(row_gpu);
+        if (!up.ok()) return up.status();
+        row_gpu = *up;
+      } else {
+        row_gpu = it->second;
+      }
+      gpus.push_back(row_gpu);
+      if (it != by_index.end()) by_index.erase(it);
+    }
+    // A GPU the node no longer reports is lost; its slices stay.
+    for (auto& [index, g] : by_index) {
+      if (!g.lost) {
+        g.lost = true;
+        g.updated_at = now;
+        auto up = txn.UpsertGpu(g);
+        if (!up.ok()) return up.status();
+      }
+      gpus.push_back(g);
+    }
+    return Status::Ok();
+  }));
+  {
+    std::lock_guard names(names_mu_);
+    node_names_[stored.id] = stored.name;
+  }
+  node_hook_[stored.id] = report.hook_available;
+  for (const GpuRow& g : gpus) HF_RETURN_IF_ERROR(SyncGpuLocked(stored, g));
+  auto node_id = LedgerNodeLocked(stored);
+  if (!node_id.ok()) return node_id.status();
+  WakeScheduler();
+  return stored;
+}
+
+Status ControlPlane::Heartbeat(const Caller& caller, const NodeReport& report,
+                               const std::vector<RunningTask>& tasks) {
+  auto node = NodeForAgent(caller, report.name);
+  if (!node.ok()) return node.status();
+  auto stored = RegisterNode(caller, report);  // capabilities afresh
+  if (!stored.ok()) return stored.status();
+  std::lock_guard lock(mu_);
+  for (const RunningTask& t : tasks) {
+    if (t.state != "running") continue;
+    Status s = CompensateLocked(*stored, t);
+    if (!s.ok()) {
+      spdlog::warn("compensation for task {} on {}: {}", t.task_id,
+                   stored->name, s.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+// The compensation path (SPEC.md section 5): a task the agent runs that
+// holds no live slice gets a ledger-only slice pinned to the GPU it really
+// uses. Env injection is too late then; the slice is recorded so the ledger
+// tells the truth.
+Status ControlPlane::CompensateLocked(const NodeRow& node,
+                                      const RunningTask& report) {
+  std::optional<TaskRow> task;
+  std::optional<SliceRow> slice;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto t = txn.GetTask(report.task_id);
+    if (!t.ok()) return Status::Ok();
+    task = *t;
+    if (t->slice_id) {
+      auto s = txn.GetSlice(*t->slice_id);
+      if (s.ok()) slice = *s;
+    }
+    return Status::Ok();
+  }));
+  if (!task || store::IsTerminal(task->state)) return Status::Ok();
+  if (slice && slice->state != store::SliceState::kReleased) {
+    return Status::Ok();
+  }
+  if (report.gpu_indices.empty()) {
+    return Status::InvalidArgument("running task reported without GPUs",
+                                   "tasks.gpu_indices");
+  }
+  ledger::Allocation a;
+  a.id = ledger_->ReserveSliceId();
+  a.tenant = TenantId(task->tenant_id);
+  a.kind = task->gpu_required > 0 ? ledger::RequestKind::kWholeGpus
+                                  : ledger::RequestKind::kSlice;
+  for (int index : report.gpu_indices) {
+    auto gpu = LedgerGpuLocked(node.id, index);
+    if (!gpu.ok()) return gpu.status();
+    a.gpus.push_back(*gpu);
+  }
+  if (a.kind == ledger::RequestKind::kSlice) {
+    a.gpus.resize(1);
+    a.memory_mib = task->memory_mib.value_or(0);
+    a.compute_percent =
+        task->compute_percent.value_or(options_.default_compute_percent);
+    a.compute_defaulted = !task->compute_percent;
+  }
+  const store::Millis now = clock_->NowMillis();
+  auto restored = ledger_->Restore(a);
+  if (!restored.ok()) {
+    // Recorded in the history so an operator sees the conflict.
+    const std::string why = restored.status().message();
+    (void)store_->Write([&](Txn& txn) -> Status {
+      store::HistoryRow h;
+      h.op = "compensate_refused";
+      h.at = now;
+      h.task_id = task->id;
+      h.tenant_id = task->tenant_id;
+      h.node_id = node.id;
+      h.gpu_indices = report.gpu_indices;
+      h.actor = "agent:" + node.name;
+      h.reason = "running task has no slice and cannot be recorded: " + why;
+      return txn.AppendHistory(h).status();
+    });
+    return restored.status();
+  }
+  SliceRow row;
+  row.id = static_cast<RowId>(restored->id.value());
+  row.task_id = task->id;
+  row.tenant_id = task->tenant_id;
+  row.node_id = node.id;
+  row.whole = restored->kind == ledger::RequestKind::kWholeGpus;
+  for (GpuId g : restored->gpus) {
+    row.gpu_indices.push_back(gpu_keys_.at(g).index);
+  }
+  row.memory_mib = restored->memory_mib;
+  row.compute_percent = restored->compute_percent;
+  row.compute_defaulted = restored->compute_defaulted;
+  const scheduler::QosDecision qos = QosForGpuLocked(restored->gpus.front());
+  row.qos_level = std::string(scheduler::QosLevelName(qos.level));
+  row.enforcement = {};  // nothing was injected: ledger only
+  row.origin = "compensation";
+  row.created_at = now;
+  Status written = store_->Write([&](Txn& txn) -> Status {
+    auto t = txn.GetTask(task->id);
+    if (!t.ok()) return t.status();
+    TaskRow updated = *t;
+    updated.slice_id = row.id;
+    updated.node_id = node.id;
+    updated.gpu_indices = row.gpu_indices;
+    if (updated.state == TaskState::kPending ||
+        updated.state == TaskState::kScheduled) {
+      updated.state = TaskState::kRunning;
+      updated.pending_reason.clear();
+    }
+    updated.updated_at = now;
+    HF_RETURN_IF_ERROR(txn.UpdateTask(updated).status());
+    HF_RETURN_IF_ERROR(txn.InsertSlice(row));
+    store::HistoryRow h = HistoryFor(row, "compensate");
+    h.at = now;
+    h.actor = "agent:" + node.name;
+    h.reason = "task reported running without a slice; recorded ledger-only";
+    return txn.AppendHistory(h).status();
+  });
+  if (!written.ok()) {
+    (void)ledger_->Release(restored->id);
+    return written;
+  }
+  {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;  // the task may have been pending here
+  }
+  return Status::Ok();
+}
+
+StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
+                                                   const std::string& node) {
+  auto row = NodeForAgent(caller, node);
+  if (!row.ok()) return row.status();
+  Assignments out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    for (TaskState state : {TaskState::kScheduled, TaskState::kRunning}) {
+      store::TaskFilter f;
+      f.state = state;
+      f.node_id = row->id;
+      f.limit = 1000;
+      for (;;) {
+        auto tasks = txn.ListTasks(f);
+        if (!tasks.ok()) return tasks.status();
+        for (TaskRow& t : *tasks) {
+          if (t.cancel_requested) {
+            out.cancel.push_back(t.id);
+            continue;
+          }
+          if (state != TaskState::kScheduled) continue;
+          auto qos = t.env.find("HETEROFLOW_SLICE_QOS");
+          const bool gold = qos != t.env.end() && qos->second == "gold";
+          // A gold task is held until its MIG device exists (SPEC.md 8).
+          if (gold && !t.labels.contains("heteroflow.mig_device_id")) continue;
+          out.run.push_back(std::move(t));
+        }
+        if (static_cast<int>(tasks->size()) < f.limit) break;
+        f.after_id = tasks->back().id;
+      }
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+StatusOr<int> ControlPlane::ReportTaskStates(
+    const Caller& caller, const std::string& node,
+    const std::vector<TaskStateReport>& states) {
+  auto row = NodeForAgent(caller, node);
+  if (!row.ok()) return row.status();
+  int accepted = 0;
+  std::vector<RowId> released;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    accepted = 0;
+    released.clear();
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      const TaskStateReport& r = states[i];
+      auto t = txn.GetTask(r.task_id);
+      if (!t.ok() || t->node_id != row->id) {
+        return Status::InvalidArgument(
+            "task " + std::to_string(r.task_id) + " is not bound to node " +
+                node,
+            "states[" + std::to_string(i) + "].task_id");
+      }
+      TaskRow task = *t;
+      if (store::IsTerminal(task.state) || task.state == r.state) continue;
+      if (r.state == TaskState::kPending || r.state == TaskState::kScheduled) {
+        return Status::InvalidArgument(
+            "agents report running, succeeded, failed or cancelled",
+            "states[" + std::to_string(i) + "].state");
+      }
+      task.state = r.state;
+      task.exit_code = r.exit_code;
+      if (!r.message.empty()) task.message = r.message.substr(0, 4096);
+      task.updated_at = clock_->NowMillis();
+      if (store::IsTerminal(r.state)) {
+        HF_RETURN_IF_ERROR(ReleaseTaskSliceInTxn(
+            txn, task, "agent:" + node,
+            "task " + std::string(store::TaskStateName(r.state)), released));
+      }
+      HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+      ++accepted;
+    }
+    return Status::Ok();
+  }));
+  ApplyReleasesLocked(released);
+  return accepted;
+}
+
+StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
+    const Caller& caller, const std::string& node) {
+  auto row = NodeForAgent(caller, node);
+  if (!row.ok()) return row.status();
+  std::vector<store::SliceRequestRow> out;
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    out.clear();
+    store::SliceRequestFilter f;
+    f.node_id = row->id;
+    f.state = store::SliceRequestState::kPending;
+    f.limit = 100;
+    auto rows = txn.ListSliceRequests(f);
+    if (!rows.ok()) return rows.status();
+    for (store::SliceRequestRow& r : *rows) {
+      r.state = store::SliceRequestState::kClaimed;
+      r.claimed_at = clock_->NowMillis();
+      HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(r));
+      out.push_back(r);
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
+    const Caller& caller, RowId id, const MigResult& result) {
+  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  store::SliceRequestRow out;
+  std::vector<RowId> released;
+  bool requeue = false;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    released.clear();
+    requeue = false;
+    auto r = txn.GetSliceRequest(id);
+    if (!r.ok())
+      return Status::NotFound("no slice request " + std::to_string(id));
+    store::SliceRequestRow cmd = *r;
+    if (cmd.state == store::SliceRequestState::kDone ||
+        cmd.state == store::SliceRequestState::kFailed) {
+      out = cmd;  // repeated report: idempotent
+      return Status::Ok();
+    }
+    const Millis now = clock_->NowMillis();
+    cmd.finished_at = now;
+    auto slice = txn.GetSlice(cmd.slice_id);
+    if (!slice.ok()) return slice.status();
+    SliceRow s = *slice;
+    store::HistoryRow h = HistoryFor(s, "mig_" + cmd.action);
+    h.at = now;
+    h.actor = caller.Actor();
+    if (cmd.action == "create") {
+      if (result.ok && !result.device_id.empty()) {
+        cmd.state = store::SliceRequestState::kDone;
+        cmd.device_id = result.device_id.substr(0, 256);
+        s.mig_device_id = cmd.device_id;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+        if (s.task_id) {
+          auto t = txn.GetTask(*s.task_id);
+          if (t.ok() && t->slice_id == s.id) {
+            TaskRow task = *t;
+            task.labels["heteroflow.mig_device_id"] = cmd.device_id;
+            ApplySliceEnv(SliceEnvFor(s), task.env);
+            task.updated_at = now;
+            HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+          }
+        }
+        h.reason = "MIG partition " + cmd.device_id + " created";
+      } else {
+        // Roll the bind back: release the slice, strip the env, the task
+        // goes back to pending and is retried.
+        cmd.state = store::SliceRequestState::kFailed;
+        cmd.error = result.error.empty() ? "MIG create failed" : result.error;
+        s.state = store::SliceState::kReleased;
+        s.released_at = now;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+        released.push_back(s.id);
+        if (s.task_id) {
+          auto t = txn.GetTask(*s.task_id);
+          if (t.ok() && t->slice_id == s.id &&
+              t->state == TaskState::kScheduled) {
+            TaskRow task = *t;
+            task.state = TaskState::kPending;
+            task.slice_id.reset();
+            task.node_id.reset();
+            task.gpu_indices.clear();
+            StripSliceEnv(task.env);
+            auto node_row = txn.GetNode(cmd.node_id);
+            task.pending_reason = "MIG partition create failed on node " +
+                                  (node_row.ok() ? node_row->name : "?") +
+                                  " GPU " + std::to_string(cmd.gpu_index) +
+                                  ": " + cmd.error;
+            task.updated_at = now;
+            HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+            requeue = true;
+          }
+        }
+        h.op = "release";
+        h.reason = "MIG create failed: " + cmd.error;
+      }
+    } else {  // destroy
+      if (result.ok) {
+        cmd.state = store::SliceRequestState::kDone;
+        if (s.state != store::SliceState::kReleased) {
+          s.state = store::SliceState::kReleased;
+          s.released_at = now;
+          HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+          released.push_back(s.id);
+        }
+        h.op = "release";
+        h.reason = "MIG partition destroyed";
+      } else {
+        cmd.state = store::SliceRequestState::kFailed;
+        cmd.error = (result.orphaned ? "MIG_PARTITION_ORPHANED: " : "") +
+                    (result.error.empty() ? std::string("destroy failed")
+                                          : result.error);
+        h.op = result.orphaned ? "mig_orphaned" : "mig_destroy_failed";
+        h.reason = cmd.error + " (the slice stays accounted)";
+      }
+    }
+    HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(cmd));
+    HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+    out = cmd;
+    return Status::Ok();
+  }));
+  ApplyReleasesLocked(released);
+  if (requeue) {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
+  return out;
+}
+
+StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  std::vector<NodeView> out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto nodes = txn.ListNodes();
+    if (!nodes.ok()) return nodes.status();
+    auto gpus = txn.ListGpus(std::nullopt);
+    if (!gpus.ok()) return gpus.status();
+    for (NodeRow& n : *nodes) {
+      NodeView v;
+      v.node = n;
+      for (const GpuRow& g : *gpus) {
+        if (g.node_id == n.id) v.gpus.push_back(g);
+      }
+      out.push_back(std::move(v));
+    }
+    return Status::Ok();
+  }));
+  std::lock_guard lock(mu_);
+  for (NodeView& v : out) {
+    auto it = node_hook_.find(v.node.id);
+    v.hook_available = it != node_hook_.end() && it->second;
+  }
+  return out;
+}
+
+StatusOr<NodeView> ControlPlane::GetNode(const Caller& caller,
+                                         const std::string& name) {
+  auto nodes = ListNodes(caller);
+  if (!nodes.ok()) return nodes.status();
+  for (NodeView& v : *nodes) {
+    if (v.node.name == name) return std::move(v);
+  }
+  return Status::NotFound("no node '" + name + "'");
+}
+
+}  // namespace hf::server

@@ -1,0 +1,462 @@
+// ControlPlane: the scheduler's bind (SPEC.md section 5) and its loop, the
+// orphan GC and the stuck-command watchdog.
+//
+// A bind pass takes a batch of pending tasks, places each in the ledger
+// (under mu_), and persists the whole batch in one store transaction: per
+// task a compare-and-set on its version (the claim), the slice, the
+// injected env vars, the history entry and, for gold, the MIG create
+// command. A task whose claim loses (cancelled meanwhile) has its placement
+// undone; if the transaction fails, every placement of the batch is undone
+// and the tasks stay pending. Tasks that do not fit keep a `pending_reason`
+// and are retried when capacity frees up (the ledger generation moves) or
+// every retry interval.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "gpu/mig_profiles.h"
+#include "server/control_plane.h"
+#include "server/internal.h"
+
+namespace hf::server {
+
+using store::Millis;
+
+using store::SliceRow;
+using store::TaskRow;
+using store::TaskState;
+using store::Txn;
+
+namespace {
+
+struct Decision {
+  RowId task_id = 0;
+  enum Kind { kPlaced, kWaiting, kFailed } kind = kWaiting;
+  TaskRow updated;     // the row to write (CAS on its version)
+  bool write = false;  // kWaiting: only when the reason changed
+  SliceRow slice;      // kPlaced
+  std::optional<store::SliceRequestRow> mig_create;  // kPlaced, gold
+  bool claim_lost = false;  // set inside the transaction
+  TaskRow stored;           // set inside the transaction
+};
+
+}  // namespace
+
+void ControlPlane::WakeScheduler() { sched_cv_.notify_one(); }
+
+scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu) {
+  scheduler::QosDecision qos;
+  ledger_->Read([&](const ledger::ClusterView& view) {
+    const ledger::GpuRecord& g = view.gpu(gpu);
+    const ledger::NodeRecord& n = view.node(g.node);
+    bool hook = false;
+    auto row = node_rows_.find(g.node);
+    if (row != node_rows_.end()) {
+      auto h = node_hook_.find(row->second);
+      hook = h != node_hook_.end() && h->second;
+    }
+    qos = scheduler::DeriveQos(g.spec, n.spec.containerized, hook);
+  });
+  return qos;
+}
+
+std::vector<std::string> ControlPlane::AllowedModelsLocked(
+    const std::string& vendor) const {
+  if (vendors_models_.size() <= 1 && vendors_models_.contains(vendor)) {
+    return {};  // every GPU is of that vendor
+  }
+  auto it = vendors_models_.find(vendor);
+  if (it == vendors_models_.end() || it->second.empty()) {
+    // Matches no GPU: the failure explains it as a model mismatch.
+    return {"(no " + vendor + " GPU in the cluster)"};
+  }
+  return {it->second.begin(), it->second.end()};
+}
+
+std::string ControlPlane::ChooseMigProfileLocked(GpuId gpu,
+                                                 const SliceRow& slice) {
+  ledger::GpuSpec spec;
+  ledger_->Read(
+      [&](const ledger::ClusterView& view) { spec = view.gpu(gpu).spec; });
+  const gpu::MigModelTable* table =
+      gpu::FindMigTable(spec.model, spec.memory_mib);
+  if (table == nullptr) return "";
+  std::optional<MemoryMib> memory;
+  if (slice.memory_mib > 0) memory = slice.memory_mib;
+  std::optional<ComputePercent> compute;
+  if (!slice.compute_defaulted) compute = slice.compute_percent;
+  // The agent checks placement availability on the real GPU; the profile
+  // is the smallest one that covers the request.
+  auto choice = gpu::ChooseMigInstance(*table, memory, compute, {});
+  return choice.ok() ? choice->profile : "";
+}
+
+SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice) {
+  SliceEnvInput in;
+  in.slice_id = slice.id;
+  in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
+  std::string uuids;
+  std::string vendor = "nvidia";
+  for (int index : slice.gpu_indices) {
+    auto gpu = LedgerGpuLocked(slice.node_id, index);
+    if (!gpu.ok()) continue;
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      if (!uuids.empty()) uuids += ",";
+      uuids += view.gpu(*gpu).spec.uuid;
+      vendor = view.gpu(*gpu).spec.vendor;
+    });
+  }
+  in.gpu_uuids = uuids;
+  in.vendor = vendor;
+  in.qos_level = slice.qos_level;
+  in.whole = slice.whole;
+  in.memory_mib = slice.memory_mib;
+  in.compute_percent = slice.compute_defaulted ? 0 : slice.compute_percent;
+  in.mig_device_id = slice.mig_device_id;
+  return in;
+}
+
+StatusOr<int> ControlPlane::BindPendingOnce() {
+  std::lock_guard bind_lock(bind_mu_);
+  std::vector<TaskRow> incoming;
+  bool resync = false;
+  {
+    std::lock_guard lock(sched_mu_);
+    incoming.swap(incoming_);
+    resync = resync_;
+    resync_ = false;
+  }
+  if (resync) {
+    std::map<RowId, PendingTask> fresh;
+    RowId after = 0;
+    for (;;) {
+      std::vector<TaskRow> page;
+      HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+        store::TaskFilter f;
+        f.state = TaskState::kPending;
+        f.after_id = after;
+        f.limit = 1000;
+        auto rows = txn.ListTasks(f);
+        if (!rows.ok()) return rows.status();
+        page = std::move(*rows);
+        return Status::Ok();
+      }));
+      if (page.empty()) break;
+      after = page.back().id;
+      for (TaskRow& t : page) {
+        PendingTask entry;
+        auto old = pending_.find(t.id);
+        if (old != pending_.end() && old->second.row.version == t.version) {
+          entry = old->second;
+        }
+        entry.row = std::move(t);
+        fresh[entry.row.id] = std::move(entry);
+      }
+    }
+    pending_ = std::move(fresh);
+  }
+  for (TaskRow& t : incoming) {
+    if (!pending_.contains(t.id)) pending_[t.id] = PendingTask{std::move(t)};
+  }
+  pending_count_.store(static_cast<int>(pending_.size()));
+
+  const std::uint64_t generation = generation_.load();
+  const store::Millis now = clock_->NowMillis();
+  std::vector<PendingTask*> batch;
+  for (auto& [id, entry] : pending_) {
+    if (static_cast<int>(batch.size()) >= options_.bind_batch) break;
+    const bool fresh_task = entry.failed_generation == 0;
+    const bool capacity_changed = entry.failed_generation != generation;
+    const bool retry_due = now - entry.last_try >= options_.retry_interval_ms;
+    if (fresh_task || capacity_changed || retry_due) batch.push_back(&entry);
+  }
+  if (batch.empty()) return 0;
+
+  std::lock_guard lock(mu_);
+  std::vector<Decision> decisions;
+  decisions.reserve(batch.size());
+  for (PendingTask* entry : batch) {
+    const TaskRow& task = entry->row;
+    Decision d;
+    d.task_id = task.id;
+    d.updated = task;
+    ledger::PlacementRequest request;
+    request.tenant = TenantId(task.tenant_id);
+    if (task.gpu_required > 0) {
+      request.kind = ledger::RequestKind::kWholeGpus;
+      request.gpu_count = task.gpu_required;
+    } else {
+      request.kind = ledger::RequestKind::kSlice;
+      request.memory_mib = task.memory_mib;
+      if (task.compute_percent) request.compute_percent = *task.compute_percent;
+    }
+    request.allowed_models = AllowedModelsLocked(task.gpu_type);
+    ledger::PlacementResult result = ledger_->Place(request, *policy_);
+    if (result.placed()) {
+      const ledger::Allocation& a = result.allocation;
+      SliceRow& slice = d.slice;
+      slice.id = static_cast<RowId>(a.id.value());
+      slice.task_id = task.id;
+      slice.tenant_id = task.tenant_id;
+      slice.node_id = node_rows_.at(a.node);
+      slice.whole = a.kind == ledger::RequestKind::kWholeGpus;
+      for (GpuId g : a.gpus) {
+        slice.gpu_indices.push_back(gpu_keys_.at(g).index);
+      }
+      slice.memory_mib = a.memory_mib;
+      slice.compute_percent = a.compute_percent;
+      slice.compute_defaulted = a.compute_defaulted;
+      const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
+      slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
+      slice.enforcement = qos.enforcement;
+      slice.origin = "scheduler";
+      slice.created_at = now;
+      if (qos.level == scheduler::QosLevel::kGold && !slice.whole) {
+        store::SliceRequestRow cmd;
+        cmd.node_id = slice.node_id;
+        cmd.slice_id = slice.id;
+        cmd.task_id = task.id;
+        cmd.action = "create";
+        cmd.gpu_index = slice.gpu_indices[0];
+        cmd.gpu_uuid = GpuUuidLocked(slice.node_id, cmd.gpu_index);
+        cmd.profile = ChooseMigProfileLocked(a.gpus.front(), slice);
+        cmd.created_at = now;
+        cmd.deadline_at = now + options_.mig_command_deadline_ms;
+        d.mig_create = cmd;
+      }
+      TaskRow& t = d.updated;
+      t.state = TaskState::kScheduled;
+      t.slice_id = slice.id;
+      t.node_id = slice.node_id;
+      t.gpu_indices = slice.gpu_indices;
+      t.pending_reason.clear();
+      t.message.clear();
+      std::erase_if(t.labels, [](const auto& kv) {
+        return kv.first.starts_with("heteroflow.");
+      });
+      // Strip every variable of an older slice, inject this one's.
+      ApplySliceEnv(SliceEnvFor(slice), t.env);
+      t.updated_at = now;
+      d.kind = Decision::kPlaced;
+      d.write = true;
+    } else if (result.outcome == ledger::PlacementOutcome::kInvalid) {
+      d.kind = Decision::kFailed;
+      d.updated.state = TaskState::kFailed;
+      d.updated.pending_reason.clear();
+      d.updated.message = "cannot be scheduled: " + result.status.ToString();
+      d.updated.updated_at = now;
+      d.write = true;
+    } else {
+      d.kind = Decision::kWaiting;
+      const std::string& reason = result.message;
+      if (reason != task.pending_reason) {
+        d.updated.pending_reason = reason;
+        d.updated.updated_at = now;
+        d.write = true;
+      }
+    }
+    decisions.push_back(std::move(d));
+  }
+
+  Status written = store_->Write([&](Txn& txn) -> Status {
+    for (Decision& d : decisions) {
+      d.claim_lost = false;
+      if (!d.write) continue;
+      auto stored = txn.UpdateTask(d.updated);
+      if (!stored.ok()) {
+        if (stored.status().code() == StatusCode::kAborted ||
+            stored.status().code() == StatusCode::kNotFound) {
+          d.claim_lost = true;  // changed (e.g. cancelled) since we read it
+          continue;
+        }
+        return stored.status();
+      }
+      d.stored = *stored;
+      if (d.kind != Decision::kPlaced) continue;
+      HF_RETURN_IF_ERROR(txn.InsertSlice(d.slice));
+      store::HistoryRow h = HistoryFor(d.slice, "allocate");
+      h.at = d.slice.created_at;
+      h.actor = "scheduler";
+      h.reason = "bound task " + std::to_string(d.task_id) + " (" +
+                 d.slice.qos_level + ")";
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+      if (d.mig_create) {
+        auto cmd = txn.InsertSliceRequest(*d.mig_create);
+        if (!cmd.ok()) return cmd.status();
+      }
+    }
+    return Status::Ok();
+  });
+
+  int bound = 0;
+  bool lost_any = false;
+  for (Decision& d : decisions) {
+    if (!written.ok() || d.claim_lost) {
+      if (d.kind == Decision::kPlaced) {
+        (void)ledger_->Release(SliceId(static_cast<std::uint64_t>(d.slice.id)));
+      }
+      if (d.claim_lost) {
+        pending_.erase(d.task_id);
+        lost_any = true;
+      }
+      continue;
+    }
+    auto it = pending_.find(d.task_id);
+    if (d.kind == Decision::kWaiting) {
+      if (it != pending_.end()) {
+        if (d.write) it->second.row = d.stored;
+        it->second.failed_generation = generation;
+        it->second.last_try = now;
+      }
+      continue;
+    }
+    if (d.kind == Decision::kPlaced) ++bound;
+    pending_.erase(d.task_id);
+  }
+  pending_count_.store(static_cast<int>(pending_.size()));
+  if (lost_any) {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
+  if (!written.ok()) {
+    BumpGeneration();  // the undone placements freed capacity again
+    return written.WithContext("persisting a bind batch");
+  }
+  return bound;
+}
+
+void ControlPlane::SchedulerLoop() {
+  std::uint64_t last_generation = 0;
+  Millis last_resync = clock_->NowMillis();
+  for (;;) {
+    {
+      std::unique_lock lock(sched_mu_);
+      sched_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] {
+        return stop_ || !incoming_.empty() || resync_ ||
+               generation_.load() != last_generation;
+      });
+      if (stop_) return;
+      const Millis now = clock_->NowMillis();
+      if (now - last_resync >= 30'000) {
+        resync_ = true;  // tasks written by other paths or instances
+        last_resync = now;
+      }
+    }
+    last_generation = generation_.load();
+    auto bound = BindPendingOnce();
+    if (!bound.ok()) {
+      spdlog::error("scheduler: {}", bound.status().ToString());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::lock_guard lock(sched_mu_);
+      resync_ = true;
+    }
+  }
+}
+
+// ------------------------------------------------------------------- GC
+
+StatusOr<int> ControlPlane::RunGcOnce() {
+  const store::Millis now = clock_->NowMillis();
+  struct Candidate {
+    RowId slice_id;
+    std::string reason;
+  };
+  std::vector<Candidate> candidates;
+  RowId after = 0;
+  for (;;) {
+    std::vector<SliceRow> page;
+    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+      store::SliceFilter f;
+      f.state = store::SliceState::kAllocated;
+      f.after_id = after;
+      f.limit = 1000;
+      auto rows = txn.ListSlices(f);
+      if (!rows.ok()) return rows.status();
+      page = std::move(*rows);
+      for (const SliceRow& s : page) {
+        if (!s.task_id) continue;  // operator reservations are not orphans
+        if (now - s.created_at < options_.gc_min_age_ms) continue;
+        auto task = txn.GetTask(*s.task_id);
+        if (!task.ok()) {
+          if (task.status().code() != StatusCode::kNotFound) {
+            return task.status();
+          }
+          candidates.push_back({s.id, "orphan: task " +
+                                          std::to_string(*s.task_id) +
+                                          " no longer exists"});
+        } else if (store::IsTerminal(task->state)) {
+          candidates.push_back(
+              {s.id, "orphan: task " + std::to_string(*s.task_id) + " is " +
+                         std::string(store::TaskStateName(task->state))});
+        } else if (task->slice_id != s.id) {
+          candidates.push_back({s.id, "orphan: task " +
+                                          std::to_string(*s.task_id) +
+                                          " holds another slice"});
+        }
+      }
+      return Status::Ok();
+    }));
+    if (page.empty()) break;
+    after = page.back().id;
+  }
+
+  int released_count = 0;
+  if (!candidates.empty()) {
+    std::vector<RowId> released;
+    std::lock_guard lock(mu_);
+    HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+      released.clear();
+      for (const Candidate& c : candidates) {
+        auto slice = txn.GetSlice(c.slice_id);
+        if (!slice.ok()) continue;
+        HF_RETURN_IF_ERROR(ReleaseInTxn(txn, *slice, "gc", c.reason, released));
+      }
+      return Status::Ok();
+    }));
+    released_count = static_cast<int>(candidates.size());
+    ApplyReleasesLocked(released);
+  }
+
+  // MIG commands past their deadline: the hardware state is unknown.
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    for (auto state : {store::SliceRequestState::kPending,
+                       store::SliceRequestState::kClaimed}) {
+      store::SliceRequestFilter f;
+      f.state = state;
+      f.limit = 1000;
+      auto rows = txn.ListSliceRequests(f);
+      if (!rows.ok()) return rows.status();
+      for (store::SliceRequestRow& row : *rows) {
+        if (row.deadline_at == 0 || row.deadline_at > now) continue;
+        row.state = store::SliceRequestState::kStuck;
+        row.error =
+            "HARDWARE STATE UNKNOWN: no result from the agent before the "
+            "deadline; check the GPU's MIG instances by hand";
+        row.finished_at = now;
+        HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
+      }
+    }
+    return Status::Ok();
+  }));
+  return released_count;
+}
+
+void ControlPlane::GcLoop() {
+  for (;;) {
+    {
+      std::unique_lock lock(sched_mu_);
+      gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms),
+                      [&] { return stop_; });
+      if (stop_) return;
+    }
+    auto released = RunGcOnce();
+    if (!released.ok()) {
+      spdlog::error("gc: {}", released.status().ToString());
+    } else if (*released > 0) {
+      spdlog::info("gc: released {} orphaned slices", *released);
+    }
+  }
+}
+
+}  // namespace hf::server

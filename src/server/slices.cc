@@ -1,0 +1,453 @@
+// ControlPlane: the slices API (SPEC.md section 6): reads narrowed to the
+// caller's tenant, stats from the ledger, the history log, operator
+// reservations and DELETE, the MIG command rows, and the ledger-vs-store
+// check used by tests and the crash test.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "server/control_plane.h"
+#include "server/internal.h"
+
+namespace hf::server {
+
+using store::Millis;
+
+using store::Role;
+using store::SliceRow;
+using store::Txn;
+
+namespace {
+
+// Places on one node (and optionally one GPU) chosen by an operator; the
+// ledger still checks every admission rule on the choice.
+class PinnedPolicy final : public ledger::PlacementPolicy {
+ public:
+  PinnedPolicy(NodeId node, std::optional<GpuId> gpu)
+      : node_(node), gpu_(gpu) {}
+  std::string_view name() const override { return "pinned"; }
+  std::optional<std::vector<GpuId>> Choose(
+      const ledger::ClusterView& view,
+      const ledger::PlacementRequest& request) const override {
+    if (gpu_) {
+      // The operator's GPU must pass the admission rules like any other;
+      // handing the ledger a GPU that fails them is a policy error (500).
+      rejected_ = view.CheckSlice(view.gpu(*gpu_), request);
+      if (rejected_) return std::nullopt;
+      return std::vector<GpuId>{*gpu_};
+    }
+    std::optional<GpuId> best;
+    MemoryMib best_free = 0;
+    for (GpuId g : view.node(node_).gpus) {
+      const ledger::GpuRecord& gpu = view.gpu(g);
+      if (view.CheckSlice(gpu, request)) continue;
+      if (!best || gpu.free_memory_mib() < best_free) {
+        best = g;
+        best_free = gpu.free_memory_mib();
+      }
+    }
+    if (!best) return std::nullopt;
+    return std::vector<GpuId>{*best};
+  }
+
+  // Why the pinned GPU refused the last request (nullopt: it did not).
+  std::optional<ledger::RejectReason> rejected() const { return rejected_; }
+
+ private:
+  NodeId node_;
+  std::optional<GpuId> gpu_;
+  mutable std::optional<ledger::RejectReason> rejected_;
+};
+
+}  // namespace
+
+StatusOr<SliceRow> ControlPlane::GetSlice(const Caller& caller, RowId id) {
+  std::optional<SliceRow> row;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto s = txn.GetSlice(id);
+    if (s.ok()) row = *s;
+    return s.ok() || s.status().code() == StatusCode::kNotFound ? Status::Ok()
+                                                                : s.status();
+  }));
+  if (!row || !CanSee(caller, row->tenant_id)) {
+    return Status::NotFound("no slice " + std::to_string(id));
+  }
+  return *row;
+}
+
+StatusOr<Page<SliceRow>> ControlPlane::ListSlices(const Caller& caller,
+                                                  const SliceQuery& query) {
+  if (caller.role == Role::kNode) return Page<SliceRow>{};
+  store::SliceFilter f;
+  f.after_id = query.after_id;
+  f.limit = query.limit + 1;
+  f.gpu_index = query.gpu_index;
+  if (query.state) {
+    f.state = query.state;
+  } else if (!query.all_states) {
+    f.live_only = true;
+  }
+  if (!caller.admin()) f.tenant_id = caller.tenant_id;
+  Page<SliceRow> page;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    if (query.node) {
+      auto node = txn.FindNode(*query.node);
+      if (!node.ok()) {
+        if (node.status().code() == StatusCode::kNotFound) return Status::Ok();
+        return node.status();
+      }
+      f.node_id = node->id;
+    }
+    auto rows = txn.ListSlices(f);
+    if (!rows.ok()) return rows.status();
+    page.items = std::move(*rows);
+    return Status::Ok();
+  }));
+  if (static_cast<int>(page.items.size()) > query.limit) {
+    page.items.resize(query.limit);
+    page.next_after = page.items.back().id;
+  }
+  return page;
+}
+
+StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
+  SliceStats stats;
+  // Identity that cannot be resolved to a tenant (node tokens) gets the
+  // narrowest view: nothing.
+  std::optional<TenantId> only;
+  if (!caller.admin()) {
+    stats.cluster_scope = false;
+    stats.tenant = caller.tenant;
+    if (!caller.tenant_id) return stats;
+    only = TenantId(*caller.tenant_id);
+  }
+  struct Pending {
+    GpuStats stats;
+    std::vector<TenantId> tenants;
+  };
+  std::vector<Pending> rows;
+  {
+    std::lock_guard lock(mu_);
+    std::map<RowId, bool> hooks = node_hook_;
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
+      std::set<NodeId> nodes;
+      for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
+        const GpuId id(slot);
+        if (!view.HasGpu(id)) continue;
+        const ledger::GpuRecord& g = view.gpu(id);
+        if (only) {
+          const bool mine =
+              std::any_of(g.tenants.begin(), g.tenants.end(),
+                          [&](const auto& t) { return t.first == *only; });
+          if (!mine) continue;
+        }
+        const ledger::NodeRecord& n = view.node(g.node);
+        auto key = gpu_keys_.find(id);
+        if (key == gpu_keys_.end()) continue;
+        Pending p;
+        GpuStats& s = p.stats;
+        s.index = g.spec.index;
+        s.uuid = g.spec.uuid;
+        s.model = g.spec.model;
+        s.vendor = g.spec.vendor;
+        s.lost = !g.healthy();
+        s.mig_capable = g.spec.mig_capable;
+        s.mps_capable = g.spec.mps_capable;
+        auto hook = hooks.find(key->second.node_id);
+        s.qos_level = std::string(scheduler::QosLevelName(
+            scheduler::DeriveQos(g.spec, n.spec.containerized,
+                                 hook != hooks.end() && hook->second)
+                .level));
+        s.total_memory_mib = g.spec.memory_mib;
+        s.accounted_memory_mib = g.used_memory_mib;
+        s.accounted_compute_percent = g.used_compute_percent;
+        s.slices = g.allocation_count;
+        s.whole_owned = g.whole_owned;
+        s.node = std::to_string(key->second.node_id);  // named below
+        for (const auto& [tenant, count] : g.tenants)
+          p.tenants.push_back(tenant);
+        nodes.insert(g.node);
+        if (!only) {
+          stats.total_memory_mib += g.spec.memory_mib;
+          stats.accounted_memory_mib += g.used_memory_mib;
+          if (g.healthy() && !g.whole_owned &&
+              g.used_compute_percent < kFullComputePercent) {
+            stats.largest_placeable_slice_mib =
+                std::max(stats.largest_placeable_slice_mib,
+                         std::min<MemoryMib>(g.free_memory_mib(), cap));
+          }
+        }
+        rows.push_back(std::move(p));
+      }
+      if (!only) {
+        nodes.clear();
+        for (std::size_t i = 0; i < view.node_slot_count(); ++i) {
+          if (view.HasNode(NodeId(i))) nodes.insert(NodeId(i));
+        }
+      }
+      stats.nodes = static_cast<int>(nodes.size());
+    });
+    if (only) {
+      // Only the caller's own slices count (not even its group's).
+      std::map<std::pair<RowId, int>, std::pair<MemoryMib, int>> mine;
+      for (const ledger::Allocation& a : ledger_->Allocations()) {
+        if (a.tenant != *only) continue;
+        ++stats.live_slices;
+        for (GpuId g : a.gpus) {
+          const GpuKey& k = gpu_keys_.at(g);
+          auto& m = mine[{k.node_id, k.index}];
+          m.first += a.kind == ledger::RequestKind::kWholeGpus
+                         ? a.memory_mib / static_cast<MemoryMib>(a.gpus.size())
+                         : a.memory_mib;
+          m.second += a.compute_percent;
+        }
+      }
+      for (Pending& p : rows) {
+        const std::pair<RowId, int> k{std::stoll(p.stats.node), p.stats.index};
+        auto it = mine.find(k);
+        p.stats.accounted_memory_mib = it == mine.end() ? 0 : it->second.first;
+        p.stats.accounted_compute_percent =
+            it == mine.end() ? 0 : it->second.second;
+        p.tenants = {*only};
+        stats.accounted_memory_mib += p.stats.accounted_memory_mib;
+      }
+    } else {
+      stats.live_slices = static_cast<int>(ledger_->allocation_count());
+      stats.free_memory_mib =
+          stats.total_memory_mib - stats.accounted_memory_mib;
+      stats.pending_tasks = pending_count_.load();
+    }
+  }
+  for (Pending& p : rows) {
+    const RowId node_id = std::stoll(p.stats.node);
+    p.stats.node = NodeName(node_id);
+    for (TenantId t : p.tenants) {
+      p.stats.tenants.push_back(TenantName(static_cast<RowId>(t.value())));
+    }
+    if (only) {
+      // Capacity of a GPU shared with others is not the tenant's to see.
+      p.stats.total_memory_mib = 0;
+      p.stats.slices = 0;
+    }
+    stats.per_gpu.push_back(std::move(p.stats));
+  }
+  stats.gpus = static_cast<int>(stats.per_gpu.size());
+  return stats;
+}
+
+StatusOr<Page<store::HistoryRow>> ControlPlane::History(
+    const Caller& caller, const store::HistoryFilter& filter) {
+  store::HistoryFilter f = filter;
+  const int limit = f.limit;
+  f.limit = limit + 1;
+  if (!caller.admin()) {
+    if (!caller.tenant_id) return Page<store::HistoryRow>{};
+    f.tenant_id = caller.tenant_id;
+  }
+  Page<store::HistoryRow> page;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto rows = txn.ListHistory(f);
+    if (!rows.ok()) return rows.status();
+    page.items = std::move(*rows);
+    return Status::Ok();
+  }));
+  if (static_cast<int>(page.items.size()) > limit) {
+    page.items.resize(limit);
+    page.next_after = page.items.back().id;
+  }
+  return page;
+}
+
+StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
+                                             const SliceCreate& request) {
+  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
+    return Status::PermissionDenied(
+        "operator slices need an admin or tenant-admin token");
+  }
+  if (!request.memory_mib && !request.compute_percent) {
+    return Status::InvalidArgument(
+        "a slice needs gpu_memory_mb and/or gpu_compute_ratio",
+        "gpu_memory_mb");
+  }
+  if (request.memory_mib && *request.memory_mib < 32) {
+    return Status::InvalidArgument("must be at least 32 (MB)", "gpu_memory_mb");
+  }
+  if (request.gpu_index && !request.node) {
+    return Status::InvalidArgument("needs node_id", "gpu_index");
+  }
+  std::optional<std::string> tenant_name;
+  if (!request.tenant.empty()) tenant_name = request.tenant;
+  auto tenant = ResolveTenantForWrite(caller, tenant_name);
+  if (!tenant.ok()) return tenant.status();
+  std::optional<store::NodeRow> node;
+  if (request.node) {
+    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+      auto n = txn.FindNode(*request.node);
+      if (n.ok()) node = *n;
+      return Status::Ok();
+    }));
+    if (!node) {
+      return Status::InvalidArgument("no node '" + *request.node + "'",
+                                     "node_id");
+    }
+  }
+  const store::Millis now = clock_->NowMillis();
+  std::lock_guard lock(mu_);
+  ledger::PlacementRequest pr = ledger::PlacementRequest::Slice(
+      TenantId(tenant->id), request.memory_mib, request.compute_percent);
+  std::unique_ptr<PinnedPolicy> pinned;
+  if (node) {
+    auto ledger_node = LedgerNodeLocked(*node);
+    if (!ledger_node.ok()) return ledger_node.status();
+    std::optional<GpuId> gpu;
+    if (request.gpu_index) {
+      auto g = LedgerGpuLocked(node->id, *request.gpu_index);
+      if (!g.ok()) {
+        return Status::InvalidArgument("node '" + node->name + "' has no GPU " +
+                                           std::to_string(*request.gpu_index),
+                                       "gpu_index");
+      }
+      gpu = *g;
+    }
+    pinned = std::make_unique<PinnedPolicy>(*ledger_node, gpu);
+  }
+  ledger::PlacementResult result =
+      ledger_->Place(pr, pinned ? *pinned : *policy_);
+  if (!result.placed()) {
+    if (result.outcome == ledger::PlacementOutcome::kInvalid) {
+      return result.status;
+    }
+    if (pinned && pinned->rejected()) {
+      return Status::ResourceExhausted(
+          "GPU " + std::to_string(*request.gpu_index) + " of node '" +
+          node->name + "' cannot take this slice now (" +
+          ledger::RejectReasonName(*pinned->rejected()) + ")");
+    }
+    return Status::ResourceExhausted(
+        result.message.empty() ? std::string("does not fit") : result.message);
+  }
+  const ledger::Allocation& a = result.allocation;
+  SliceRow slice;
+  slice.id = static_cast<RowId>(a.id.value());
+  slice.tenant_id = tenant->id;
+  slice.node_id = node_rows_.at(a.node);
+  slice.gpu_indices = {gpu_keys_.at(a.gpus.front()).index};
+  slice.memory_mib = a.memory_mib;
+  slice.compute_percent = a.compute_percent;
+  slice.compute_defaulted = a.compute_defaulted;
+  const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
+  slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
+  // An operator reservation has no task to enforce anything in.
+  slice.enforcement = {};
+  slice.origin = "admin";
+  slice.created_at = now;
+  Status written = store_->Write([&](Txn& txn) -> Status {
+    HF_RETURN_IF_ERROR(txn.InsertSlice(slice));
+    store::HistoryRow h = HistoryFor(slice, "allocate");
+    h.at = now;
+    h.actor = caller.Actor();
+    h.reason = request.reason.empty() ? "operator reservation"
+                                      : request.reason.substr(0, 1024);
+    return txn.AppendHistory(h).status();
+  });
+  if (!written.ok()) {
+    (void)ledger_->Release(a.id);
+    BumpGeneration();
+    return written;
+  }
+  return slice;
+}
+
+StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
+                                             const std::string& reason) {
+  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
+    return Status::PermissionDenied(
+        "deleting slices needs an admin or tenant-admin token");
+  }
+  auto visible = GetSlice(caller, id);
+  if (!visible.ok()) return visible.status();
+  SliceRow out;
+  std::vector<RowId> released;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    released.clear();
+    auto s = txn.GetSlice(id);
+    if (!s.ok()) return s.status();
+    out = *s;
+    return ReleaseInTxn(
+        txn, out, caller.Actor(),
+        reason.empty() ? "deleted by an operator" : reason.substr(0, 1024),
+        released);
+  }));
+  ApplyReleasesLocked(released);
+  return out;
+}
+
+StatusOr<Page<store::SliceRequestRow>> ControlPlane::ListSliceRequests(
+    const Caller& caller, const store::SliceRequestFilter& filter) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  store::SliceRequestFilter f = filter;
+  const int limit = f.limit;
+  f.limit = limit + 1;
+  Page<store::SliceRequestRow> page;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto rows = txn.ListSliceRequests(f);
+    if (!rows.ok()) return rows.status();
+    page.items = std::move(*rows);
+    return Status::Ok();
+  }));
+  if (static_cast<int>(page.items.size()) > limit) {
+    page.items.resize(limit);
+    page.next_after = page.items.back().id;
+  }
+  return page;
+}
+
+Status ControlPlane::CheckLedgerMatchesStore() {
+  std::lock_guard lock(mu_);
+  std::vector<SliceRow> live;
+  RowId after = 0;
+  for (;;) {
+    std::vector<SliceRow> page;
+    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+      store::SliceFilter f;
+      f.live_only = true;
+      f.after_id = after;
+      f.limit = 1000;
+      auto rows = txn.ListSlices(f);
+      if (!rows.ok()) return rows.status();
+      page = std::move(*rows);
+      return Status::Ok();
+    }));
+    if (page.empty()) break;
+    after = page.back().id;
+    live.insert(live.end(), page.begin(), page.end());
+  }
+  std::vector<ledger::Allocation> allocations = ledger_->Allocations();
+  if (allocations.size() != live.size()) {
+    return Status::Internal("ledger holds " +
+                            std::to_string(allocations.size()) +
+                            " allocations, the store " +
+                            std::to_string(live.size()) + " live slices");
+  }
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    ledger::Allocation expected = AllocationFromRow(live[i]);
+    ledger::Allocation actual = allocations[i];
+    expected.node = actual.node;  // rows name the node by store id
+    if (actual.kind == ledger::RequestKind::kWholeGpus) {
+      expected.memory_mib = actual.memory_mib;
+      expected.compute_percent = actual.compute_percent;
+    }
+    actual.cpu_milli = expected.cpu_milli;
+    actual.host_memory_mib = expected.host_memory_mib;
+    if (!(expected == actual)) {
+      return Status::Internal("slice " + std::to_string(live[i].id) +
+                              " differs between the ledger and the store");
+    }
+  }
+  return ledger_->CheckInvariants();
+}
+
+}  // namespace hf::server

@@ -1,0 +1,350 @@
+// The control plane's durable state: tenants, shared groups, tokens, nodes,
+// GPUs, tasks, slices, the slice history log and the MIG command channel
+// (`agent_slice_requests`).
+//
+// `Store` is the seam between the server and its database. SQLite is the
+// embedded implementation (sqlite_store.h); PostgreSQL comes later and must
+// pass the same contract tests (store_contract_test.h). All work happens in
+// transactions: `Write` runs a function against a `Txn` and returns only once
+// its changes are durable (or rolled back); `Read` runs against a consistent
+// snapshot.
+//
+// Rows are plain values. Times are Unix epoch milliseconds. Ids are assigned
+// by the store, except slice ids, which the ledger assigns (the store keeps
+// whatever id it is given and reports the highest one for recovery).
+//
+// Thread-safety: a Store is safe to use from any number of threads. A `Txn`
+// belongs to the function it was passed to and must not escape it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hf::store {
+
+using Millis = std::int64_t;
+using RowId = std::int64_t;
+
+// ------------------------------------------------------------------- rows
+
+struct GroupRow {
+  RowId id = 0;
+  std::string name;
+  Millis created_at = 0;
+};
+
+struct TenantRow {
+  RowId id = 0;
+  std::string name;
+  std::optional<RowId> group_id;  // shared tenant group, if any
+  Millis created_at = 0;
+};
+
+enum class Role { kAdmin, kTenantAdmin, kUser, kNode };
+std::string_view RoleName(
+    Role role);  // "admin", "tenant-admin", "user", "node"
+std::optional<Role> ParseRole(std::string_view name);
+
+struct TokenRow {
+  RowId id = 0;
+  std::string hash;  // hex SHA-256 of the secret; the secret is never stored
+  Role role = Role::kUser;
+  std::optional<RowId> tenant_id;  // set for tenant-admin and user
+  std::string description;
+  Millis created_at = 0;
+  std::optional<Millis> revoked_at;
+};
+
+struct NodeRow {
+  RowId id = 0;
+  std::string name;  // the agent's --node-id
+  bool containerized = false;
+  std::int64_t cpu_milli = 0;
+  std::int64_t host_memory_mib = 0;
+  std::string agent_version;
+  Millis registered_at = 0;
+  Millis last_heartbeat_at = 0;
+};
+
+struct GpuRow {
+  RowId id = 0;
+  RowId node_id = 0;
+  int index = 0;  // unique per node
+  std::string uuid;
+  std::string vendor;
+  std::string model;
+  std::int64_t memory_mib = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  bool mig_capable = false;
+  bool mps_capable = false;
+  bool lost = false;
+  Millis updated_at = 0;
+};
+
+enum class TaskState {
+  kPending,
+  kScheduled,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled
+};
+std::string_view TaskStateName(TaskState state);  // "pending", ...
+std::optional<TaskState> ParseTaskState(std::string_view name);
+bool IsTerminal(TaskState state);
+
+using StringMap = std::map<std::string, std::string>;
+
+struct TaskRow {
+  RowId id = 0;
+  RowId tenant_id = 0;
+  std::string name;
+  std::string image;
+  std::vector<std::string>
+      command;  // argv; a shell string is {"/bin/sh", "-c", s}
+  bool command_is_shell = false;  // `command` came in as one string
+  std::string gpu_type = "nvidia";
+  int gpu_required = 0;                    // > 0: whole GPUs
+  std::optional<std::int64_t> memory_mib;  // slice memory
+  std::optional<int> compute_percent;      // slice compute, 1..100
+  bool preemptible = false;
+  StringMap user_env;  // as the user sent it
+  StringMap env;       // effective: user_env + the slice's variables
+  StringMap labels;
+  TaskState state = TaskState::kPending;
+  std::string pending_reason;
+  std::optional<RowId> slice_id;
+  std::optional<RowId> node_id;
+  std::vector<int> gpu_indices;
+  std::optional<int> exit_code;
+  std::string message;
+  bool cancel_requested = false;
+  std::int64_t version = 0;  // bumped by every UpdateTask (compare-and-set)
+  Millis created_at = 0;
+  Millis updated_at = 0;
+};
+
+enum class SliceState { kAllocated, kReleasing, kReleased };
+std::string_view SliceStateName(SliceState state);
+std::optional<SliceState> ParseSliceState(std::string_view name);
+
+struct SliceRow {
+  RowId id = 0;                  // assigned by the ledger
+  std::optional<RowId> task_id;  // none for an operator reservation
+  RowId tenant_id = 0;
+  RowId node_id = 0;
+  bool whole = false;            // whole GPUs rather than a slice
+  std::vector<int> gpu_indices;  // on node_id; one for a slice
+  std::int64_t memory_mib = 0;   // accounted per slice (whole: sum of GPUs)
+  int compute_percent = 0;       // accounted per GPU
+  bool compute_defaulted = false;
+  std::string qos_level;                 // "gold", "silver", "bronze"
+  std::vector<std::string> enforcement;  // e.g. {"mps", "hook"}
+  SliceState state = SliceState::kAllocated;
+  std::string origin;  // "scheduler", "admin", "compensation"
+  std::string mig_device_id;
+  Millis created_at = 0;
+  std::optional<Millis> released_at;
+};
+
+struct HistoryRow {
+  RowId id = 0;  // assigned by the store, increasing
+  Millis at = 0;
+  std::string op;  // "allocate", "release", "restore", "compensate", ...
+  std::optional<RowId> slice_id;
+  std::optional<RowId> task_id;
+  std::optional<RowId> tenant_id;
+  std::optional<RowId> node_id;
+  std::vector<int> gpu_indices;
+  std::int64_t memory_mib = 0;
+  int compute_percent = 0;
+  std::string actor;   // "scheduler", "gc", "token:12", "agent:node-1", ...
+  std::string reason;  // for people
+};
+
+enum class SliceRequestState { kPending, kClaimed, kDone, kFailed, kStuck };
+std::string_view SliceRequestStateName(SliceRequestState state);
+std::optional<SliceRequestState> ParseSliceRequestState(std::string_view name);
+
+struct SliceRequestRow {
+  RowId id = 0;
+  RowId node_id = 0;
+  RowId slice_id = 0;
+  std::optional<RowId> task_id;
+  std::string action;  // "create" or "destroy"
+  int gpu_index = 0;
+  std::string gpu_uuid;
+  std::string profile;  // e.g. "1g.10gb"
+  SliceRequestState state = SliceRequestState::kPending;
+  std::string device_id;
+  std::string error;
+  Millis created_at = 0;
+  Millis deadline_at = 0;  // past it, a pending/claimed row is stuck
+  std::optional<Millis> claimed_at;
+  std::optional<Millis> finished_at;
+};
+
+// --------------------------------------------------------------- filters
+// Every list returns rows with id > after_id in ascending id order, at most
+// `limit` (> 0) of them.
+
+struct TaskFilter {
+  std::optional<TaskState> state;
+  std::optional<RowId> tenant_id;
+  std::optional<RowId> node_id;
+  RowId after_id = 0;
+  int limit = 100;
+};
+
+struct SliceFilter {
+  std::optional<RowId> tenant_id;
+  std::optional<RowId> node_id;
+  std::optional<int> gpu_index;     // matches any of the slice's GPUs
+  std::optional<SliceState> state;  // none: every state
+  bool live_only = false;           // allocated or releasing
+  RowId after_id = 0;
+  int limit = 100;
+};
+
+struct HistoryFilter {
+  std::optional<RowId> tenant_id;
+  std::optional<RowId> slice_id;
+  std::optional<RowId> task_id;
+  RowId after_id = 0;
+  int limit = 100;
+};
+
+struct SliceRequestFilter {
+  std::optional<RowId> node_id;
+  std::optional<SliceRequestState> state;
+  RowId after_id = 0;
+  int limit = 100;
+};
+
+// ------------------------------------------------------------ transaction
+
+// One transaction. Methods return NotFound for a missing row, AlreadyExists
+// for a duplicate unique key, Aborted when a compare-and-set loses, and
+// Internal/Unavailable for database failures (with the database's message).
+// In a `Read` transaction every mutating method fails with Internal.
+class Txn {
+ public:
+  virtual ~Txn() = default;
+
+  // Groups.
+  virtual StatusOr<GroupRow> InsertGroup(const GroupRow& row) = 0;  // id set
+  virtual StatusOr<GroupRow> GetGroup(RowId id) = 0;
+  virtual StatusOr<GroupRow> FindGroup(std::string_view name) = 0;
+  virtual StatusOr<std::vector<GroupRow>> ListGroups() = 0;
+  // Deletes the group; its tenants' group_id becomes null.
+  virtual Status DeleteGroup(RowId id) = 0;
+
+  // Tenants.
+  virtual StatusOr<TenantRow> InsertTenant(const TenantRow& row) = 0;
+  virtual StatusOr<TenantRow> GetTenant(RowId id) = 0;
+  virtual StatusOr<TenantRow> FindTenant(std::string_view name) = 0;
+  virtual StatusOr<std::vector<TenantRow>> ListTenants() = 0;
+  virtual Status SetTenantGroup(RowId tenant_id,
+                                std::optional<RowId> group_id) = 0;
+
+  // Tokens.
+  virtual StatusOr<TokenRow> InsertToken(const TokenRow& row) = 0;
+  virtual StatusOr<TokenRow> GetToken(RowId id) = 0;
+  virtual StatusOr<TokenRow> FindTokenByHash(std::string_view hash) = 0;
+  // tenant_id set: only that tenant's tokens.
+  virtual StatusOr<std::vector<TokenRow>> ListTokens(
+      std::optional<RowId> tenant_id) = 0;
+  virtual Status RevokeToken(RowId id, Millis at) = 0;  // idempotent
+
+  // Nodes and GPUs. Upserts key on the node name / (node_id, index) and
+  // return the stored row with its id.
+  virtual StatusOr<NodeRow> UpsertNode(const NodeRow& row) = 0;
+  virtual StatusOr<NodeRow> GetNode(RowId id) = 0;
+  virtual StatusOr<NodeRow> FindNode(std::string_view name) = 0;
+  virtual StatusOr<std::vector<NodeRow>> ListNodes() = 0;
+  virtual StatusOr<GpuRow> UpsertGpu(const GpuRow& row) = 0;
+  // node_id set: only that node's GPUs; ordered by (node_id, index).
+  virtual StatusOr<std::vector<GpuRow>> ListGpus(
+      std::optional<RowId> node_id) = 0;
+
+  // Tasks. UpdateTask writes every field of `row` if the stored version
+  // equals row.version (else Aborted) and stores version + 1; returns the
+  // stored row.
+  virtual StatusOr<TaskRow> InsertTask(const TaskRow& row) = 0;
+  virtual StatusOr<TaskRow> GetTask(RowId id) = 0;
+  virtual StatusOr<std::vector<TaskRow>> ListTasks(const TaskFilter& f) = 0;
+  virtual StatusOr<TaskRow> UpdateTask(const TaskRow& row) = 0;
+  virtual StatusOr<RowId> MaxTaskId() = 0;  // 0 when there are none
+
+  // Slices. InsertSlice keeps row.id (AlreadyExists if taken).
+  virtual Status InsertSlice(const SliceRow& row) = 0;
+  virtual StatusOr<SliceRow> GetSlice(RowId id) = 0;
+  virtual StatusOr<std::vector<SliceRow>> ListSlices(const SliceFilter& f) = 0;
+  virtual Status UpdateSlice(const SliceRow& row) = 0;  // NotFound if absent
+  virtual StatusOr<RowId> MaxSliceId() = 0;             // 0 when none
+
+  // The slice history log (append only).
+  virtual StatusOr<RowId> AppendHistory(const HistoryRow& row) = 0;
+  virtual StatusOr<std::vector<HistoryRow>> ListHistory(
+      const HistoryFilter& f) = 0;
+
+  // The MIG command channel (`agent_slice_requests`).
+  virtual StatusOr<SliceRequestRow> InsertSliceRequest(
+      const SliceRequestRow& row) = 0;
+  virtual StatusOr<SliceRequestRow> GetSliceRequest(RowId id) = 0;
+  virtual StatusOr<std::vector<SliceRequestRow>> ListSliceRequests(
+      const SliceRequestFilter& f) = 0;
+  virtual Status UpdateSliceRequest(const SliceRequestRow& row) = 0;
+
+  // Small key/value settings (e.g. "admin_bootstrapped").
+  virtual StatusOr<std::optional<std::string>> GetMeta(
+      std::string_view key) = 0;
+  virtual Status SetMeta(std::string_view key, std::string_view value) = 0;
+};
+
+// ------------------------------------------------------------------ store
+
+struct StoreInfo {
+  std::string backend;  // "sqlite", "postgres"
+  int schema_version = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Runs `fn` in a read-write transaction. If `fn` returns OK, its changes
+  // are committed and durable (fsynced) before Write returns OK; if `fn`
+  // fails, its changes are rolled back and its Status is returned. A commit
+  // failure is returned as Unavailable/Internal and nothing of `fn` is kept.
+  // `fn` may run on another thread than the caller's (group commit) and must
+  // not call Write or Read itself.
+  virtual Status Write(const std::function<Status(Txn&)>& fn) = 0;
+
+  // Runs `fn` against a consistent read-only snapshot.
+  virtual Status Read(const std::function<Status(Txn&)>& fn) = 0;
+
+  virtual StoreInfo info() const = 0;
+};
+
+struct StoreOptions {
+  int read_connections = 4;  // SQLite: connections for concurrent readers
+  int max_batch = 256;       // group commit: most Write calls per commit
+};
+
+// Opens the store named by `url`: "sqlite:PATH" (created and migrated when
+// new). The schema is migrated to the newest version on open; a database
+// from a newer version of HeteroFlow is refused (FailedPrecondition).
+StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& url,
+                                           const StoreOptions& options = {});
+
+}  // namespace hf::store
