@@ -1,5 +1,5 @@
 # HeteroFlow — the two commands of README.md, and the rest.
-#   make run    install what is missing, build, start the demo (see README)
+#   make run    install what is missing, build, start hf-server + a local node
 #   make test   install what is missing, build, run every test (incl. TSan)
 #   make bench  build and run every benchmark; JSON in build/bench-results/
 SHELL := /bin/bash
@@ -9,7 +9,7 @@ ASAN_BUILD ?= build-asan
 GENERATOR := -G Ninja
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build run test test-tsan test-asan bench format \
+.PHONY: all deps configure build run demo test test-tsan test-asan bench format \
         format-check tidy clean
 
 all: build
@@ -24,6 +24,10 @@ build: configure
 	@cmake --build $(BUILD)
 
 run: build
+	@BUILD=$(BUILD) scripts/run-local.sh
+
+# The ledger walk-through of a small mixed cluster (no server).
+demo: build
 	$(BUILD)/src/demo/hf-demo --cluster configs/demo-cluster.json
 
 test: build
@@ -34,7 +38,7 @@ test: build
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) $(GENERATOR) -DHF_SANITIZE=thread \
 	    -DHF_BUILD_BENCH=OFF >/dev/null
-	@cmake --build $(TSAN_BUILD) --target ledger_concurrency_test
+	@cmake --build $(TSAN_BUILD) --target tsan_tests
 	cd $(TSAN_BUILD) && ctest --output-on-failure -L tsan
 
 # The core (ledger, scheduler) tests under ASan + UBSan (label "core").

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git curl
   # libraries (see docs/DEPENDENCIES.md)
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsqlite3-dev
   libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev libfccp-dev

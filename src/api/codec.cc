@@ -27,7 +27,9 @@ Status CheckStrings(const json& j, std::size_t max, const std::string& where) {
     }
   } else if (j.is_object()) {
     for (const auto& [key, value] : j.items()) {
-      const std::string at = where.empty() ? key : where + "." + key;
+      std::string at = where;
+      if (!at.empty()) at += ".";
+      at += key;
       if (key.size() > max) return Wrong(at, "field name is too long");
       HF_RETURN_IF_ERROR(CheckStrings(value, max, at));
     }
@@ -332,7 +334,10 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
             "model",       "memory_mb",   "compute_capability",
             "mig_capable", "mps_capable", "health"};
         if (!kGpuFields.contains(key)) {
-          return Wrong(at + "." + key, "unknown field '" + key + "'");
+          std::string where = at;
+          where += ".";
+          where += key;
+          return Wrong(where, "unknown field '" + key + "'");
         }
       }
       server::GpuReport gr;

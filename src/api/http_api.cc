@@ -20,6 +20,8 @@ using store::RowId;
 
 namespace {
 
+// NOLINTNEXTLINE(bugprone-exception-escape): json's default constructor
+// does not throw; clang-tidy cannot see it.
 struct Reply {
   int status = 200;
   json body;
@@ -730,7 +732,6 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kAborted:
-      return 409;
     case StatusCode::kResourceExhausted:
       return 409;
     case StatusCode::kUnavailable:
@@ -784,7 +785,8 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
   // httplib writes a response's headers and its body in separate send()
   // calls; with Nagle's algorithm on (httplib's default) the body then waits
   // for the client's delayed ACK, ~40 ms on Linux, on every keep-alive
-  // request (bench/server_bench.cc measured 48 ms against 7 ms).
+  // request. bench/server_bench.cc, 4 clients creating tasks: p50 48 ms and
+  // 83 creates/s without this, 2.7 ms and ~1,000 creates/s with it.
   http_.set_tcp_nodelay(true);
   http_.set_read_timeout(30, 0);
   http_.set_write_timeout(30, 0);
@@ -816,7 +818,7 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
       }));
   http_.set_exception_handler([](const httplib::Request& req,
                                  httplib::Response& res,
-                                 std::exception_ptr ep) {
+                                 const std::exception_ptr& ep) {
     std::string what = "unknown error";
     try {
       if (ep) std::rethrow_exception(ep);

@@ -32,7 +32,10 @@ const std::string& OpenApiDocument();
 
 struct ApiOptions {
   std::size_t max_body_bytes = 1 << 20;
-  int threads = 32;
+  // httplib holds one worker per open keep-alive connection; the workers
+  // mostly wait on the store, so a generous pool keeps clients from
+  // starving behind idle connections.
+  int threads = 128;
 };
 
 int HttpStatusFor(StatusCode code);

@@ -994,7 +994,7 @@ TEST_F(LedgerTest, ReservedAndAdvancedIdsAreNeverHandedOutAgain) {
   EXPECT_EQ(MustPlace(PlacementRequest::NodeOnly(kAlice, 100, 0)).id,
             SliceId(501));
   ledger_->AdvanceSliceIdPast(SliceId(7));  // never moves backwards
-  EXPECT_EQ(ledger_->ReserveSliceId(), SliceId(503));
+  EXPECT_EQ(ledger_->ReserveSliceId(), SliceId(502));
 }
 
 TEST_F(LedgerTest, NodeResourcesLimitWholeGpus) {

@@ -34,7 +34,7 @@ std::string Sha256Hex(std::string_view data) {
              nullptr);
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  out.reserve(len * 2);
+  out.reserve(static_cast<std::size_t>(len) * 2);
   for (unsigned int i = 0; i < len; ++i) {
     out.push_back(kHex[digest[i] >> 4]);
     out.push_back(kHex[digest[i] & 0xf]);
@@ -334,6 +334,23 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     gpu_keys_[*id] = key;
     BumpGeneration();
     return Status::Ok();
+  }
+  bool replaced = false;
+  ledger_->Read([&](const ledger::ClusterView& view) {
+    const ledger::GpuRecord& record = view.gpu(it->second);
+    const ledger::GpuSpec& spec = record.spec;
+    replaced = record.empty() &&
+               (spec.uuid != gpu.uuid || spec.vendor != gpu.vendor ||
+                spec.model != gpu.model || spec.memory_mib != gpu.memory_mib ||
+                spec.compute_capability_major != gpu.cc_major ||
+                spec.compute_capability_minor != gpu.cc_minor);
+  });
+  if (replaced) {
+    // A different card at this index, holding nothing: swap it in.
+    HF_RETURN_IF_ERROR(ledger_->RemoveGpu(it->second));
+    gpu_keys_.erase(it->second);
+    ledger_gpus_.erase(it);
+    return SyncGpuLocked(node, gpu);
   }
   bool changed = false;
   ledger_->Read([&](const ledger::ClusterView& view) {

@@ -286,7 +286,8 @@ class ControlPlane {
 
   // --- background work, also callable directly (tests, benchmarks) ---
   // Binds up to one batch of pending tasks; returns how many were bound.
-  StatusOr<int> BindPendingOnce();
+  // `more` (optional) is set when the batch was full: call again at once.
+  StatusOr<int> BindPendingOnce(bool* more = nullptr);
   // Releases orphaned slices and marks stuck MIG commands; returns the
   // number of slices released.
   StatusOr<int> RunGcOnce();
@@ -306,6 +307,7 @@ class ControlPlane {
   struct GpuKey {
     RowId node_id;
     int index;
+    // NOLINTNEXTLINE(modernize-use-nullptr): false positive on <=>
     friend auto operator<=>(const GpuKey&, const GpuKey&) = default;
   };
   struct PendingTask {
@@ -345,8 +347,14 @@ class ControlPlane {
   scheduler::QosDecision QosForGpuLocked(GpuId gpu);
   // Allowed models for a task's gpu_type (empty: any GPU qualifies).
   std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const;
-  // The MIG profile for a gold slice; empty when the model has no table.
-  std::string ChooseMigProfileLocked(GpuId gpu, const store::SliceRow& slice);
+  // Places `request` with the configured policy. A slice that lands on a
+  // GPU in MIG mode is charged what its partition really takes (the
+  // smallest profile covering memory and compute: that profile's share of
+  // the card's memory and compute), and `mig_profile` names the profile; a
+  // GPU where the partition does not fit is skipped and the next choice
+  // tried. REQUIRES: mu_ held.
+  ledger::PlacementResult PlaceLocked(const ledger::PlacementRequest& request,
+                                      std::string* mig_profile);
   // Builds the env input of `slice`.
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice);
 

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace hf::server {
 namespace {
@@ -197,6 +199,10 @@ TEST_F(ControlPlaneTest, ContainerizedNodeIsForcedToBronzeAndMigIsGold) {
   Bind();
   const SliceRow gold = SliceOf(Get(g.id));
   EXPECT_EQ(gold.qos_level, "gold");
+  // Charged what the partition takes: 1g.10gb is 1/8 of the memory and
+  // 1/7 of the compute (rounded down).
+  EXPECT_EQ(gold.memory_mib, 10240);
+  EXPECT_EQ(gold.compute_percent, 14);
   // Held until the agent reports the MIG device.
   auto assignments = cp_->GetAssignments(admin_, "mig");
   ASSERT_TRUE(assignments.ok());
@@ -420,7 +426,8 @@ TEST_F(ControlPlaneTest, MigCreateThenDestroyReleasesOnlyAfterDestroy) {
                                     {{t.id, TaskState::kFailed, 1, "boom"}})
                   .ok());
   EXPECT_EQ(SliceOf(Get(t.id)).state, store::SliceState::kReleasing);
-  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 4096);  // still held
+  // Still held, at what the 1g.10gb partition takes (1/8 of the card).
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 81920 / 8);
   auto destroy = cp_->ClaimSliceRequests(admin_, "n1");
   ASSERT_EQ(destroy->size(), 1u);
   EXPECT_EQ((*destroy)[0].action, "destroy");
@@ -471,8 +478,12 @@ TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
   std::vector<RowId> tasks;
   for (int i = 0; i < 6; ++i) tasks.push_back(Submit(alice, 10000 + i, 10).id);
   Bind();
-  ASSERT_TRUE(cp_->DeleteSlice(admin_, *Get(tasks[5]).slice_id, "x").ok());
+  // The newest slice is released (its task ended): its id must still
+  // never come back.
   const RowId highest = *Get(tasks[5]).slice_id;
+  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                    {{tasks[5], TaskState::kSucceeded, 0, ""}})
+                  .ok());
   const std::int64_t accounted = cp_->Stats(admin_)->accounted_memory_mib;
   Open();
   EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
@@ -544,6 +555,91 @@ TEST_F(ControlPlaneTest, TokensAreHashedAndRevocable) {
             StatusCode::kUnauthenticated);
   EXPECT_EQ(cp_->CreateToken(*user, Role::kUser, "alice", "").status().code(),
             StatusCode::kPermissionDenied);
+}
+
+// The real loops (scheduler, GC) with clients creating, cancelling and
+// heartbeating at once; run under ThreadSanitizer by `make test`.
+TEST_F(ControlPlaneTest, ConcurrentClientsWithRunningLoops) {
+  Register(Node("n1", {Gpu(0), Gpu(1, 40960, false, true)}));
+  const Caller alice = TenantUser("alice", "g");
+  const Caller bob = TenantUser("bob", "g");
+  cp_->Start();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::vector<RowId> created;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      for (int i = 0; i < 60; ++i) {
+        TaskCreate t;
+        t.name = "c";
+        t.memory_mib = 1024 * (1 + (i + w) % 8);
+        t.compute_percent = 5;
+        auto row = cp_->CreateTask(w % 2 == 0 ? alice : bob, t);
+        ASSERT_TRUE(row.ok()) << row.status().ToString();
+        std::lock_guard lock(mu);
+        created.push_back(row->id);
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    std::size_t next = 0;
+    while (!stop.load()) {
+      RowId id = 0;
+      {
+        std::lock_guard lock(mu);
+        if (next < created.size()) id = created[next];
+        next += 3;
+      }
+      if (id != 0) (void)cp_->CancelTask(admin_, id);
+      std::this_thread::yield();
+    }
+  });
+  threads.emplace_back([&] {
+    while (!stop.load()) {
+      ASSERT_TRUE(
+          cp_->Heartbeat(admin_,
+                         Node("n1", {Gpu(0), Gpu(1, 40960, false, true)}), {})
+              .ok());
+      (void)cp_->Stats(admin_);
+      (void)cp_->ListSlices(admin_, {});
+    }
+  });
+  for (int w = 0; w < 3; ++w) threads[w].join();
+  // Let the scheduler catch up: every pending task has been tried.
+  auto untried = [&] {
+    auto pending =
+        cp_->ListTasks(admin_, {.state = TaskState::kPending, .limit = 1000});
+    int n = 0;
+    for (const TaskRow& t : pending->items) {
+      n += t.pending_reason == "waiting for the scheduler" ? 1 : 0;
+    }
+    return n;
+  };
+  for (int i = 0; i < 300 && untried() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  for (std::size_t i = 3; i < threads.size(); ++i) threads[i].join();
+  cp_->Stop();
+  // One more pass: the last cancellations may have freed room.
+  ASSERT_TRUE(cp_->BindPendingOnce().ok());
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+      << cp_->CheckLedgerMatchesStore().ToString();
+  EXPECT_EQ(untried(), 0);
+  // What waits, waits because it does not fit anywhere.
+  auto stats = cp_->Stats(admin_);
+  auto pending =
+      cp_->ListTasks(admin_, {.state = TaskState::kPending, .limit = 1000});
+  for (const TaskRow& t : pending->items) {
+    for (const GpuStats& g : stats->per_gpu) {
+      const bool fits =
+          g.total_memory_mib - g.accounted_memory_mib >= *t.memory_mib &&
+          100 - g.accounted_compute_percent >= 5;
+      EXPECT_FALSE(fits) << "task " << t.id << " waits but fits GPU " << g.index
+                         << ": " << t.pending_reason;
+    }
+  }
 }
 
 }  // namespace

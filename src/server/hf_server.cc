@@ -6,6 +6,7 @@
 // store drains its commit queue.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -34,7 +35,7 @@ struct Flags {
   double gc_min_age_s = 60;
   double mig_command_deadline_s = 120;
   int heartbeat_interval_s = 5;
-  int http_threads = 32;
+  int http_threads = 128;
   std::string log_level = "info";
 };
 
@@ -220,7 +221,7 @@ int Main(int argc, char** argv) {
   });
   hf::Status served = api.Serve();
   // Serve returns after Stop (or on error): wake the waiter if needed.
-  if (!served.ok()) pthread_kill(waiter.native_handle(), SIGTERM);
+  if (!served.ok()) ::kill(::getpid(), SIGTERM);
   waiter.join();
   (*cp)->Stop();
   cp->reset();

@@ -77,6 +77,13 @@ GpuRow GpuRowFrom(RowId node_id, const GpuReport& g, Millis now) {
   return row;
 }
 
+// The card itself (as opposed to its capabilities and health).
+bool SameIdentity(const GpuRow& a, const GpuRow& b) {
+  return a.uuid == b.uuid && a.vendor == b.vendor && a.model == b.model &&
+         a.memory_mib == b.memory_mib && a.cc_major == b.cc_major &&
+         a.cc_minor == b.cc_minor;
+}
+
 bool SameGpu(const GpuRow& a, const GpuRow& b) {
   return a.uuid == b.uuid && a.vendor == b.vendor && a.model == b.model &&
          a.memory_mib == b.memory_mib && a.cc_major == b.cc_major &&
@@ -110,6 +117,27 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
   NodeRow stored;
   std::vector<GpuRow> gpus;
   std::lock_guard lock(mu_);
+  // GPUs of this node that hold slices now (by index): a different card
+  // reported at such an index cannot replace the old one yet.
+  std::set<int> occupied;
+  {
+    std::optional<RowId> node_row;
+    (void)store_->Read([&](Txn& txn) -> Status {
+      auto n = txn.FindNode(report.name);
+      if (n.ok()) node_row = n->id;
+      return Status::Ok();
+    });
+    if (node_row) {
+      ledger_->Read([&](const ledger::ClusterView& view) {
+        for (const auto& [key, gpu] : ledger_gpus_) {
+          if (key.node_id == *node_row && view.HasGpu(gpu) &&
+              !view.gpu(gpu).empty()) {
+            occupied.insert(key.index);
+          }
+        }
+      });
+    }
+  }
   HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
     gpus.clear();
     NodeRow row;
@@ -135,6 +163,28 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
     for (const GpuReport& g : report.gpus) {
       GpuRow row_gpu = GpuRowFrom(stored.id, g, now);
       auto it = by_index.find(g.index);
+      if (it != by_index.end() && !SameIdentity(it->second, row_gpu) &&
+          occupied.contains(g.index)) {
+        // Another card at an index whose slices are still live: keep the
+        // old card on record, lost, until its slices are gone; then the
+        // new one takes the index.
+        row_gpu = it->second;
+        if (!row_gpu.lost) {
+          store::HistoryRow h;
+          h.op = "gpu_replaced";
+          h.at = now;
+          h.node_id = stored.id;
+          h.gpu_indices = {g.index};
+          h.actor = "agent:" + report.name;
+          h.reason = "GPU " + std::to_string(g.index) + " now reports " +
+                     g.uuid + " (was " + it->second.uuid +
+                     ") while holding slices; marked lost until they are "
+                     "released";
+          HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+        }
+        row_gpu.lost = true;
+        row_gpu.updated_at = now;
+      }
       if (it == by_index.end() || !SameGpu(it->second, row_gpu)) {
         auto up = txn.UpsertGpu(row_gpu);
         if (!up.ok()) return up.status();
@@ -430,7 +480,28 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     h.at = now;
     h.actor = caller.Actor();
     if (cmd.action == "create") {
-      if (result.ok && !result.device_id.empty()) {
+      if (result.ok && !result.device_id.empty() &&
+          s.state == store::SliceState::kReleasing) {
+        // Released while the partition was being created: destroy it now.
+        cmd.state = store::SliceRequestState::kDone;
+        cmd.device_id = result.device_id.substr(0, 256);
+        s.mig_device_id = cmd.device_id;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+        store::SliceRequestRow destroy;
+        destroy.node_id = s.node_id;
+        destroy.slice_id = s.id;
+        destroy.task_id = s.task_id;
+        destroy.action = "destroy";
+        destroy.gpu_index = cmd.gpu_index;
+        destroy.gpu_uuid = cmd.gpu_uuid;
+        destroy.profile = cmd.profile;
+        destroy.device_id = cmd.device_id;
+        destroy.created_at = now;
+        destroy.deadline_at = now + options_.mig_command_deadline_ms;
+        HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
+        h.reason = "MIG partition " + cmd.device_id +
+                   " created after its slice was released; destroying it";
+      } else if (result.ok && !result.device_id.empty()) {
         cmd.state = store::SliceRequestState::kDone;
         cmd.device_id = result.device_id.substr(0, 256);
         s.mig_device_id = cmd.device_id;

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "gpu/mig_profiles.h"
 #include "server/control_plane.h"
@@ -74,22 +75,101 @@ std::vector<std::string> ControlPlane::AllowedModelsLocked(
   return {it->second.begin(), it->second.end()};
 }
 
-std::string ControlPlane::ChooseMigProfileLocked(GpuId gpu,
-                                                 const SliceRow& slice) {
-  ledger::GpuSpec spec;
-  ledger_->Read(
-      [&](const ledger::ClusterView& view) { spec = view.gpu(gpu).spec; });
-  const gpu::MigModelTable* table =
-      gpu::FindMigTable(spec.model, spec.memory_mib);
-  if (table == nullptr) return "";
-  std::optional<MemoryMib> memory;
-  if (slice.memory_mib > 0) memory = slice.memory_mib;
-  std::optional<ComputePercent> compute;
-  if (!slice.compute_defaulted) compute = slice.compute_percent;
-  // The agent checks placement availability on the real GPU; the profile
-  // is the smallest one that covers the request.
-  auto choice = gpu::ChooseMigInstance(*table, memory, compute, {});
-  return choice.ok() ? choice->profile : "";
+namespace {
+
+// Best-Fit by scan over the GPUs not in `excluded` (the rare retry after a
+// MIG partition did not fit where the indexed choice landed).
+class ExcludingBestFit final : public ledger::PlacementPolicy {
+ public:
+  explicit ExcludingBestFit(const std::set<GpuId>& excluded)
+      : excluded_(excluded) {}
+  std::string_view name() const override { return "best-fit-excluding"; }
+  std::optional<std::vector<GpuId>> Choose(
+      const ledger::ClusterView& view,
+      const ledger::PlacementRequest& request) const override {
+    std::optional<GpuId> best;
+    MemoryMib best_free = 0;
+    for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
+      const GpuId id(slot);
+      if (!view.HasGpu(id) || excluded_.contains(id)) continue;
+      const ledger::GpuRecord& gpu = view.gpu(id);
+      if (view.CheckSlice(gpu, request)) continue;
+      if (!best || gpu.free_memory_mib() < best_free) {
+        best = id;
+        best_free = gpu.free_memory_mib();
+      }
+    }
+    if (!best) return std::nullopt;
+    return std::vector<GpuId>{*best};
+  }
+
+ private:
+  const std::set<GpuId>& excluded_;
+};
+
+}  // namespace
+
+ledger::PlacementResult ControlPlane::PlaceLocked(
+    const ledger::PlacementRequest& request, std::string* mig_profile) {
+  mig_profile->clear();
+  std::set<GpuId> excluded;
+  std::string skipped;
+  ledger::PlacementResult result = ledger_->Place(request, *policy_);
+  for (int attempt = 0; attempt < 4 && result.placed(); ++attempt) {
+    const ledger::Allocation a = result.allocation;
+    if (a.kind != ledger::RequestKind::kSlice ||
+        QosForGpuLocked(a.gpus.front()).level != scheduler::QosLevel::kGold) {
+      return result;
+    }
+    ledger::GpuSpec spec;
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      spec = view.gpu(a.gpus.front()).spec;
+    });
+    const gpu::MigModelTable* table =
+        gpu::FindMigTable(spec.model, spec.memory_mib);
+    if (table == nullptr) return result;  // no table: charged as asked
+    std::optional<ComputePercent> compute;
+    if (!a.compute_defaulted) compute = a.compute_percent;
+    auto choice = gpu::ChooseMigInstance(*table, request.memory_mib, compute,
+                                         /*existing=*/{});
+    if (choice.ok()) {
+      const gpu::MigProfile* profile =
+          gpu::FindProfile(*table, choice->profile);
+      ledger::Allocation charged = a;
+      charged.memory_mib =
+          spec.memory_mib * profile->memory_slices / table->memory_slices;
+      charged.compute_percent = gpu::MigComputePercent(*table, *profile);
+      charged.compute_defaulted = false;
+      if (charged == a) {
+        *mig_profile = choice->profile;
+        return result;
+      }
+      (void)ledger_->Release(a.id);
+      auto restored = ledger_->Restore(charged);
+      if (restored.ok()) {
+        *mig_profile = choice->profile;
+        result.allocation = *restored;
+        return result;
+      }
+      skipped = "the " + choice->profile + " partition (" +
+                std::to_string(charged.memory_mib) + " MB, " +
+                std::to_string(charged.compute_percent) +
+                "%) did not fit on MIG GPU " + spec.uuid;
+    } else {
+      (void)ledger_->Release(a.id);
+      skipped = "no MIG partition of GPU " + spec.uuid +
+                " covers the request: " + choice.status().message();
+    }
+    excluded.insert(a.gpus.front());
+    result = ledger_->Place(request, ExcludingBestFit(excluded));
+  }
+  if (result.placed()) {
+    // Still on a MIG GPU whose partition did not fit after every retry.
+    (void)ledger_->Release(result.allocation.id);
+    result.outcome = ledger::PlacementOutcome::kRetryLater;
+  }
+  if (!skipped.empty()) result.message += "; " + skipped;
+  return result;
 }
 
 SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice) {
@@ -117,8 +197,9 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice) {
   return in;
 }
 
-StatusOr<int> ControlPlane::BindPendingOnce() {
+StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   std::lock_guard bind_lock(bind_mu_);
+  if (more != nullptr) *more = false;
   std::vector<TaskRow> incoming;
   bool resync = false;
   {
@@ -157,7 +238,8 @@ StatusOr<int> ControlPlane::BindPendingOnce() {
     pending_ = std::move(fresh);
   }
   for (TaskRow& t : incoming) {
-    if (!pending_.contains(t.id)) pending_[t.id] = PendingTask{std::move(t)};
+    const RowId id = t.id;
+    if (!pending_.contains(id)) pending_[id] = PendingTask{std::move(t)};
   }
   pending_count_.store(static_cast<int>(pending_.size()));
 
@@ -172,6 +254,9 @@ StatusOr<int> ControlPlane::BindPendingOnce() {
     if (fresh_task || capacity_changed || retry_due) batch.push_back(&entry);
   }
   if (batch.empty()) return 0;
+  if (more != nullptr) {
+    *more = static_cast<int>(batch.size()) >= options_.bind_batch;
+  }
 
   std::lock_guard lock(mu_);
   std::vector<Decision> decisions;
@@ -192,7 +277,8 @@ StatusOr<int> ControlPlane::BindPendingOnce() {
       if (task.compute_percent) request.compute_percent = *task.compute_percent;
     }
     request.allowed_models = AllowedModelsLocked(task.gpu_type);
-    ledger::PlacementResult result = ledger_->Place(request, *policy_);
+    std::string mig_profile;
+    ledger::PlacementResult result = PlaceLocked(request, &mig_profile);
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;
       SliceRow& slice = d.slice;
@@ -220,7 +306,7 @@ StatusOr<int> ControlPlane::BindPendingOnce() {
         cmd.action = "create";
         cmd.gpu_index = slice.gpu_indices[0];
         cmd.gpu_uuid = GpuUuidLocked(slice.node_id, cmd.gpu_index);
-        cmd.profile = ChooseMigProfileLocked(a.gpus.front(), slice);
+        cmd.profile = mig_profile;
         cmd.created_at = now;
         cmd.deadline_at = now + options_.mig_command_deadline_ms;
         d.mig_create = cmd;
@@ -329,13 +415,16 @@ StatusOr<int> ControlPlane::BindPendingOnce() {
 void ControlPlane::SchedulerLoop() {
   std::uint64_t last_generation = 0;
   Millis last_resync = clock_->NowMillis();
+  bool more = false;  // the last pass filled a batch: a backlog remains
   for (;;) {
     {
       std::unique_lock lock(sched_mu_);
-      sched_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] {
-        return stop_ || !incoming_.empty() || resync_ ||
-               generation_.load() != last_generation;
-      });
+      if (!more) {
+        sched_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] {
+          return stop_ || !incoming_.empty() || resync_ ||
+                 generation_.load() != last_generation;
+        });
+      }
       if (stop_) return;
       const Millis now = clock_->NowMillis();
       if (now - last_resync >= 30'000) {
@@ -344,8 +433,9 @@ void ControlPlane::SchedulerLoop() {
       }
     }
     last_generation = generation_.load();
-    auto bound = BindPendingOnce();
+    auto bound = BindPendingOnce(&more);
     if (!bound.ok()) {
+      more = false;
       spdlog::error("scheduler: {}", bound.status().ToString());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       std::lock_guard lock(sched_mu_);

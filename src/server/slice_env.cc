@@ -24,7 +24,11 @@ store::StringMap SliceEnv(const SliceEnvInput& slice) {
   env["HETEROFLOW_GPU_UUID"] = slice.gpu_uuids;
   env["HETEROFLOW_SLICE_QOS"] = slice.qos_level;
   if (slice.whole) return env;
-  env["HETEROFLOW_SLICE_MEMORY_MB"] = std::to_string(slice.memory_mib);
+  // No memory asked for: no memory cap (a 0 MB cap would fail every
+  // allocation).
+  if (slice.memory_mib > 0) {
+    env["HETEROFLOW_SLICE_MEMORY_MB"] = std::to_string(slice.memory_mib);
+  }
   if (slice.compute_percent > 0) {
     env["HETEROFLOW_SLICE_COMPUTE_PERCENT"] =
         std::to_string(slice.compute_percent);
@@ -45,8 +49,10 @@ store::StringMap SliceEnv(const SliceEnvInput& slice) {
   // the device ordinal in the pinned-memory limit is always 0. Without an
   // MPS daemon (bronze) the driver ignores them; the hook reads the
   // HETEROFLOW_SLICE_* values instead.
-  env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] =
-      "0=" + std::to_string(slice.memory_mib) + "M";
+  if (slice.memory_mib > 0) {
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] =
+        "0=" + std::to_string(slice.memory_mib) + "M";
+  }
   if (slice.compute_percent > 0) {
     env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] =
         std::to_string(slice.compute_percent);

@@ -23,7 +23,7 @@ struct SliceEnvInput {
   std::string vendor;           // "nvidia", ...
   std::string qos_level;        // "gold", "silver", "bronze"
   bool whole = false;           // whole GPUs (no limits)
-  std::int64_t memory_mib = 0;  // slice quota
+  std::int64_t memory_mib = 0;  // slice quota; 0: none requested
   int compute_percent = 0;      // 0: no ratio requested
   std::string mig_device_id;    // gold, once the agent created it
 };

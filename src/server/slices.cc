@@ -370,18 +370,54 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   if (!visible.ok()) return visible.status();
   SliceRow out;
   std::vector<RowId> released;
+  bool requeued = false;
+  const std::string why =
+      reason.empty() ? "deleted by an operator" : reason.substr(0, 1024);
   std::lock_guard lock(mu_);
   HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
     released.clear();
+    requeued = false;
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
     out = *s;
-    return ReleaseInTxn(
-        txn, out, caller.Actor(),
-        reason.empty() ? "deleted by an operator" : reason.substr(0, 1024),
-        released);
+    std::optional<store::TaskRow> task;
+    if (out.task_id && out.state == store::SliceState::kAllocated) {
+      auto t = txn.GetTask(*out.task_id);
+      if (t.ok() && t->slice_id == out.id) task = *t;
+    }
+    if (task && task->state == store::TaskState::kRunning) {
+      // Releasing it would leave a running task unaccounted.
+      return Status::FailedPrecondition(
+          "slice " + std::to_string(id) + " belongs to running task " +
+          std::to_string(task->id) + "; cancel the task (POST /api/v1/tasks/" +
+          std::to_string(task->id) + "/cancel) to release it");
+    }
+    HF_RETURN_IF_ERROR(ReleaseInTxn(txn, out, caller.Actor(), why, released));
+    if (task && task->state == store::TaskState::kScheduled) {
+      // Not started yet: the task goes back to pending and is bound again,
+      // with a fresh env.
+      store::TaskRow t = *task;
+      t.state = store::TaskState::kPending;
+      t.slice_id.reset();
+      t.node_id.reset();
+      t.gpu_indices.clear();
+      StripSliceEnv(t.env);
+      std::erase_if(t.labels, [](const auto& kv) {
+        return kv.first.starts_with("heteroflow.");
+      });
+      t.pending_reason = "its slice " + std::to_string(id) + " was deleted (" +
+                         why + "); waiting to be bound again";
+      t.updated_at = clock_->NowMillis();
+      HF_RETURN_IF_ERROR(txn.UpdateTask(t).status());
+      requeued = true;
+    }
+    return Status::Ok();
   }));
   ApplyReleasesLocked(released);
+  if (requeued) {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
   return out;
 }
 

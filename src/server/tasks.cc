@@ -270,7 +270,44 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
   h.at = now;
   h.actor = actor;
   h.reason = reason;
-  if (slice.qos_level == "gold") {
+  if (slice.qos_level == "gold" && slice.mig_device_id.empty()) {
+    // No partition exists yet. An unclaimed create is withdrawn and the
+    // slice released now; a create the agent is executing is left to
+    // finish, and its result writes the destroy (ReportSliceRequest).
+    store::SliceRequestFilter f;
+    f.node_id = slice.node_id;
+    f.limit = 1000;
+    bool in_flight = false;
+    for (auto state : {store::SliceRequestState::kPending,
+                       store::SliceRequestState::kClaimed}) {
+      f.state = state;
+      auto rows = txn.ListSliceRequests(f);
+      if (!rows.ok()) return rows.status();
+      for (store::SliceRequestRow& row : *rows) {
+        if (row.slice_id != slice.id || row.action != "create") continue;
+        if (state == store::SliceRequestState::kPending) {
+          row.state = store::SliceRequestState::kFailed;
+          row.error =
+              "withdrawn: the slice was released before the agent "
+              "claimed the command";
+          row.finished_at = now;
+          HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
+        } else {
+          in_flight = true;
+        }
+      }
+    }
+    if (in_flight) {
+      slice.state = store::SliceState::kReleasing;
+      HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
+      h.op = "release_requested";
+      h.reason +=
+          " (the MIG partition is being created; it is destroyed "
+          "when the agent reports it)";
+      return txn.AppendHistory(h).status();
+    }
+  }
+  if (slice.qos_level == "gold" && !slice.mig_device_id.empty()) {
     // The partition holds its memory until the agent destroys it: the slice
     // stays accounted (releasing) until the destroy command succeeds.
     slice.state = store::SliceState::kReleasing;

@@ -1,0 +1,847 @@
+// Server benchmark: the control plane end to end, through hf-server's real
+// HTTP stack (hf::api::ApiServer on cpp-httplib, its default thread pool)
+// and its durable store (SQLite, WAL, synchronous=FULL, group commit).
+//
+// Setup (never timed). Every benchmark builds its own server, in-process, in
+// a fresh directory under $TMPDIR (or /tmp) that is removed afterwards:
+// OpenStore("sqlite:DIR/hf.db"), ControlPlane::Create, BootstrapAdmin, and an
+// ApiServer serving 127.0.0.1 on a free port from a thread. Simulated nodes
+// register through the agent API (POST /api/v1/nodes/register with a node
+// token made by POST /api/v1/tokens): 8 GPUs of 81,920 MiB each, MPS
+// capable, not in MIG mode (so slices are silver and no MIG commands are
+// queued). Tasks are slices of 1,024 MiB and a 5% compute ratio (20 fit on
+// a GPU, bounded by compute). The file system of that directory sets the
+// cost of an fsync, and with it most of these figures: run it on the disk
+// the server will use (TMPDIR=/var/lib/...).
+//
+// The store is wrapped in a pass-through `TimedStore` that times every
+// Store::Write (queueing + the caller's SQL + commit and fsync) and the
+// time its function runs on the writer thread, so each result can say how
+// much of a request was spent in the store.
+//
+// Benchmarks (wall-clock, manual time, one iteration each):
+//   BM_StoreCommitFloor   no server: one thread, kCommitFloorWrites small
+//       Store::Write calls one after another, so each is one commit and one
+//       fsync. The floor every durable request stands on (p50_ms, p99_ms,
+//       max_ms); on a shared virtual disk it moves from run to run.
+//   BM_CreateTasks/clients:N   N client threads (4, 16, 32), each with its
+//       own keep-alive httplib::Client (TCP_NODELAY, as curl and most HTTP
+//       libraries set it) and a `user` token, POST /api/v1/tasks for
+//       kLoadSeconds while the real scheduler loop runs
+//       (ControlPlane::Start), on 125 nodes x 8 GPUs. Counters:
+//       creates_per_s, p50_ms / p99_ms / max_ms (per request, at the
+//       client), errors, store_write_p50_ms / _p99_ms (Store::Write as the
+//       control plane sees it: queueing, SQL, commit, fsync),
+//       writer_sql_share (time the store's writer thread ran the callers'
+//       SQL / wall time), drain_ms (from the last create until the
+//       scheduler has bound every task) and bound.
+//       Targets: >= 2,000 creates/s with p99 < 20 ms.
+//   BM_CreateTasksNoScheduler/clients:32   the same without the scheduler,
+//       to tell the cost of binding from the cost of creating.
+//   BM_CreateTasksDirect/threads:32   ControlPlane::CreateTask from 32
+//       threads, no HTTP, scheduler running: the HTTP layer's share.
+//   BM_BindPendingOnce   kBindTasks pending tasks (created with
+//       ControlPlane::CreateTask from kFillThreads threads, scheduler not
+//       started) on 250 nodes x 8 GPUs; timed: ControlPlane::BindPendingOnce
+//       in a loop until every task is bound. Counters: binds_per_s,
+//       batches, batch_ms, store_write_share / store_read_share (time in
+//       Store::Write / Read over the total), direct_creates_per_s (the
+//       untimed setup's rate). Target: >= 2,000 binds/s.
+//   BM_SchedulerLoopBacklog   the same backlog, then ControlPlane::Start;
+//       timed until no task is pending (polled through ListTasks): the real
+//       scheduler thread's binds_per_s.
+//   BM_SliceStats/clients:N   125 nodes x 8 GPUs holding kStatsSlices live
+//       slices (bound through BindPendingOnce); N clients (1, 8) GET
+//       /api/v1/slices/stats with the admin token for kLoadSeconds.
+//       Counters: requests_per_s, p50_ms, p99_ms, response_bytes, and
+//       in-process means of ControlPlane::Stats (stats_core_ms) and of
+//       building, dumping and freeing its JSON (render_ms).
+//
+// Each case also prints a one-line summary to stderr. The whole binary runs
+// in about a minute on a 2-core machine.
+//
+// Thread-safety: each benchmark owns its server; the load threads share
+// only the server and their own result slots.
+#include <benchmark/benchmark.h>
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "api/codec.h"
+#include "api/http_api.h"
+#include "common/clock.h"
+#include "common/main_guard.h"
+#include "common/status.h"
+#include "server/control_plane.h"
+#include "store/store.h"
+
+namespace hf {
+namespace {
+
+using json = nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr char kHost[] = "127.0.0.1";
+constexpr char kAdminSecret[] = "server-bench-admin-secret-0123456789";
+constexpr char kTaskBody[] =
+    R"({"name":"b","gpu_memory_mb":1024,"gpu_compute_ratio":0.05})";
+constexpr int kGpusPerNode = 8;
+constexpr std::int64_t kGpuMemoryMib = 81920;
+constexpr int kSmallClusterNodes = 125;  // 1,000 GPUs, room for 20,000 slices
+constexpr int kLargeClusterNodes = 250;  // 2,000 GPUs, room for 40,000 slices
+constexpr double kLoadSeconds = 3.0;
+constexpr int kBindTasks = 20000;
+constexpr int kStatsSlices = 10000;
+constexpr int kFillThreads = 32;
+constexpr int kBreakdownRounds = 20;
+constexpr int kCommitFloorWrites = 300;
+
+void Check(const Status& status, const std::string& what) {
+  if (!status.ok()) {
+    throw std::runtime_error(what + ": " + status.ToString());
+  }
+}
+
+template <typename T>
+T CheckValue(StatusOr<T> value, const std::string& what) {
+  Check(value.status(), what);
+  return std::move(value).value();
+}
+
+double Seconds(SteadyClock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+double Millis(SteadyClock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// The p-th percentile of `sorted` (ascending): the value at rank
+// p% of the way from the first to the last, rounded (0 when empty).
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const auto rank = static_cast<std::size_t>(
+      std::lround(p / 100.0 * static_cast<double>(sorted.size() - 1)));
+  return sorted[std::min(rank, sorted.size() - 1)];
+}
+
+// ------------------------------------------------------------ TimedStore
+
+// Passes every call to the real store and times it. Thread-safe.
+class TimedStore final : public store::Store {
+ public:
+  struct Totals {
+    std::int64_t writes = 0;
+    double write_s = 0;     // summed Store::Write latency, all callers
+    double write_fn_s = 0;  // summed time the functions ran (writer thread)
+    std::int64_t reads = 0;
+    double read_s = 0;
+    std::vector<double> write_ms;  // sorted per-call Write latencies
+  };
+
+  explicit TimedStore(std::unique_ptr<store::Store> inner)
+      : inner_(std::move(inner)) {}
+
+  Status Write(const std::function<Status(store::Txn&)>& fn) override {
+    const auto start = SteadyClock::now();
+    Status status = inner_->Write([&](store::Txn& txn) {
+      const auto fn_start = SteadyClock::now();
+      Status s = fn(txn);
+      write_fn_ns_.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(
+              SteadyClock::now() - fn_start)
+              .count());
+      return s;
+    });
+    const double ms = Millis(SteadyClock::now() - start);
+    std::lock_guard lock(mu_);
+    write_ms_.push_back(ms);
+    return status;
+  }
+
+  Status Read(const std::function<Status(store::Txn&)>& fn) override {
+    const auto start = SteadyClock::now();
+    Status status = inner_->Read(fn);
+    read_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           SteadyClock::now() - start)
+                           .count());
+    reads_.fetch_add(1);
+    return status;
+  }
+
+  store::StoreInfo info() const override { return inner_->info(); }
+
+  // Returns the figures since the last call and starts counting afresh.
+  Totals TakeTotals() {
+    Totals t;
+    {
+      std::lock_guard lock(mu_);
+      t.write_ms.swap(write_ms_);
+    }
+    t.writes = static_cast<std::int64_t>(t.write_ms.size());
+    for (double ms : t.write_ms) t.write_s += ms / 1000;
+    std::sort(t.write_ms.begin(), t.write_ms.end());
+    t.write_fn_s = static_cast<double>(write_fn_ns_.exchange(0)) / 1e9;
+    t.reads = reads_.exchange(0);
+    t.read_s = static_cast<double>(read_ns_.exchange(0)) / 1e9;
+    return t;
+  }
+
+ private:
+  const std::unique_ptr<store::Store> inner_;
+  std::mutex mu_;
+  std::vector<double> write_ms_;  // GUARDED_BY(mu_)
+  std::atomic<std::int64_t> write_fn_ns_{0};
+  std::atomic<std::int64_t> reads_{0};
+  std::atomic<std::int64_t> read_ns_{0};
+};
+
+// ----------------------------------------------------------- BenchServer
+
+std::filesystem::path MakeTempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+      "/hf-server-bench-XXXXXX";
+  if (mkdtemp(pattern.data()) == nullptr) {
+    throw std::runtime_error("mkdtemp failed for " + pattern);
+  }
+  return pattern;
+}
+
+// A fresh directory, removed with everything in it when this goes away.
+class TempDir {
+ public:
+  TempDir() : path_(MakeTempDir()) {}
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  const std::filesystem::path path_;
+};
+
+std::unique_ptr<httplib::Client> MakeClient(int port,
+                                            const std::string& token) {
+  auto client = std::make_unique<httplib::Client>(kHost, port);
+  client->set_keep_alive(true);
+  client->set_tcp_nodelay(true);
+  client->set_bearer_token_auth(token.c_str());
+  client->set_connection_timeout(5, 0);
+  client->set_read_timeout(30, 0);
+  client->set_write_timeout(30, 0);
+  return client;
+}
+
+// POSTs `body` and returns the parsed reply; throws unless the status is
+// `expect`.
+json PostJson(httplib::Client& client, const std::string& path,
+              const json& body, int expect) {
+  httplib::Result res = client.Post(path, body.dump(), "application/json");
+  if (!res) {
+    throw std::runtime_error("POST " + path + ": " +
+                             httplib::to_string(res.error()));
+  }
+  if (res->status != expect) {
+    throw std::runtime_error("POST " + path + ": HTTP " +
+                             std::to_string(res->status) + ": " + res->body);
+  }
+  return json::parse(res->body);
+}
+
+// The benchmark's task: a slice of 1,024 MiB and 5% of a GPU's compute.
+server::TaskCreate SliceTask() {
+  server::TaskCreate task;
+  task.name = "b";
+  task.memory_mib = 1024;
+  task.compute_percent = 5;
+  return task;
+}
+
+// One hf-server, in-process, in its own directory. Destroying it stops the
+// HTTP server, the scheduler and the store and removes the directory.
+// REQUIRES: every client of the server is gone before it is destroyed (a
+// live keep-alive connection holds up the HTTP server's stop).
+class BenchServer {
+ public:
+  BenchServer(int nodes, bool start_scheduler) {
+    store_ = std::make_unique<TimedStore>(CheckValue(
+        store::OpenStore("sqlite:" + (dir_.path() / "hf.db").string()),
+        "open"));
+    cp_ = CheckValue(server::ControlPlane::Create(
+                         store_.get(), &clock_, server::ControlPlaneOptions{}),
+                     "create the control plane");
+    (void)CheckValue(cp_->BootstrapAdmin(std::string(kAdminSecret)),
+                     "bootstrap the admin token");
+    admin_ = CheckValue(cp_->Authenticate(kAdminSecret), "admin token");
+    api_ =
+        std::make_unique<api::ApiServer>(cp_.get(), &clock_, api::ApiOptions{});
+    Check(api_->Bind(kHost, 0), "bind");
+    serve_thread_ = std::thread([this] {
+      const Status served = api_->Serve();
+      if (!served.ok()) {
+        std::fprintf(stderr, "server_bench: %s\n", served.ToString().c_str());
+      }
+    });
+    WaitUntilServing();
+    RegisterNodes(nodes);
+    {
+      auto admin = MakeClient(port(), kAdminSecret);
+      user_token_ = PostJson(*admin, "/api/v1/tokens",
+                             {{"role", "user"},
+                              {"tenant", "default"},
+                              {"description", "server_bench load"}},
+                             201)["token"]
+                        .get<std::string>();
+    }
+    if (start_scheduler) cp_->Start();
+  }
+
+  ~BenchServer() {
+    api_->Stop();
+    if (serve_thread_.joinable()) serve_thread_.join();
+    cp_->Stop();
+    api_.reset();
+    cp_.reset();
+    store_.reset();
+  }
+
+  BenchServer(const BenchServer&) = delete;
+  BenchServer& operator=(const BenchServer&) = delete;
+
+  int port() const { return api_->port(); }
+  server::ControlPlane& cp() { return *cp_; }
+  TimedStore& store() { return *store_; }
+  const server::Caller& admin() const { return admin_; }
+  const std::string& user_token() const { return user_token_; }
+
+  // Tasks still pending, from the store.
+  bool AnyPending() {
+    server::TaskQuery query;
+    query.state = store::TaskState::kPending;
+    query.limit = 1;
+    return !CheckValue(cp_->ListTasks(admin_, query), "list pending")
+                .items.empty();
+  }
+
+  // Creates `count` slice tasks through ControlPlane::CreateTask from
+  // kFillThreads threads (concurrent writers share commits); returns the
+  // creates per second.
+  double CreateDirect(int count) {
+    std::atomic<int> next{0};
+    std::mutex error_mu;
+    Status error;  // GUARDED_BY(error_mu): the first failure
+    std::vector<std::thread> threads;
+    threads.reserve(kFillThreads);
+    const auto start = SteadyClock::now();
+    for (int i = 0; i < kFillThreads; ++i) {
+      threads.emplace_back([&] {
+        while (next.fetch_add(1) < count) {
+          const Status created = cp_->CreateTask(admin_, SliceTask()).status();
+          if (!created.ok()) {
+            std::lock_guard lock(error_mu);
+            if (error.ok()) error = created;
+            return;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    Check(error, "creating tasks");
+    return count / Seconds(SteadyClock::now() - start);
+  }
+
+  // Binds every pending task with BindPendingOnce; returns the batches.
+  int BindAll() {
+    int batches = 0;
+    while (CheckValue(cp_->BindPendingOnce(), "bind") > 0) ++batches;
+    return batches;
+  }
+
+ private:
+  void WaitUntilServing() const {
+    httplib::Client client(kHost, port());
+    for (int attempt = 0; attempt < 500; ++attempt) {
+      if (httplib::Result res = client.Get("/healthz");
+          res && res->status == 200) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    throw std::runtime_error("the HTTP server did not come up");
+  }
+
+  void RegisterNodes(int nodes) const {
+    auto admin = MakeClient(port(), kAdminSecret);
+    const std::string node_token =
+        PostJson(*admin, "/api/v1/tokens",
+                 {{"role", "node"}, {"description", "server_bench agents"}},
+                 201)["token"]
+            .get<std::string>();
+    auto agent = MakeClient(port(), node_token);
+    for (int n = 0; n < nodes; ++n) {
+      const std::string name = "node-" + std::to_string(n);
+      json gpus = json::array();
+      for (int g = 0; g < kGpusPerNode; ++g) {
+        gpus.push_back({{"index", g},
+                        {"uuid", "GPU-" + name + "-" + std::to_string(g)},
+                        {"vendor", "nvidia"},
+                        {"model", "A100-SXM4-80GB"},
+                        {"memory_mb", kGpuMemoryMib},
+                        {"compute_capability", "8.0"},
+                        {"mig_capable", false},
+                        {"mps_capable", true},
+                        {"health", "ok"}});
+      }
+      (void)PostJson(*agent, "/api/v1/nodes/register",
+                     {{"node_id", name},
+                      {"containerized", false},
+                      {"hook_available", true},
+                      {"cpu_milli", 128000},
+                      {"host_memory_mb", 2097152},
+                      {"gpus", std::move(gpus)},
+                      {"agent_version", "server_bench"}},
+                     200);
+    }
+  }
+
+  const TempDir dir_;  // first: removed after everything else is gone
+  SystemClock clock_;
+  std::unique_ptr<TimedStore> store_;
+  std::unique_ptr<server::ControlPlane> cp_;
+  std::unique_ptr<api::ApiServer> api_;
+  std::thread serve_thread_;
+  server::Caller admin_;
+  std::string user_token_;
+};
+
+// ---------------------------------------------------------- load generator
+
+struct LoadResult {
+  std::int64_t ok = 0;
+  std::int64_t errors = 0;
+  std::string first_error;
+  double seconds = 0;              // first request to last reply
+  std::vector<double> latency_ms;  // successful requests, sorted
+  std::size_t last_reply_bytes = 0;
+  SteadyClock::time_point end;
+};
+
+// One client's request: performs it and returns "" on success or what went
+// wrong; stores the size of the reply in *bytes.
+using Request = std::function<std::string(std::size_t* bytes)>;
+
+// Runs `clients` threads, each with its own Request from `make_client`
+// (made, and connected, before the clock starts), issuing requests until
+// `seconds` have passed.
+LoadResult RunLoad(int clients, double seconds,
+                   const std::function<Request()>& make_client) {
+  struct PerClient {
+    std::vector<double> latency_ms;
+    std::int64_t errors = 0;
+    std::string first_error;
+    std::size_t last_bytes = 0;
+  };
+  std::vector<PerClient> results(static_cast<std::size_t>(clients));
+  std::latch ready(clients + 1);
+  std::atomic<bool> go{false};
+  SteadyClock::time_point start;
+  SteadyClock::time_point deadline;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(clients));
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      PerClient& mine = results[static_cast<std::size_t>(i)];
+      mine.latency_ms.reserve(65536);
+      const Request request = make_client();
+      ready.count_down();
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      while (SteadyClock::now() < deadline) {
+        std::size_t bytes = 0;
+        const auto sent = SteadyClock::now();
+        const std::string error = request(&bytes);
+        const auto got = SteadyClock::now();
+        if (error.empty()) {
+          mine.latency_ms.push_back(Millis(got - sent));
+          mine.last_bytes = bytes;
+        } else if (mine.errors++ == 0) {
+          mine.first_error = error;
+        }
+      }
+    });
+  }
+  ready.arrive_and_wait();
+  start = SteadyClock::now();
+  deadline = start + std::chrono::duration_cast<SteadyClock::duration>(
+                         std::chrono::duration<double>(seconds));
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : threads) t.join();
+
+  LoadResult out;
+  out.end = SteadyClock::now();
+  out.seconds = Seconds(out.end - start);
+  for (PerClient& r : results) {
+    out.ok += static_cast<std::int64_t>(r.latency_ms.size());
+    out.latency_ms.insert(out.latency_ms.end(), r.latency_ms.begin(),
+                          r.latency_ms.end());
+    out.errors += r.errors;
+    if (out.first_error.empty()) out.first_error = r.first_error;
+    if (r.last_bytes != 0) out.last_reply_bytes = r.last_bytes;
+  }
+  std::sort(out.latency_ms.begin(), out.latency_ms.end());
+  return out;
+}
+
+// An HTTP client on its own keep-alive connection: `send` issues one
+// request; a reply with status `expect` is a success.
+std::function<Request()> HttpClients(
+    int port, const std::string& token,
+    std::function<httplib::Result(httplib::Client&)> send, int expect) {
+  return [port, token, send = std::move(send), expect]() -> Request {
+    std::shared_ptr<httplib::Client> client = MakeClient(port, token);
+    (void)client->Get("/healthz");  // connect before the clock starts
+    return [client, send, expect](std::size_t* bytes) -> std::string {
+      const httplib::Result res = send(*client);
+      if (!res) return httplib::to_string(res.error());
+      if (res->status != expect) {
+        return "HTTP " + std::to_string(res->status) + ": " +
+               res->body.substr(0, 200);
+      }
+      *bytes = res->body.size();
+      return "";
+    };
+  };
+}
+
+void ReportLatency(benchmark::State& state, const LoadResult& r) {
+  state.counters["p50_ms"] = Percentile(r.latency_ms, 50);
+  state.counters["p99_ms"] = Percentile(r.latency_ms, 99);
+  state.counters["max_ms"] = r.latency_ms.empty() ? 0 : r.latency_ms.back();
+  state.counters["errors"] = static_cast<double>(r.errors);
+  if (r.errors > 0) {
+    std::fprintf(stderr, "server_bench: %lld errors, first: %s\n",
+                 static_cast<long long>(r.errors), r.first_error.c_str());
+  }
+}
+
+void ReportStore(benchmark::State& state, const TimedStore::Totals& t,
+                 double seconds) {
+  state.counters["store_writes"] = static_cast<double>(t.writes);
+  state.counters["store_write_p50_ms"] = Percentile(t.write_ms, 50);
+  state.counters["store_write_p99_ms"] = Percentile(t.write_ms, 99);
+  // Share of the writer thread's time spent running the callers' SQL (the
+  // rest is commits, fsync and idle).
+  state.counters["writer_sql_share"] = seconds > 0 ? t.write_fn_s / seconds : 0;
+}
+
+// ------------------------------------------------------------ benchmarks
+
+void BM_StoreCommitFloor(benchmark::State& state) {
+  const TempDir dir;
+  auto store = CheckValue(
+      store::OpenStore("sqlite:" + (dir.path() / "hf.db").string()), "open");
+  std::vector<double> ms;
+  ms.reserve(kCommitFloorWrites);
+  for (auto _ : state) {
+    const auto start = SteadyClock::now();
+    for (int i = 0; i < kCommitFloorWrites; ++i) {
+      const auto t0 = SteadyClock::now();
+      Check(store->Write([i](store::Txn& txn) {
+        return txn.SetMeta("server_bench", std::to_string(i));
+      }),
+            "write");
+      ms.push_back(Millis(SteadyClock::now() - t0));
+    }
+    const double seconds = Seconds(SteadyClock::now() - start);
+    state.SetIterationTime(seconds);
+    std::sort(ms.begin(), ms.end());
+    state.counters["commits_per_s"] = kCommitFloorWrites / seconds;
+    state.counters["p50_ms"] = Percentile(ms, 50);
+    state.counters["p99_ms"] = Percentile(ms, 99);
+    state.counters["max_ms"] = ms.back();
+    std::fprintf(stderr,
+                 "server_bench: one writer, one small write per commit: "
+                 "%.0f commits/s, p50 %.2f ms, p99 %.2f ms, max %.2f ms\n",
+                 kCommitFloorWrites / seconds, Percentile(ms, 50),
+                 Percentile(ms, 99), ms.back());
+  }
+}
+BENCHMARK(BM_StoreCommitFloor)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+enum class CreatePath { kHttp, kHttpNoScheduler, kDirect };
+
+void RunCreateTasks(benchmark::State& state, CreatePath path) {
+  const int clients = static_cast<int>(state.range(0));
+  const bool scheduler = path != CreatePath::kHttpNoScheduler;
+  BenchServer server(kSmallClusterNodes, scheduler);
+  const server::Caller user = CheckValue(
+      server.cp().Authenticate(server.user_token()), "the user token");
+  std::function<Request()> clients_of;
+  if (path == CreatePath::kDirect) {
+    clients_of = [&server, &user]() -> Request {
+      return [&server, &user](std::size_t*) -> std::string {
+        const auto row = server.cp().CreateTask(user, SliceTask());
+        return row.ok() ? "" : row.status().ToString();
+      };
+    };
+  } else {
+    clients_of = HttpClients(
+        server.port(), server.user_token(),
+        [](httplib::Client& c) {
+          return c.Post("/api/v1/tasks", kTaskBody, "application/json");
+        },
+        201);
+  }
+  (void)server.store().TakeTotals();
+  for (auto _ : state) {
+    const LoadResult r = RunLoad(clients, kLoadSeconds, clients_of);
+    const TimedStore::Totals store_totals = server.store().TakeTotals();
+    double drain_ms = 0;
+    if (scheduler) {
+      while (server.AnyPending()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      drain_ms = Millis(SteadyClock::now() - r.end);
+    }
+    state.SetIterationTime(r.seconds);
+    const double rate = static_cast<double>(r.ok) / r.seconds;
+    state.counters["clients"] = clients;
+    state.counters["creates"] = static_cast<double>(r.ok);
+    state.counters["creates_per_s"] = rate;
+    ReportLatency(state, r);
+    ReportStore(state, store_totals, r.seconds);
+    if (scheduler) {
+      state.counters["drain_ms"] = drain_ms;
+      const auto stats = CheckValue(server.cp().Stats(server.admin()), "stats");
+      state.counters["bound"] = stats.live_slices;
+    }
+    static constexpr const char* kPathNames[] = {
+        "HTTP", "HTTP, no scheduler", "ControlPlane::CreateTask, no HTTP"};
+    std::fprintf(
+        stderr,
+        "server_bench: create (%s) clients=%d: %.0f creates/s, p50 %.2f ms, "
+        "p99 %.2f ms, max %.2f ms, errors %lld; Store::Write p50 %.2f ms "
+        "p99 %.2f ms; writer SQL %.0f%%; drain %.0f ms\n",
+        kPathNames[static_cast<int>(path)], clients, rate,
+        Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
+        r.latency_ms.empty() ? 0 : r.latency_ms.back(),
+        static_cast<long long>(r.errors), Percentile(store_totals.write_ms, 50),
+        Percentile(store_totals.write_ms, 99),
+        100 * store_totals.write_fn_s / r.seconds, drain_ms);
+  }
+}
+
+void BM_CreateTasks(benchmark::State& state) {
+  RunCreateTasks(state, CreatePath::kHttp);
+}
+BENCHMARK(BM_CreateTasks)
+    ->ArgName("clients")
+    ->Arg(4)
+    ->Arg(16)
+    ->Arg(32)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_CreateTasksNoScheduler(benchmark::State& state) {
+  RunCreateTasks(state, CreatePath::kHttpNoScheduler);
+}
+BENCHMARK(BM_CreateTasksNoScheduler)
+    ->ArgName("clients")
+    ->Arg(32)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_CreateTasksDirect(benchmark::State& state) {
+  RunCreateTasks(state, CreatePath::kDirect);
+}
+BENCHMARK(BM_CreateTasksDirect)
+    ->ArgName("threads")
+    ->Arg(32)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_BindPendingOnce(benchmark::State& state) {
+  BenchServer server(kLargeClusterNodes, /*start_scheduler=*/false);
+  const double fill_rate = server.CreateDirect(kBindTasks);
+  (void)server.store().TakeTotals();
+  for (auto _ : state) {
+    const auto start = SteadyClock::now();
+    int bound = 0;
+    int batches = 0;
+    for (;;) {
+      const int n = CheckValue(server.cp().BindPendingOnce(), "bind");
+      if (n == 0) break;
+      bound += n;
+      ++batches;
+    }
+    const double seconds = Seconds(SteadyClock::now() - start);
+    const TimedStore::Totals t = server.store().TakeTotals();
+    state.SetIterationTime(seconds);
+    if (bound != kBindTasks) {
+      state.SkipWithError(("bound " + std::to_string(bound) + " of " +
+                           std::to_string(kBindTasks))
+                              .c_str());
+      return;
+    }
+    const double rate = bound / seconds;
+    state.counters["bound"] = bound;
+    state.counters["binds_per_s"] = rate;
+    state.counters["batches"] = batches;
+    state.counters["batch_ms"] = 1000 * seconds / batches;
+    state.counters["store_write_share"] = t.write_s / seconds;
+    state.counters["store_read_share"] = t.read_s / seconds;
+    state.counters["direct_creates_per_s"] = fill_rate;
+    std::fprintf(stderr,
+                 "server_bench: BindPendingOnce: %d tasks in %.0f ms = %.0f "
+                 "binds/s, %d batches of %.1f ms (Store::Write %.0f%%, "
+                 "reads %.0f%% of it); setup: %.0f direct creates/s\n",
+                 bound, 1000 * seconds, rate, batches, 1000 * seconds / batches,
+                 100 * t.write_s / seconds, 100 * t.read_s / seconds,
+                 fill_rate);
+  }
+}
+BENCHMARK(BM_BindPendingOnce)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_SchedulerLoopBacklog(benchmark::State& state) {
+  BenchServer server(kLargeClusterNodes, /*start_scheduler=*/false);
+  (void)server.CreateDirect(kBindTasks);
+  for (auto _ : state) {
+    const auto start = SteadyClock::now();
+    server.cp().Start();
+    while (server.AnyPending()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    const double seconds = Seconds(SteadyClock::now() - start);
+    state.SetIterationTime(seconds);
+    const auto stats = CheckValue(server.cp().Stats(server.admin()), "stats");
+    if (stats.live_slices != kBindTasks) {
+      state.SkipWithError(("bound " + std::to_string(stats.live_slices) +
+                           " of " + std::to_string(kBindTasks))
+                              .c_str());
+      return;
+    }
+    const double rate = kBindTasks / seconds;
+    state.counters["bound"] = stats.live_slices;
+    state.counters["binds_per_s"] = rate;
+    std::fprintf(stderr,
+                 "server_bench: scheduler loop: %d pending tasks bound in "
+                 "%.0f ms = %.0f binds/s\n",
+                 kBindTasks, 1000 * seconds, rate);
+  }
+}
+BENCHMARK(BM_SchedulerLoopBacklog)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_SliceStats(benchmark::State& state) {
+  const int clients = static_cast<int>(state.range(0));
+  BenchServer server(kSmallClusterNodes, /*start_scheduler=*/false);
+  (void)server.CreateDirect(kStatsSlices);
+  (void)server.BindAll();
+  const auto stats = CheckValue(server.cp().Stats(server.admin()), "stats");
+  if (stats.live_slices != kStatsSlices) {
+    state.SkipWithError(("live slices " + std::to_string(stats.live_slices) +
+                         " of " + std::to_string(kStatsSlices))
+                            .c_str());
+    return;
+  }
+  // Where one request's time goes, in-process: the control plane's view
+  // (ledger walk under its mutex, names) and the JSON (build, dump, free).
+  double core_s = 0;
+  double render_s = 0;
+  for (int i = 0; i < kBreakdownRounds; ++i) {
+    const auto t0 = SteadyClock::now();
+    const server::SliceStats s =
+        CheckValue(server.cp().Stats(server.admin()), "stats");
+    const auto t1 = SteadyClock::now();
+    {
+      const std::string body = api::StatsJson(s).dump();
+      benchmark::DoNotOptimize(body.data());
+    }
+    const auto t2 = SteadyClock::now();
+    core_s += Seconds(t1 - t0);
+    render_s += Seconds(t2 - t1);
+  }
+  const double core_ms = 1000 * core_s / kBreakdownRounds;
+  const double render_ms = 1000 * render_s / kBreakdownRounds;
+  for (auto _ : state) {
+    const LoadResult r = RunLoad(
+        clients, kLoadSeconds,
+        HttpClients(
+            server.port(), kAdminSecret,
+            [](httplib::Client& c) { return c.Get("/api/v1/slices/stats"); },
+            200));
+    state.SetIterationTime(r.seconds);
+    const double rate = static_cast<double>(r.ok) / r.seconds;
+    state.counters["clients"] = clients;
+    state.counters["live_slices"] = stats.live_slices;
+    state.counters["gpus"] = stats.gpus;
+    state.counters["requests_per_s"] = rate;
+    state.counters["response_bytes"] = static_cast<double>(r.last_reply_bytes);
+    state.counters["stats_core_ms"] = core_ms;
+    state.counters["render_ms"] = render_ms;
+    ReportLatency(state, r);
+    std::fprintf(stderr,
+                 "server_bench: stats clients=%d, %d live slices on %d GPUs: "
+                 "%.0f requests/s, p50 %.2f ms, p99 %.2f ms, %zu bytes; "
+                 "in-process: ControlPlane::Stats %.2f ms, JSON %.2f ms\n",
+                 clients, stats.live_slices, stats.gpus, rate,
+                 Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
+                 r.last_reply_bytes, core_ms, render_ms);
+  }
+}
+BENCHMARK(BM_SliceStats)
+    ->ArgName("clients")
+    ->Arg(1)
+    ->Arg(8)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace hf
+
+int main(int argc, char** argv) {
+  return hf::RunMain("server_bench", [&] {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    spdlog::set_level(spdlog::level::warn);
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  });
+}
