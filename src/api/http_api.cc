@@ -20,9 +20,8 @@ using store::RowId;
 
 namespace {
 
-// NOLINTNEXTLINE(bugprone-exception-escape): json's default constructor
-// does not throw; clang-tidy cannot see it.
-struct Reply {
+// json's default constructor does not throw; clang-tidy cannot see that.
+struct Reply {  // NOLINT(bugprone-exception-escape)
   int status = 200;
   json body;
   std::string text;          // non-JSON replies (metrics, openapi)
