@@ -412,57 +412,45 @@ void ControlPlane::BumpGeneration() { generation_.fetch_add(1); }
 
 // ------------------------------------------------------------------ names
 
-std::string ControlPlane::TenantName(RowId id) {
+std::string ControlPlane::CachedName(
+    std::unordered_map<RowId, std::string>& cache, RowId id,
+    const std::function<std::string(Txn&)>& load) {
   {
     std::lock_guard lock(names_mu_);
-    auto it = tenant_names_.find(id);
-    if (it != tenant_names_.end()) return it->second;
+    auto it = cache.find(id);
+    if (it != cache.end()) return it->second;
   }
   std::string name;
   (void)store_->Read([&](Txn& txn) -> Status {
-    auto t = txn.GetTenant(id);
-    if (t.ok()) name = t->name;
+    name = load(txn);
     return Status::Ok();
   });
   if (!name.empty()) {
     std::lock_guard lock(names_mu_);
-    tenant_names_[id] = name;
+    cache[id] = name;
   }
   return name;
+}
+
+std::string ControlPlane::TenantName(RowId id) {
+  return CachedName(tenant_names_, id, [id](Txn& txn) {
+    auto t = txn.GetTenant(id);
+    return t.ok() ? t->name : std::string();
+  });
 }
 
 std::string ControlPlane::NodeName(RowId id) {
-  {
-    std::lock_guard lock(names_mu_);
-    auto it = node_names_.find(id);
-    if (it != node_names_.end()) return it->second;
-  }
-  std::string name;
-  (void)store_->Read([&](Txn& txn) -> Status {
+  return CachedName(node_names_, id, [id](Txn& txn) {
     auto n = txn.GetNode(id);
-    if (n.ok()) name = n->name;
-    return Status::Ok();
+    return n.ok() ? n->name : std::string();
   });
-  if (!name.empty()) {
-    std::lock_guard lock(names_mu_);
-    node_names_[id] = name;
-  }
-  return name;
 }
 
 std::string ControlPlane::GroupName(RowId id) {
-  {
-    std::lock_guard lock(names_mu_);
-    auto it = group_names_.find(id);
-    if (it != group_names_.end()) return it->second;
-  }
-  std::string name;
-  (void)store_->Read([&](Txn& txn) -> Status {
+  return CachedName(group_names_, id, [id](Txn& txn) {
     auto g = txn.GetGroup(id);
-    if (g.ok()) name = g->name;
-    return Status::Ok();
+    return g.ok() ? g->name : std::string();
   });
-  return name;
 }
 
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -366,6 +367,12 @@ class ControlPlane {
   StatusOr<store::TenantRow> ResolveTenantForWrite(
       const Caller& caller, const std::optional<std::string>& tenant);
   bool CanSee(const Caller& caller, RowId tenant_id) const;
+
+  // A name from `cache` (GUARDED_BY(names_mu_)), else loaded from the store
+  // and cached when found; "" when unknown.
+  std::string CachedName(std::unordered_map<RowId, std::string>& cache,
+                         RowId id,
+                         const std::function<std::string(store::Txn&)>& load);
 
   void SchedulerLoop();
   void GcLoop();
