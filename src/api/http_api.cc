@@ -101,6 +101,19 @@ StatusOr<RowId> ParseCursor(const httplib::Request& req) {
   return *id;
 }
 
+// ?limit= and ?cursor= into any query or filter with `limit` and
+// `after_id`.
+template <typename Query>
+Status ParsePage(const httplib::Request& req, Query& query) {
+  auto limit = ParseLimit(req);
+  if (!limit.ok()) return limit.status();
+  auto cursor = ParseCursor(req);
+  if (!cursor.ok()) return cursor.status();
+  query.limit = *limit;
+  query.after_id = *cursor;
+  return Status::Ok();
+}
+
 template <typename T, typename F>
 json PageJson(const server::Page<T>& page, F&& render) {
   json items = json::array();
@@ -247,12 +260,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
           }
         }
         if (auto t = Query(c.req, "tenant"); t && !t->empty()) q.tenant = *t;
-        auto limit = ParseLimit(c.req);
-        if (!limit.ok()) return limit.status();
-        q.limit = *limit;
-        auto cursor = ParseCursor(c.req);
-        if (!cursor.ok()) return cursor.status();
-        q.after_id = *cursor;
+        HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListTasks(c.caller, q);
         if (!page.ok()) return page.status();
         return Ok(PageJson(
@@ -293,12 +301,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         store::HistoryFilter f;
-        auto limit = ParseLimit(c.req);
-        if (!limit.ok()) return limit.status();
-        f.limit = *limit;
-        auto cursor = ParseCursor(c.req);
-        if (!cursor.ok()) return cursor.status();
-        f.after_id = *cursor;
+        HF_RETURN_IF_ERROR(ParsePage(c.req, f));
         if (auto v = Query(c.req, "slice_id"); v && !v->empty()) {
           auto id = ParseId(*v, "slice_id");
           if (!id.ok()) return id.status();
@@ -342,12 +345,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
             }
           }
         }
-        auto limit = ParseLimit(c.req);
-        if (!limit.ok()) return limit.status();
-        q.limit = *limit;
-        auto cursor = ParseCursor(c.req);
-        if (!cursor.ok()) return cursor.status();
-        q.after_id = *cursor;
+        HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListSlices(c.caller, q);
         if (!page.ok()) return page.status();
         return Ok(PageJson(
@@ -408,12 +406,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
                 "must be pending, claimed, done, failed or stuck", "state");
           }
         }
-        auto limit = ParseLimit(c.req);
-        if (!limit.ok()) return limit.status();
-        f.limit = *limit;
-        auto cursor = ParseCursor(c.req);
-        if (!cursor.ok()) return cursor.status();
-        f.after_id = *cursor;
+        HF_RETURN_IF_ERROR(ParsePage(c.req, f));
         auto page = cp.ListSliceRequests(c.caller, f);
         if (!page.ok()) return page.status();
         return Ok(PageJson(*page, [&](const store::SliceRequestRow& row) {

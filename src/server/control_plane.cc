@@ -332,6 +332,10 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     if (!id.ok()) return id.status().WithContext("GPU " + gpu.uuid);
     ledger_gpus_[key] = *id;
     gpu_keys_[*id] = key;
+    {
+      std::lock_guard names(names_mu_);
+      gpu_uuids_[key] = gpu.uuid;
+    }
     BumpGeneration();
     return Status::Ok();
   }
@@ -454,18 +458,9 @@ std::string ControlPlane::GroupName(RowId id) {
 }
 
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {
-  std::lock_guard lock(mu_);
-  return GpuUuidLocked(node_id, index);
-}
-
-std::string ControlPlane::GpuUuidLocked(RowId node_id, int index) const {
-  auto gpu = LedgerGpuLocked(node_id, index);
-  if (!gpu.ok()) return "";
-  std::string uuid;
-  ledger_->Read([&](const ledger::ClusterView& view) {
-    uuid = view.gpu(*gpu).spec.uuid;
-  });
-  return uuid;
+  std::lock_guard lock(names_mu_);
+  auto it = gpu_uuids_.find(GpuKey{node_id, index});
+  return it == gpu_uuids_.end() ? "" : it->second;
 }
 
 // --------------------------------------------------------------- identity
@@ -567,6 +562,27 @@ StatusOr<std::optional<std::string>> ControlPlane::BootstrapAdmin(
 
 // ------------------------------------------------------ tenants and groups
 
+StatusOr<RowId> ControlPlane::FindOrCreateGroupInTxn(
+    Txn& txn, const std::string& name, std::optional<GroupRow>& created) {
+  auto g = txn.FindGroup(name);
+  if (g.ok()) return g->id;
+  if (g.status().code() != StatusCode::kNotFound) return g.status();
+  GroupRow row;
+  row.name = name;
+  row.created_at = clock_->NowMillis();
+  auto inserted = txn.InsertGroup(row);
+  if (!inserted.ok()) return inserted.status();
+  created = *inserted;
+  return inserted->id;
+}
+
+Status ControlPlane::AdoptGroupLocked(const GroupRow& group) {
+  HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(group.id)));
+  std::lock_guard names(names_mu_);
+  group_names_[group.id] = group.name;
+  return Status::Ok();
+}
+
 StatusOr<TenantRow> ControlPlane::CreateTenant(
     const Caller& caller, const std::string& name,
     const std::optional<std::string>& group) {
@@ -582,20 +598,9 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
     row.name = name;
     row.created_at = clock_->NowMillis();
     if (group) {
-      auto g = txn.FindGroup(*group);
-      if (g.ok()) {
-        row.group_id = g->id;
-      } else if (g.status().code() == StatusCode::kNotFound) {
-        GroupRow gr;
-        gr.name = *group;
-        gr.created_at = row.created_at;
-        auto inserted = txn.InsertGroup(gr);
-        if (!inserted.ok()) return inserted.status();
-        new_group = *inserted;
-        row.group_id = inserted->id;
-      } else {
-        return g.status();
-      }
+      auto id = FindOrCreateGroupInTxn(txn, *group, new_group);
+      if (!id.ok()) return id.status();
+      row.group_id = *id;
     }
     auto inserted = txn.InsertTenant(row);
     if (!inserted.ok()) {
@@ -607,11 +612,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
     out = *inserted;
     return Status::Ok();
   }));
-  if (new_group) {
-    HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(new_group->id)));
-    std::lock_guard names(names_mu_);
-    group_names_[new_group->id] = new_group->name;
-  }
+  if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
   {
     std::lock_guard names(names_mu_);
     tenant_names_[out.id] = out.name;
@@ -670,31 +671,16 @@ StatusOr<TenantRow> ControlPlane::SetTenantGroup(
     }
     std::optional<RowId> group_id;
     if (group) {
-      auto g = txn.FindGroup(*group);
-      if (g.ok()) {
-        group_id = g->id;
-      } else if (g.status().code() == StatusCode::kNotFound) {
-        GroupRow gr;
-        gr.name = *group;
-        gr.created_at = clock_->NowMillis();
-        auto inserted = txn.InsertGroup(gr);
-        if (!inserted.ok()) return inserted.status();
-        new_group = *inserted;
-        group_id = inserted->id;
-      } else {
-        return g.status();
-      }
+      auto id = FindOrCreateGroupInTxn(txn, *group, new_group);
+      if (!id.ok()) return id.status();
+      group_id = *id;
     }
     HF_RETURN_IF_ERROR(txn.SetTenantGroup(t->id, group_id));
     out = *t;
     out.group_id = group_id;
     return Status::Ok();
   }));
-  if (new_group) {
-    HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(new_group->id)));
-    std::lock_guard names(names_mu_);
-    group_names_[new_group->id] = new_group->name;
-  }
+  if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
   HF_RETURN_IF_ERROR(SyncTenantLocked(out));
   return out;
 }
@@ -719,9 +705,7 @@ StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
     out = *inserted;
     return Status::Ok();
   }));
-  HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(out.id)));
-  std::lock_guard names(names_mu_);
-  group_names_[out.id] = out.name;
+  HF_RETURN_IF_ERROR(AdoptGroupLocked(out));
   return out;
 }
 

@@ -68,6 +68,15 @@ struct Page {
   std::optional<RowId> next_after;  // pass as after_id for the next page
 };
 
+// Turns up to `limit` + 1 rows read in id order into a page: the extra row
+// only says that another page follows.
+template <typename T>
+void TrimToPage(Page<T>& page, int limit) {
+  if (static_cast<int>(page.items.size()) <= limit) return;
+  page.items.resize(limit);
+  page.next_after = page.items.back().id;
+}
+
 // A validated POST /api/v1/tasks (src/api does the JSON-level checks; the
 // rules of SPEC.md section 4 on the values are checked again here, in
 // `ValidateTaskCreate`, so no path can skip them).
@@ -329,8 +338,14 @@ class ControlPlane {
   StatusOr<NodeId> LedgerNodeLocked(const store::NodeRow& node);
   Status SyncGpuLocked(const store::NodeRow& node, const store::GpuRow& gpu);
   StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const;
-  std::string GpuUuidLocked(RowId node_id, int index) const;
   Status SyncTenantLocked(const store::TenantRow& tenant);
+  // The id of group `name`, inserting it (and setting `created`) when new.
+  StatusOr<RowId> FindOrCreateGroupInTxn(
+      store::Txn& txn, const std::string& name,
+      std::optional<store::GroupRow>& created);
+  // After the commit that created `group`: the ledger and the name cache
+  // learn it. REQUIRES: mu_ held.
+  Status AdoptGroupLocked(const store::GroupRow& group);
   ledger::Allocation AllocationFromRow(const store::SliceRow& row) const;
 
   // Releases `slice` in the store (inside `txn`) and appends history; the
@@ -398,9 +413,13 @@ class ControlPlane {
 
   std::mutex names_mu_;
   std::unordered_map<RowId, std::string>
-      tenant_names_;                                    // GUARDED_BY(names_mu_)
-  std::unordered_map<RowId, std::string> node_names_;   // GUARDED_BY(names_mu_)
-  std::unordered_map<RowId, std::string> group_names_;  // GUARDED_BY(names_mu_)
+      tenant_names_;                                   // GUARDED_BY(names_mu_)
+  std::unordered_map<RowId, std::string> node_names_;  // GUARDED_BY(names_mu_)
+  std::unordered_map<RowId, std::string> group_names_;
+  // The card the ledger holds at each (node, index), for rendering slices
+  // and commands without taking mu_ (held across bind commits).
+  std::map<GpuKey, std::string>
+      gpu_uuids_;  // GUARDED_BY(names_mu_)  // GUARDED_BY(names_mu_)
 
   // Token cache: hash -> (caller, when cached). Revocation here removes the
   // entry; a revocation by another server instance takes effect within

@@ -305,7 +305,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
         cmd.task_id = task.id;
         cmd.action = "create";
         cmd.gpu_index = slice.gpu_indices[0];
-        cmd.gpu_uuid = GpuUuidLocked(slice.node_id, cmd.gpu_index);
+        cmd.gpu_uuid = GpuUuid(slice.node_id, cmd.gpu_index);
         cmd.profile = mig_profile;
         cmd.created_at = now;
         cmd.deadline_at = now + options_.mig_command_deadline_ms;

@@ -104,10 +104,7 @@ StatusOr<Page<SliceRow>> ControlPlane::ListSlices(const Caller& caller,
     page.items = std::move(*rows);
     return Status::Ok();
   }));
-  if (static_cast<int>(page.items.size()) > query.limit) {
-    page.items.resize(query.limit);
-    page.next_after = page.items.back().id;
-  }
+  TrimToPage(page, query.limit);
   return page;
 }
 
@@ -253,10 +250,7 @@ StatusOr<Page<store::HistoryRow>> ControlPlane::History(
     page.items = std::move(*rows);
     return Status::Ok();
   }));
-  if (static_cast<int>(page.items.size()) > limit) {
-    page.items.resize(limit);
-    page.next_after = page.items.back().id;
-  }
+  TrimToPage(page, limit);
   return page;
 }
 
@@ -434,10 +428,7 @@ StatusOr<Page<store::SliceRequestRow>> ControlPlane::ListSliceRequests(
     page.items = std::move(*rows);
     return Status::Ok();
   }));
-  if (static_cast<int>(page.items.size()) > limit) {
-    page.items.resize(limit);
-    page.next_after = page.items.back().id;
-  }
+  TrimToPage(page, limit);
   return page;
 }
 

@@ -201,10 +201,7 @@ StatusOr<Page<TaskRow>> ControlPlane::ListTasks(const Caller& caller,
     page.items = std::move(*rows);
     return Status::Ok();
   }));
-  if (static_cast<int>(page.items.size()) > query.limit) {
-    page.items.resize(query.limit);
-    page.next_after = page.items.back().id;
-  }
+  TrimToPage(page, query.limit);
   return page;
 }
 
@@ -318,7 +315,7 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
     cmd.task_id = slice.task_id;
     cmd.action = "destroy";
     cmd.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
-    cmd.gpu_uuid = GpuUuidLocked(slice.node_id, cmd.gpu_index);
+    cmd.gpu_uuid = GpuUuid(slice.node_id, cmd.gpu_index);
     cmd.profile = slice.mig_device_id;
     cmd.device_id = slice.mig_device_id;
     cmd.created_at = now;
