@@ -286,6 +286,96 @@ StatusOr<server::SliceCreate> ParseSliceCreate(const json& body) {
   return s;
 }
 
+StatusOr<server::ApprovalCreate> ParseApprovalCreate(const json& body) {
+  HF_RETURN_IF_ERROR(CheckFields(
+      body, {"tenant_a", "tenant_b", "reason", "expires_at", "ttl_s"}));
+  HF_RETURN_IF_ERROR(CheckStrings(body, 4096, ""));
+  server::ApprovalCreate a;
+  auto tenant_a = GetString(body, "tenant_a", true);
+  if (!tenant_a.ok()) return tenant_a.status();
+  a.tenant_a = *tenant_a;
+  auto tenant_b = GetString(body, "tenant_b", true);
+  if (!tenant_b.ok()) return tenant_b.status();
+  a.tenant_b = *tenant_b;
+  auto reason = GetString(body, "reason", true);
+  if (!reason.ok()) return reason.status();
+  a.reason = *reason;
+  auto expires = GetString(body, "expires_at", false);
+  if (!expires.ok()) return expires.status();
+  if (!expires->empty()) {
+    auto at = ParseTime(*expires, "expires_at");
+    if (!at.ok()) return at.status();
+    a.expires_at = *at;
+  }
+  auto ttl = GetInt(body, "ttl_s");
+  if (!ttl.ok()) return ttl.status();
+  a.ttl_s = *ttl;
+  return a;
+}
+
+StatusOr<store::Millis> ParseTime(std::string_view text,
+                                  const std::string& field) {
+  const auto bad = [&] {
+    return Status::InvalidArgument(
+        "must be an RFC 3339 time such as 2026-12-01T18:00:00Z (got '" +
+            std::string(text.substr(0, 64)) + "')",
+        field);
+  };
+  std::tm tm{};
+  int consumed = 0;
+  const std::string s(text);
+  // NOLINTNEXTLINE(cert-err34-c): the count and the checks below validate
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year,
+                  &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec,
+                  &consumed) != 6 ||
+      consumed != 19) {
+    return bad();
+  }
+  if (tm.tm_year < 1970 || tm.tm_year > 9999 || tm.tm_mon < 1 ||
+      tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
+      tm.tm_min > 59 || tm.tm_sec > 60) {
+    return bad();
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  std::size_t pos = 19;
+  std::int64_t millis = 0;
+  if (pos < s.size() && s[pos] == '.') {
+    ++pos;
+    int digits = 0;
+    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') {
+      if (digits < 3) millis = millis * 10 + (s[pos] - '0');
+      ++digits;
+      ++pos;
+    }
+    if (digits == 0) return bad();
+    for (int d = digits; d < 3; ++d) millis *= 10;
+  }
+  std::int64_t offset_s = 0;
+  if (pos < s.size() && (s[pos] == 'Z' || s[pos] == 'z')) {
+    ++pos;
+  } else if (pos + 6 == s.size() && (s[pos] == '+' || s[pos] == '-') &&
+             s[pos + 3] == ':') {
+    const auto digit = [&](std::size_t i) {
+      return s[i] >= '0' && s[i] <= '9';
+    };
+    if (!digit(pos + 1) || !digit(pos + 2) || !digit(pos + 4) ||
+        !digit(pos + 5)) {
+      return bad();
+    }
+    const int hh = (s[pos + 1] - '0') * 10 + (s[pos + 2] - '0');
+    const int mm = (s[pos + 4] - '0') * 10 + (s[pos + 5] - '0');
+    if (hh > 23 || mm > 59) return bad();
+    offset_s = (hh * 3600LL + mm * 60LL) * (s[pos] == '+' ? 1 : -1);
+    pos += 6;
+  } else {
+    return bad();
+  }
+  if (pos != s.size()) return bad();
+  const std::time_t seconds = timegm(&tm);
+  return (static_cast<std::int64_t>(seconds) - offset_s) * 1000 + millis;
+}
+
 StatusOr<server::NodeReport> ParseNodeReport(const json& body,
                                              bool name_required) {
   HF_RETURN_IF_ERROR(CheckFields(
@@ -616,9 +706,25 @@ json TokenJson(server::ControlPlane& cp, const store::TokenRow& t) {
   j["id"] = t.id;
   j["role"] = store::RoleName(t.role);
   j["tenant"] = t.tenant_id ? json(cp.TenantName(*t.tenant_id)) : json(nullptr);
+  j["node"] = t.node ? json(*t.node) : json(nullptr);
   j["description"] = t.description;
   j["created_at"] = Iso(t.created_at);
   j["revoked_at"] = OptionalTime(t.revoked_at);
+  return j;
+}
+
+json ApprovalJson(server::ControlPlane& cp, const store::ApprovalRow& a,
+                  store::Millis now) {
+  json j;
+  j["id"] = a.id;
+  j["tenant_a"] = cp.TenantName(a.tenant_a);
+  j["tenant_b"] = cp.TenantName(a.tenant_b);
+  j["reason"] = a.reason;
+  j["created_by"] = a.created_by;
+  j["created_at"] = Iso(a.created_at);
+  j["expires_at"] = Iso(a.expires_at);
+  j["revoked_at"] = OptionalTime(a.revoked_at);
+  j["active"] = a.ActiveAt(now);
   return j;
 }
 

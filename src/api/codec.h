@@ -41,6 +41,11 @@ StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body);
 StatusOr<std::vector<server::TaskStateReport>> ParseTaskStates(
     const json& body);
 StatusOr<server::MigResult> ParseMigResult(const json& body);
+StatusOr<server::ApprovalCreate> ParseApprovalCreate(const json& body);
+// An RFC 3339 time ("2026-12-01T00:00:00Z", fractions and +hh:mm offsets
+// accepted) as epoch ms; InvalidArgument naming `field` otherwise.
+StatusOr<store::Millis> ParseTime(std::string_view text,
+                                  const std::string& field);
 
 // Rejects any top-level field of `body` outside `allowed`.
 Status CheckFields(const json& body,
@@ -56,6 +61,8 @@ json SliceRequestJson(server::ControlPlane& cp,
                       const store::SliceRequestRow& row);
 json TenantJson(server::ControlPlane& cp, const store::TenantRow& tenant);
 json TokenJson(server::ControlPlane& cp, const store::TokenRow& token);
+json ApprovalJson(server::ControlPlane& cp, const store::ApprovalRow& row,
+                  store::Millis now);
 json NodeJson(const server::NodeView& node, store::Millis now);
 json StatsJson(const server::SliceStats& stats);
 

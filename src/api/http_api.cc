@@ -539,7 +539,8 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
     ControlPlane& cp = *cpp;
     auto body = Body(c);
     if (!body.ok()) return body.status();
-    HF_RETURN_IF_ERROR(CheckFields(*body, {"role", "tenant", "description"}));
+    HF_RETURN_IF_ERROR(
+        CheckFields(*body, {"role", "tenant", "description", "node"}));
     const json& b = *body;
     if (!b.contains("role") || !b["role"].is_string()) {
       return Status::InvalidArgument(
@@ -564,7 +565,14 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
       }
       description = b["description"].get<std::string>();
     }
-    auto created = cp.CreateToken(c.caller, *role, tenant, description);
+    std::optional<std::string> node;
+    if (b.contains("node") && !b["node"].is_null()) {
+      if (!b["node"].is_string()) {
+        return Status::InvalidArgument("must be a string", "node");
+      }
+      node = b["node"].get<std::string>();
+    }
+    auto created = cp.CreateToken(c.caller, *role, tenant, description, node);
     if (!created.ok()) return created.status();
     json j = TokenJson(cp, created->first);
     j["token"] = created->second;
@@ -589,6 +597,44 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
     if (!row.ok()) return row.status();
     return Ok(TokenJson(cp, *row));
   });
+
+  // ---- cross-tenant sharing approvals (SPEC.md section 7)
+  add("POST", "/api/v1/sharing-approvals", {},
+      [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto request = ParseApprovalCreate(*body);
+        if (!request.ok()) return request.status();
+        auto row = cp.CreateApproval(c.caller, *request);
+        if (!row.ok()) return row.status();
+        return Ok(ApprovalJson(cp, *row, clock.NowMillis()), 201);
+      });
+  add("GET", "/api/v1/sharing-approvals", {"limit", "cursor"},
+      [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto rows = cp.ListApprovals(c.caller);
+        if (!rows.ok()) return rows.status();
+        const store::Millis now = clock.NowMillis();
+        auto page = PagedList(
+            c.req, *rows, [](const store::ApprovalRow& a) { return a.id; },
+            [&](const store::ApprovalRow& a) {
+              return ApprovalJson(cp, a, now);
+            });
+        if (!page.ok()) return page.status();
+        return Ok(std::move(*page));
+      });
+  add("DELETE", "/api/v1/sharing-approvals/{id}", {},
+      [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) {
+          return Status::NotFound("no sharing approval '" + c.params[0] + "'");
+        }
+        auto row = cp.RevokeApproval(c.caller, *id);
+        if (!row.ok()) return row.status();
+        return Ok(ApprovalJson(cp, *row, clock.NowMillis()));
+      });
 
   // ---- nodes and agents
   add("POST", "/api/v1/nodes/register", {}, [cpp](Ctx& c) -> StatusOr<Reply> {

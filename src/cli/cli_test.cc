@@ -703,7 +703,10 @@ TEST_F(OutputTest, EveryResourceTableHasItsColumns) {
       {Resource::kNode, "NODE  CONTAINERIZED  GPUS  LAST_HEARTBEAT  AGE"},
       {Resource::kTenant, "NAME  SHARED_GROUP  CREATED"},
       {Resource::kGroup, "NAME  TENANTS"},
-      {Resource::kToken, "ID  ROLE  TENANT  DESCRIPTION  CREATED  REVOKED"},
+      {Resource::kToken,
+       "ID  ROLE  TENANT  NODE  DESCRIPTION  CREATED  REVOKED"},
+      {Resource::kApproval,
+       "ID  TENANT_A  TENANT_B  ACTIVE  EXPIRES  REVOKED  BY  REASON"},
       {Resource::kSliceRequest,
        "ID  NODE  ACTION  GPU  PROFILE  STATE  SLICE  TASK  DEVICE  CREATED  "
        "ERROR"},

@@ -88,7 +88,13 @@ struct TenantSetGroupOptions {
 
 struct TokenCreateOptions {
   std::string role;
-  std::optional<std::string> tenant, description;
+  std::optional<std::string> tenant, description, node;
+};
+
+struct ApprovalCreateOptions {
+  std::string tenant_a, tenant_b, reason;
+  std::optional<std::string> expires_at;
+  std::optional<std::int64_t> ttl_s;
 };
 
 struct SliceRequestListOptions {
@@ -254,6 +260,7 @@ class CommandLine {
     AddTenants();
     AddGroups();
     AddTokens();
+    AddApprovals();
     AddSliceRequests();
   }
   CommandLine(const CommandLine&) = delete;
@@ -611,6 +618,7 @@ class CommandLine {
                    body["role"] = token_create_.role;
                    SetIfGiven(body, "tenant", token_create_.tenant);
                    SetIfGiven(body, "description", token_create_.description);
+                   SetIfGiven(body, "node", token_create_.node);
                    return WithBody("POST", ApiPath({"tokens"}), body);
                  },
                  ShowCreatedToken));
@@ -621,6 +629,8 @@ class CommandLine {
     create->add_option("--tenant", token_create_.tenant, "the token's tenant");
     create->add_option("--description", token_create_.description,
                        "what it is for");
+    create->add_option("--node", token_create_.node,
+                       "role node: the one node the token may act for");
 
     AddPageOptions(Leaf(tokens, "list", "list tokens (no secrets)",
                         ListAction(Resource::kToken, "tokens", token_page_,
@@ -642,6 +652,59 @@ class CommandLine {
                    },
                    OneRow(Resource::kToken))),
           token_id_, "token id");
+  }
+
+  void AddApprovals() {
+    CLI::App* approvals =
+        Group("approvals",
+              "let two tenants outside one shared group share GPUs (admin)");
+    CLI::App* create = Leaf(
+        approvals, "create", "approve two tenants sharing GPUs",
+        ShowAction(
+            [this]() -> StatusOr<Request> {
+              const ApprovalCreateOptions& o = approval_create_;
+              if (o.expires_at.has_value() == o.ttl_s.has_value()) {
+                return Status::InvalidArgument(
+                    "approvals create: give --expires-at or --ttl (one)");
+              }
+              Json body = Json::object();
+              body["tenant_a"] = o.tenant_a;
+              body["tenant_b"] = o.tenant_b;
+              body["reason"] = o.reason;
+              SetIfGiven(body, "expires_at", o.expires_at);
+              SetIfGiven(body, "ttl_s", o.ttl_s);
+              return WithBody("POST", ApiPath({"sharing-approvals"}), body);
+            },
+            OneRow(Resource::kApproval)));
+    create->add_option("TENANT_A", approval_create_.tenant_a, "a tenant")
+        ->required();
+    create->add_option("TENANT_B", approval_create_.tenant_b, "the other")
+        ->required();
+    create->add_option("--reason", approval_create_.reason, "why (recorded)")
+        ->required();
+    create->add_option("--ttl", approval_create_.ttl_s, "lifetime in seconds");
+    create->add_option("--expires-at", approval_create_.expires_at,
+                       "RFC 3339 time, e.g. 2026-12-24T18:00:00Z");
+    AddPageOptions(
+        Leaf(approvals, "list", "list approvals, active and past",
+             ListAction(Resource::kApproval, "approvals", approval_page_,
+                        [this] {
+                          Request request = Get(ApiPath({"sharing-approvals"}));
+                          ApplyPage(approval_page_, request);
+                          return request;
+                        })),
+        approval_page_);
+    AddId(Leaf(approvals, "revoke", "revoke an approval",
+               ShowAction(
+                   [this]() -> StatusOr<Request> {
+                     return Request{"DELETE",
+                                    ApiPath({"sharing-approvals",
+                                             std::to_string(approval_id_)}),
+                                    {},
+                                    {}};
+                   },
+                   OneRow(Resource::kApproval))),
+          approval_id_, "approval id");
   }
 
   void AddSliceRequests() {
@@ -687,6 +750,9 @@ class CommandLine {
   TokenCreateOptions token_create_;
   PageOptions token_page_;
   std::int64_t token_id_ = 0;
+  ApprovalCreateOptions approval_create_;
+  PageOptions approval_page_;
+  std::int64_t approval_id_ = 0;
   SliceRequestListOptions slice_request_list_;
 };
 

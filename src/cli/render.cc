@@ -187,9 +187,19 @@ std::vector<Column> ColumnsFor(Resource resource) {
       return {Field("ID", "id"),
               Field("ROLE", "role"),
               Field("TENANT", "tenant"),
+              Field("NODE", "node"),
               Field("DESCRIPTION", "description"),
               Field("CREATED", "created_at"),
               Field("REVOKED", "revoked_at")};
+    case Resource::kApproval:
+      return {Field("ID", "id"),
+              Field("TENANT_A", "tenant_a"),
+              Field("TENANT_B", "tenant_b"),
+              Field("ACTIVE", "active"),
+              Field("EXPIRES", "expires_at"),
+              Field("REVOKED", "revoked_at"),
+              Field("BY", "created_by"),
+              Field("REASON", "reason")};
     case Resource::kSliceRequest:
       return {Field("ID", "id"),
               Field("NODE", "node_id"),

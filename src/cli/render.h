@@ -34,6 +34,7 @@ enum class Resource {
   kGroup,
   kToken,
   kSliceRequest,
+  kApproval,
 };
 
 // The text of `object[key]` for a table cell: "-" when the key is missing,

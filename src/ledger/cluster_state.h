@@ -53,6 +53,11 @@ struct ClusterState {
 
   std::unordered_map<TenantId, GroupId> tenant_group;
   std::unordered_map<GroupId, int> groups;  // defined groups -> member count
+  // Cross-tenant sharing approvals (SPEC.md section 7): per unordered pair
+  // (lower id first), how many approvals are active; per tenant, how many
+  // pairs it is in (a tenant with none never leaves the indexed fast path).
+  std::map<std::pair<TenantId, TenantId>, int> approved_pairs;
+  std::unordered_map<TenantId, int> approval_pairs_of;
 
   std::unordered_map<SliceId, Allocation> allocations;
   std::uint64_t next_slice_id = 1;

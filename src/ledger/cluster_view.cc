@@ -1,6 +1,8 @@
 #include "ledger/cluster_view.h"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "ledger/cluster_state.h"
 
@@ -72,6 +74,29 @@ SharingKey ClusterView::SharingKeyOf(TenantId tenant) const {
   return SharingKey::Solo(tenant);
 }
 
+bool ClusterView::SharingApproved(TenantId a, TenantId b) const {
+  if (state_->approved_pairs.empty()) return false;
+  const auto pair = b < a ? std::make_pair(b, a) : std::make_pair(a, b);
+  return state_->approved_pairs.contains(pair);
+}
+
+bool ClusterView::HasSharingApprovals(TenantId tenant) const {
+  return state_->approval_pairs_of.contains(tenant);
+}
+
+bool ClusterView::MayJoin(const GpuRecord& g, TenantId tenant,
+                          const SharingKey& tenant_key) const {
+  if (g.empty() || g.domain == tenant_key) return true;
+  if (!HasSharingApprovals(tenant)) return false;
+  for (const auto& [other, count] : g.tenants) {
+    if (!(SharingKeyOf(other) == tenant_key) &&
+        !SharingApproved(other, tenant)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 ComputePercent ClusterView::AccountedCompute(
     const PlacementRequest& request) const {
   if (request.kind == RequestKind::kWholeGpus) return kFullComputePercent;
@@ -107,8 +132,9 @@ std::optional<RejectReason> ClusterView::CheckSlice(
     const SharingKey& tenant_key) const {
   if (!g.healthy()) return RejectReason::kLost;
   if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
-  // Tenancy, fail-closed: an occupied GPU takes only the same sharing key.
-  if (!g.empty() && !(g.domain == tenant_key)) {
+  // Tenancy, fail-closed: an occupied GPU takes only the same sharing key,
+  // or tenants with an approval for everyone on it.
+  if (!MayJoin(g, request.tenant, tenant_key)) {
     return RejectReason::kTenantConstraint;
   }
   if (g.whole_owned) return RejectReason::kBusy;
@@ -160,6 +186,9 @@ std::optional<GpuId> ClusterView::BestFitSliceGpu(
                       request.host_memory_mib, ModelMaskOf(request)};
   if (need.model_mask == 0) return std::nullopt;
   const SharingKey tenant_key = SharingKeyOf(request.tenant);
+  if (HasSharingApprovals(request.tenant)) {
+    return ScanBestFitSliceGpu(request, tenant_key);
+  }
   const auto accept = [&](FitIndex::Slot slot) {
     return !CheckSlice(state_->gpus[slot], request, tenant_key).has_value();
   };
@@ -177,6 +206,23 @@ std::optional<GpuId> ClusterView::BestFitSliceGpu(
   }
   if (best == FitIndex::kNil) return std::nullopt;
   return GpuId(best);
+}
+
+std::optional<GpuId> ClusterView::ScanBestFitSliceGpu(
+    const PlacementRequest& request, const SharingKey& tenant_key) const {
+  // The GPUs an approval opens are in other tenants' index trees or in none
+  // (a GPU holding tenants of different keys), so approved tenants take a
+  // scan. Approvals are rare exceptions; the order is the index's.
+  std::optional<std::tuple<MemoryMib, std::uint64_t, std::uint64_t>> best;
+  for (const GpuRecord& g : state_->gpus) {
+    if (!g.live || CheckSlice(g, request, tenant_key)) continue;
+    const auto key =
+        std::make_tuple(g.free_memory_mib(),
+                        state_->nodes[g.node.value()].tie_rank, g.id.value());
+    if (!best || key < *best) best = key;
+  }
+  if (!best) return std::nullopt;
+  return GpuId(std::get<2>(*best));
 }
 
 std::optional<std::vector<GpuId>> ClusterView::BestFitWholeGpus(

@@ -128,6 +128,16 @@ class ClusterView {
   // The key under which `tenant` may share GPUs (fail-closed: a tenant in an
   // undefined group, or unknown, shares with nobody but itself).
   SharingKey SharingKeyOf(TenantId tenant) const;
+  // True when an active admin approval lets `a` and `b` share GPUs although
+  // they are not in one shared group (SPEC.md section 7). Pairwise: an
+  // approval of a-b and one of b-c do not let a and c share.
+  bool SharingApproved(TenantId a, TenantId b) const;
+  // True when `tenant` has at least one active approval.
+  bool HasSharingApprovals(TenantId tenant) const;
+  // The tenancy rule for an occupied GPU: every tenant on it has the
+  // requester's key or an approval with the requester.
+  bool MayJoin(const GpuRecord& gpu, TenantId tenant,
+               const SharingKey& tenant_key) const;
 
   // The compute a slice request is accounted at (its percent, or the default).
   ComputePercent AccountedCompute(const PlacementRequest& request) const;
@@ -156,7 +166,8 @@ class ClusterView {
   std::vector<GpuId> EligibleWholeGpus(const NodeRecord& node,
                                        const PlacementRequest& request) const;
 
-  // --- indexed Best-Fit queries (no cluster scan) ---
+  // --- indexed Best-Fit queries (no cluster scan, except for a tenant with
+  // sharing approvals: see ScanBestFitSliceGpu) ---
   // The admissible GPU with the least free memory (ties: node rank, then GPU
   // id) for a slice request, or nullopt.
   std::optional<GpuId> BestFitSliceGpu(const PlacementRequest& request) const;
@@ -166,6 +177,10 @@ class ClusterView {
       const PlacementRequest& request) const;
 
  private:
+  // BestFitSliceGpu by a scan of every GPU, in the index's order.
+  std::optional<GpuId> ScanBestFitSliceGpu(const PlacementRequest& request,
+                                           const SharingKey& tenant_key) const;
+
   const ClusterState* state_;
 };
 

@@ -332,6 +332,41 @@ Status Ledger::SetTenantGroup(TenantId tenant, std::optional<GroupId> group) {
   return Status::Ok();
 }
 
+Status Ledger::ApproveSharing(TenantId a, TenantId b) {
+  if (!a.valid() || !b.valid()) {
+    return Status::InvalidArgument("is required", "tenant");
+  }
+  if (a == b) {
+    return Status::InvalidArgument("a tenant always shares with itself",
+                                   "tenant");
+  }
+  const auto pair = b < a ? std::make_pair(b, a) : std::make_pair(a, b);
+  std::lock_guard lock(mu_);
+  if (state_.approved_pairs[pair]++ == 0) {
+    ++state_.approval_pairs_of[a];
+    ++state_.approval_pairs_of[b];
+  }
+  return Status::Ok();
+}
+
+Status Ledger::WithdrawSharing(TenantId a, TenantId b) {
+  const auto pair = b < a ? std::make_pair(b, a) : std::make_pair(a, b);
+  std::lock_guard lock(mu_);
+  auto it = state_.approved_pairs.find(pair);
+  if (it == state_.approved_pairs.end()) {
+    return Status::NotFound("no sharing approval between tenants " +
+                            std::to_string(a.value()) + " and " +
+                            std::to_string(b.value()));
+  }
+  if (--it->second > 0) return Status::Ok();
+  state_.approved_pairs.erase(it);
+  for (TenantId t : {a, b}) {
+    auto count = state_.approval_pairs_of.find(t);
+    if (--count->second == 0) state_.approval_pairs_of.erase(count);
+  }
+  return Status::Ok();
+}
+
 // --------------------------------------------------------------- allocation
 
 Status Ledger::ValidateChoiceLocked(const PlacementRequest& request,
@@ -566,10 +601,11 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
     if (gpu.node != node) {
       return Status::InvalidArgument("GPUs on more than one node", "gpus");
     }
-    if (!gpu.empty() && !(gpu.domain == key)) {
+    if (!view.MayJoin(gpu, allocation.tenant, key)) {
       return Status::FailedPrecondition(
           "GPU " + gpu.spec.uuid +
-          " holds another tenant outside this tenant's shared group");
+          " holds another tenant outside this tenant's shared group and "
+          "without a sharing approval");
     }
     if (allocation.kind == RequestKind::kWholeGpus ? !gpu.empty()
                                                    : gpu.whole_owned) {

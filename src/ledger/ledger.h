@@ -95,6 +95,14 @@ class Ledger {
   // Puts a tenant into a defined group (NotFound otherwise), or takes it out
   // with nullopt.
   Status SetTenantGroup(TenantId tenant, std::optional<GroupId> group);
+  // An admin approval lets two tenants outside one shared group share GPUs
+  // (SPEC.md section 7). Counted: approving a pair twice needs two
+  // withdrawals. Withdrawing closes GPUs they share to new slices of
+  // tenants without approval, like removing a group; nothing is released.
+  // InvalidArgument for the same tenant twice; NotFound on withdrawing a
+  // pair that is not approved.
+  Status ApproveSharing(TenantId a, TenantId b);
+  Status WithdrawSharing(TenantId a, TenantId b);
 
   // --- allocation ---
   // Validates, asks `policy`, re-checks its choice and commits it.

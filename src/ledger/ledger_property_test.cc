@@ -89,6 +89,8 @@ enum class OpKind : std::uint8_t {
   kRemoveGroup,
   kJoinGroup,
   kLeaveGroup,
+  kApproveSharing,
+  kWithdrawSharing,
   kRestore,
   kInvalidRequest,
   kCount,
@@ -125,6 +127,10 @@ const char* OpKindName(OpKind kind) {
       return "JoinGroup";
     case OpKind::kLeaveGroup:
       return "LeaveGroup";
+    case OpKind::kApproveSharing:
+      return "ApproveSharing";
+    case OpKind::kWithdrawSharing:
+      return "WithdrawSharing";
     case OpKind::kRestore:
       return "Restore";
     case OpKind::kInvalidRequest:
@@ -177,13 +183,18 @@ struct Profile {
 
 Profile MixedProfile() {
   Profile p;
-  p.weights = {
-      /*PlaceSlice=*/30,    /*PlaceWhole=*/7,  /*Release=*/22,
-      /*ReleaseUnknown=*/3, /*SetHealth=*/5,   /*SetMig=*/3,
-      /*AddGpu=*/3,         /*RemoveGpu=*/4,   /*AddNode=*/1,
-      /*RemoveNode=*/1,     /*DefineGroup=*/2, /*RemoveGroup=*/1,
-      /*JoinGroup=*/4,      /*LeaveGroup=*/2,  /*Restore=*/3,
-      /*InvalidRequest=*/2};
+  p.weights = {/*PlaceSlice=*/30,     /*PlaceWhole=*/7,
+               /*Release=*/22,
+               /*ReleaseUnknown=*/3,  /*SetHealth=*/5,
+               /*SetMig=*/3,
+               /*AddGpu=*/3,          /*RemoveGpu=*/4,
+               /*AddNode=*/1,
+               /*RemoveNode=*/1,      /*DefineGroup=*/2,
+               /*RemoveGroup=*/1,
+               /*JoinGroup=*/4,       /*LeaveGroup=*/2,
+               /*ApproveSharing=*/1,
+               /*WithdrawSharing=*/1, /*Restore=*/3,
+               /*InvalidRequest=*/2};
   return p;
 }
 
@@ -198,13 +209,18 @@ Profile ContendedProfile() {
   p.max_live_nodes = 5;
   p.max_live_gpus = 16;
   p.max_ops = 1500;
-  p.weights = {
-      /*PlaceSlice=*/30,    /*PlaceWhole=*/6,  /*Release=*/20,
-      /*ReleaseUnknown=*/2, /*SetHealth=*/6,   /*SetMig=*/3,
-      /*AddGpu=*/2,         /*RemoveGpu=*/3,   /*AddNode=*/1,
-      /*RemoveNode=*/1,     /*DefineGroup=*/4, /*RemoveGroup=*/3,
-      /*JoinGroup=*/8,      /*LeaveGroup=*/4,  /*Restore=*/3,
-      /*InvalidRequest=*/1};
+  p.weights = {/*PlaceSlice=*/30,     /*PlaceWhole=*/6,
+               /*Release=*/20,
+               /*ReleaseUnknown=*/2,  /*SetHealth=*/6,
+               /*SetMig=*/3,
+               /*AddGpu=*/2,          /*RemoveGpu=*/3,
+               /*AddNode=*/1,
+               /*RemoveNode=*/1,      /*DefineGroup=*/4,
+               /*RemoveGroup=*/3,
+               /*JoinGroup=*/8,       /*LeaveGroup=*/4,
+               /*ApproveSharing=*/3,
+               /*WithdrawSharing=*/2, /*Restore=*/3,
+               /*InvalidRequest=*/1};
   return p;
 }
 
@@ -295,12 +311,18 @@ class Reference {
   std::map<SliceId, Allocation> live;
   std::set<GroupId> groups;            // defined groups
   std::map<TenantId, GroupId> member;  // only for defined groups
-  std::uint64_t max_id = 0;            // highest slice id ever seen
+  // Active sharing approvals per unordered pair (lower id first).
+  std::map<std::pair<TenantId, TenantId>, int> approvals;
+  std::uint64_t max_id = 0;  // highest slice id ever seen
 
   // Tenants may share a GPU if they are the same tenant or both belong to
   // one defined shared group (fail-closed otherwise).
   bool Shares(TenantId x, TenantId y) const {
     if (x == y) return true;
+    if (approvals.contains(y < x ? std::make_pair(y, x)
+                                 : std::make_pair(x, y))) {
+      return true;
+    }
     auto gx = member.find(x);
     auto gy = member.find(y);
     return gx != member.end() && gy != member.end() &&
@@ -762,6 +784,12 @@ class Runner {
       case OpKind::kLeaveGroup:
         LeaveGroup(op);
         break;
+      case OpKind::kApproveSharing:
+        ApproveSharing(op);
+        break;
+      case OpKind::kWithdrawSharing:
+        WithdrawSharing(op);
+        break;
       case OpKind::kRestore:
         Restore(op);
         break;
@@ -1184,6 +1212,36 @@ class Runner {
     const Status s = ledger_->SetTenantGroup(t, std::nullopt);
     PROP_CHECK(s.ok(), s.ToString());
     ref_.member.erase(t);
+  }
+
+  // Admin approvals between two tenants, counted (SPEC.md section 7).
+  void ApproveSharing(const Op& op) {
+    const TenantId x = Tenant(op.a);
+    const TenantId y = Tenant(op.b);
+    const Status s = ledger_->ApproveSharing(x, y);
+    if (x == y) {
+      PROP_CHECK(s.code() == StatusCode::kInvalidArgument, s.ToString());
+      return;
+    }
+    PROP_CHECK(s.ok(), s.ToString());
+    ++ref_.approvals[y < x ? std::make_pair(y, x) : std::make_pair(x, y)];
+  }
+
+  void WithdrawSharing(const Op& op) {
+    std::pair<TenantId, TenantId> pair{Tenant(op.a), Tenant(op.b)};
+    if (auto picked = PickKey(ref_.approvals, op.c); picked && op.d % 4 != 3) {
+      pair = *picked;  // mostly withdraw one that exists
+    }
+    const Status s = ledger_->WithdrawSharing(pair.second, pair.first);
+    auto it = ref_.approvals.find(pair.second < pair.first
+                                      ? std::make_pair(pair.second, pair.first)
+                                      : pair);
+    if (it == ref_.approvals.end()) {
+      PROP_CHECK(s.code() == StatusCode::kNotFound, s.ToString());
+      return;
+    }
+    PROP_CHECK(s.ok(), s.ToString());
+    if (--it->second == 0) ref_.approvals.erase(it);
   }
 
   // Restores a released allocation (the compensation / recovery path):

@@ -420,6 +420,62 @@ TEST_F(LedgerTest, GroupedTenantDoesNotShareWithUngroupedTenant) {
   EXPECT_EQ(r.count(RejectReason::kTenantConstraint), 1);
 }
 
+TEST_F(LedgerTest, ApprovedTenantsShareAndBestFitPrefersTheFullerGpu) {
+  const NodeId n = AddNode();
+  const GpuId g0 = AddGpu(n, k80G);
+  const GpuId g1 = AddGpu(n, k80G);
+  ASSERT_EQ(PlaceOn(SliceReq(kAlice, 40960, 10)), g0);
+  // Without an approval Bob goes to the empty GPU...
+  ASSERT_TRUE(ledger_->ApproveSharing(kAlice, kBob).ok());
+  // ...with one, Best-Fit fills Alice's GPU first (least free memory).
+  EXPECT_EQ(PlaceOn(SliceReq(kBob, 4096, 10)), g0);
+  EXPECT_EQ(Gpu(g0).domain, SharingKey::Conflict());
+  // Alice still reaches her own, now mixed, GPU.
+  EXPECT_EQ(PlaceOn(SliceReq(kAlice, 4096, 10)), g0);
+  // Approvals are pairwise: Carol has one with Bob only, so not onto g0.
+  ASSERT_TRUE(ledger_->ApproveSharing(kCarol, kBob).ok());
+  EXPECT_EQ(PlaceOn(SliceReq(kCarol, 4096, 10)), g1);
+  EXPECT_TRUE(ledger_->CheckInvariants().ok());
+}
+
+TEST_F(LedgerTest, WithdrawnApprovalClosesSharedGpuButReleasesNothing) {
+  const NodeId n = AddNode();
+  const GpuId g0 = AddGpu(n, k80G);
+  ASSERT_TRUE(ledger_->ApproveSharing(kAlice, kBob).ok());
+  ASSERT_TRUE(ledger_->ApproveSharing(kBob, kAlice).ok());  // counted
+  MustPlace(SliceReq(kAlice, 4096, 10));
+  EXPECT_EQ(PlaceOn(SliceReq(kBob, 4096, 10)), g0);
+  ASSERT_TRUE(ledger_->WithdrawSharing(kAlice, kBob).ok());
+  EXPECT_EQ(PlaceOn(SliceReq(kBob, 4096, 10)), g0);  // one approval left
+  ASSERT_TRUE(ledger_->WithdrawSharing(kBob, kAlice).ok());
+  EXPECT_EQ(ledger_->allocation_count(), 3u);
+  const PlacementResult r = Place(SliceReq(kAlice, 4096, 10));
+  EXPECT_EQ(r.outcome, PlacementOutcome::kRetryLater);
+  EXPECT_EQ(r.count(RejectReason::kTenantConstraint), 1);
+  EXPECT_EQ(ledger_->WithdrawSharing(kAlice, kBob).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(ledger_->ApproveSharing(kAlice, kAlice).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(ledger_->CheckInvariants().ok());
+}
+
+TEST_F(LedgerTest, RestoreHonoursSharingApprovals) {
+  const NodeId n = AddNode();
+  const GpuId g0 = AddGpu(n, k80G);
+  MustPlace(SliceReq(kAlice, 4096, 10));
+  Allocation bob;
+  bob.id = SliceId(100);
+  bob.tenant = kBob;
+  bob.kind = RequestKind::kSlice;
+  bob.gpus = {g0};
+  bob.memory_mib = 4096;
+  bob.compute_percent = 10;
+  EXPECT_EQ(ledger_->Restore(bob).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ledger_->ApproveSharing(kAlice, kBob).ok());
+  EXPECT_TRUE(ledger_->Restore(bob).ok());
+}
+
 TEST_F(LedgerTest, SetTenantGroupToUndefinedGroupIsNotFoundAndFailsClosed) {
   const Status s = ledger_->SetTenantGroup(kAlice, GroupId(99));
   EXPECT_EQ(s.code(), StatusCode::kNotFound);

@@ -170,8 +170,12 @@ Status ControlPlane::Recover() {
   std::vector<TenantRow> tenants;
   std::vector<store::NodeRow> nodes;
   std::vector<store::GpuRow> gpus;
+  std::vector<store::ApprovalRow> approvals;
   RowId max_slice_id = 0;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto ap = txn.ListApprovals();
+    if (!ap.ok()) return ap.status();
+    approvals = std::move(*ap);
     auto g = txn.ListGroups();
     if (!g.ok()) return g.status();
     groups = std::move(*g);
@@ -214,6 +218,13 @@ Status ControlPlane::Recover() {
   }
   ledger_->AdvanceSliceIdPast(
       SliceId(static_cast<std::uint64_t>(max_slice_id)));
+  // Every approval counts while the slices are restored (slices placed
+  // under one that has since expired or been revoked are still live); then
+  // only those in force stay.
+  for (const store::ApprovalRow& a : approvals) {
+    HF_RETURN_IF_ERROR(
+        ledger_->ApproveSharing(TenantId(a.tenant_a), TenantId(a.tenant_b)));
+  }
 
   // Live slices, page by page.
   int restored = 0;
@@ -273,6 +284,11 @@ Status ControlPlane::Recover() {
                       restored_alloc.status().ToString());
       }
     }
+  }
+  for (const store::ApprovalRow& a : approvals) {
+    HF_RETURN_IF_ERROR(
+        ledger_->WithdrawSharing(TenantId(a.tenant_a), TenantId(a.tenant_b)));
+    HF_RETURN_IF_ERROR(ApplyApprovalLocked(a));
   }
   if (restored > 0 || failed > 0) {
     spdlog::info("recovery: {} live slices restored, {} refused", restored,
@@ -497,6 +513,7 @@ StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {
   caller.token_id = row->id;
   caller.role = row->role;
   caller.tenant_id = row->tenant_id;
+  caller.node = row->node;
   if (row->tenant_id) caller.tenant = TenantName(*row->tenant_id);
   std::lock_guard lock(auth_mu_);
   token_cache_[hash] = {caller, clock_->NowMillis()};
@@ -756,7 +773,7 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
 
 StatusOr<std::pair<TokenRow, std::string>> ControlPlane::CreateToken(
     const Caller& caller, Role role, const std::optional<std::string>& tenant,
-    const std::string& description) {
+    const std::string& description, const std::optional<std::string>& node) {
   if (!caller.admin()) {
     if (caller.role != Role::kTenantAdmin) {
       return Status::PermissionDenied(
@@ -789,6 +806,12 @@ StatusOr<std::pair<TokenRow, std::string>> ControlPlane::CreateToken(
     return Status::InvalidArgument("must be at most 256 characters",
                                    "description");
   }
+  if (node) {
+    if (role != Role::kNode) {
+      return Status::InvalidArgument("is only for role node", "node");
+    }
+    HF_RETURN_IF_ERROR(ValidateName(*node, "node"));
+  }
   auto secret = NewTokenSecret();
   if (!secret.ok()) return secret.status();
   TokenRow out;
@@ -796,6 +819,7 @@ StatusOr<std::pair<TokenRow, std::string>> ControlPlane::CreateToken(
     TokenRow row;
     row.hash = Sha256Hex(*secret);
     row.role = role;
+    row.node = node;
     row.description = description;
     row.created_at = clock_->NowMillis();
     if (tenant_name) {

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,8 +56,9 @@ struct ControlPlaneOptions {
 struct Caller {
   RowId token_id = 0;
   store::Role role = store::Role::kUser;
-  std::optional<RowId> tenant_id;  // tenant-admin and user
-  std::string tenant;              // its name, or empty
+  std::optional<RowId> tenant_id;   // tenant-admin and user
+  std::string tenant;               // its name, or empty
+  std::optional<std::string> node;  // a node token bound to one node
   bool admin() const { return role == store::Role::kAdmin; }
   // The value written to the history log's `actor`.
   std::string Actor() const { return "token:" + std::to_string(token_id); }
@@ -203,6 +205,16 @@ struct SliceStats {
   std::vector<GpuStats> per_gpu;
 };
 
+// A validated POST /api/v1/sharing-approvals.
+struct ApprovalCreate {
+  std::string tenant_a;
+  std::string tenant_b;
+  std::string reason;
+  // Exactly one: an absolute expiry (epoch ms) or a lifetime in seconds.
+  std::optional<store::Millis> expires_at;
+  std::optional<std::int64_t> ttl_s;
+};
+
 struct NodeView {
   store::NodeRow node;
   std::vector<store::GpuRow> gpus;
@@ -249,12 +261,20 @@ class ControlPlane {
   // Returns the deleted group; its former members share with nobody.
   StatusOr<store::GroupRow> DeleteGroup(const Caller& caller,
                                         const std::string& name);
-  // Returns the row and the secret (shown once).
+  // Returns the row and the secret (shown once). `node` binds a node token
+  // to one node name.
   StatusOr<std::pair<store::TokenRow, std::string>> CreateToken(
       const Caller& caller, store::Role role,
-      const std::optional<std::string>& tenant, const std::string& description);
+      const std::optional<std::string>& tenant, const std::string& description,
+      const std::optional<std::string>& node = std::nullopt);
   StatusOr<std::vector<store::TokenRow>> ListTokens(const Caller& caller);
   StatusOr<store::TokenRow> RevokeToken(const Caller& caller, RowId id);
+
+  // --- cross-tenant sharing approvals (admin; SPEC.md section 7) ---
+  StatusOr<store::ApprovalRow> CreateApproval(const Caller& caller,
+                                              const ApprovalCreate& request);
+  StatusOr<std::vector<store::ApprovalRow>> ListApprovals(const Caller& caller);
+  StatusOr<store::ApprovalRow> RevokeApproval(const Caller& caller, RowId id);
 
   // --- tasks ---
   StatusOr<store::TaskRow> CreateTask(const Caller& caller, TaskCreate task);
@@ -389,6 +409,15 @@ class ControlPlane {
                          RowId id,
                          const std::function<std::string(store::Txn&)>& load);
 
+  // Makes `row` count in the ledger if it is active now. REQUIRES: mu_.
+  Status ApplyApprovalLocked(const store::ApprovalRow& row);
+  // Withdraws `id` from the ledger if it counts there. REQUIRES: mu_.
+  Status WithdrawApprovalLocked(RowId id);
+  // Withdraws approvals past their expiry; cheap when none is due. Every
+  // placement calls it first, so an expired approval never places a slice.
+  // REQUIRES: mu_.
+  void ExpireApprovalsLocked();
+
   void SchedulerLoop();
   void GcLoop();
   void WakeScheduler();
@@ -407,6 +436,10 @@ class ControlPlane {
   std::map<GpuId, GpuKey> gpu_keys_;                     // GUARDED_BY(mu_)
   std::map<RowId, bool> node_hook_;                      // GUARDED_BY(mu_)
   std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)
+  // Approvals that count in the ledger now, with their expiry.
+  std::map<RowId, store::ApprovalRow> applied_approvals_;  // GUARDED_BY(mu_)
+  store::Millis next_approval_expiry_ =
+      std::numeric_limits<store::Millis>::max();  // GUARDED_BY(mu_)
   // GPU models per vendor, to turn a task's gpu_type into allowed models.
   std::map<std::string, std::set<std::string>>
       vendors_models_;  // GUARDED_BY(mu_)

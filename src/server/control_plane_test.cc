@@ -557,6 +557,113 @@ TEST_F(ControlPlaneTest, TokensAreHashedAndRevocable) {
             StatusCode::kPermissionDenied);
 }
 
+TEST_F(ControlPlaneTest, SharingApprovalLetsTwoTenantsShareUntilItExpires) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller a = TenantUser("a");
+  const Caller b = TenantUser("b");
+  const TaskRow ta = Submit(a, 40960, 10);
+  Bind();
+  const int gpu_a = SliceOf(Get(ta.id)).gpu_indices[0];
+  ApprovalCreate approve;
+  approve.tenant_a = "b";
+  approve.tenant_b = "a";
+  approve.reason = "joint evaluation";
+  approve.ttl_s = 3600;
+  // Only platform admins approve; every field is checked.
+  EXPECT_EQ(cp_->CreateApproval(a, approve).status().code(),
+            StatusCode::kPermissionDenied);
+  ApprovalCreate bad = approve;
+  bad.reason.clear();
+  EXPECT_EQ(cp_->CreateApproval(admin_, bad).status().field(), "reason");
+  bad = approve;
+  bad.expires_at = clock_.NowMillis() + 1000;  // both expiry forms
+  EXPECT_EQ(cp_->CreateApproval(admin_, bad).status().code(),
+            StatusCode::kInvalidArgument);
+  bad = approve;
+  bad.tenant_b = "nobody";
+  EXPECT_EQ(cp_->CreateApproval(admin_, bad).status().field(), "tenant_b");
+  auto row = cp_->CreateApproval(admin_, approve);
+  ASSERT_TRUE(row.ok()) << row.status().ToString();
+  EXPECT_LT(row->tenant_a, row->tenant_b);
+  EXPECT_EQ(row->created_by, admin_.Actor());
+  // Best-Fit now puts b next to a (the fuller GPU).
+  const TaskRow tb = Submit(b, 4096, 10);
+  Bind();
+  EXPECT_EQ(SliceOf(Get(tb.id)).gpu_indices[0], gpu_a);
+  // The approval survives a restart, and so does the shared GPU.
+  Open();
+  const TaskRow tb2 = Submit(b, 4096, 10);
+  Bind();
+  EXPECT_EQ(SliceOf(Get(tb2.id)).gpu_indices[0], gpu_a);
+  // Past its expiry nothing new is placed next to the other tenant.
+  clock_.Advance(3600 * 1000);
+  const TaskRow tb3 = Submit(b, 4096, 10);
+  Bind();
+  EXPECT_NE(SliceOf(Get(tb3.id)).gpu_indices[0], gpu_a);
+  EXPECT_EQ(SliceOf(Get(tb.id)).state, store::SliceState::kAllocated);
+  // Recovery with an expired approval still restores the shared slices.
+  Open();
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+      << cp_->CheckLedgerMatchesStore().ToString();
+  auto list = cp_->ListApprovals(admin_);
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_FALSE((*list)[0].ActiveAt(clock_.NowMillis()));
+}
+
+TEST_F(ControlPlaneTest, RevokedApprovalClosesTheSharedGpu) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller a = TenantUser("a");
+  const Caller b = TenantUser("b");
+  const TaskRow ta = Submit(a, 40960, 10);
+  Bind();
+  const int gpu_a = SliceOf(Get(ta.id)).gpu_indices[0];
+  ApprovalCreate approve;
+  approve.tenant_a = "a";
+  approve.tenant_b = "b";
+  approve.reason = "incident 42";
+  approve.expires_at = clock_.NowMillis() + 60'000;
+  auto row = cp_->CreateApproval(admin_, approve);
+  ASSERT_TRUE(row.ok()) << row.status().ToString();
+  auto revoked = cp_->RevokeApproval(admin_, row->id);
+  ASSERT_TRUE(revoked.ok());
+  EXPECT_TRUE(revoked->revoked_at.has_value());
+  EXPECT_TRUE(cp_->RevokeApproval(admin_, row->id).ok());  // idempotent
+  EXPECT_EQ(cp_->RevokeApproval(admin_, 999).status().code(),
+            StatusCode::kNotFound);
+  const TaskRow tb = Submit(b, 4096, 10);
+  Bind();
+  EXPECT_NE(SliceOf(Get(tb.id)).gpu_indices[0], gpu_a);
+  auto history = cp_->History(admin_, {});
+  int approval_entries = 0;
+  for (const auto& h : history->items) {
+    approval_entries += h.op == "approve_sharing" || h.op == "revoke_sharing";
+  }
+  EXPECT_EQ(approval_entries, 2);
+}
+
+TEST_F(ControlPlaneTest, BoundNodeTokenActsOnlyForItsNode) {
+  auto bootstrap = cp_->BootstrapAdmin(std::nullopt);
+  auto admin = cp_->Authenticate(**bootstrap);
+  ASSERT_TRUE(admin.ok());
+  EXPECT_EQ(cp_->CreateToken(*admin, Role::kUser, "default", "", "n1")
+                .status()
+                .field(),
+            "node");
+  auto created = cp_->CreateToken(*admin, Role::kNode, std::nullopt, "", "n1");
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->first.node, std::optional<std::string>("n1"));
+  auto node = cp_->Authenticate(created->second);
+  ASSERT_TRUE(node.ok());
+  EXPECT_EQ(node->node, std::optional<std::string>("n1"));
+  EXPECT_TRUE(cp_->RegisterNode(*node, Node("n1", {Gpu(0)})).ok());
+  EXPECT_EQ(cp_->RegisterNode(*node, Node("n2", {Gpu(0)})).status().code(),
+            StatusCode::kPermissionDenied);
+  Register(Node("n2", {Gpu(0)}));
+  EXPECT_EQ(cp_->GetAssignments(*node, "n2").status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(cp_->GetAssignments(*node, "n1").ok());
+}
+
 // The real loops (scheduler, GC) with clients creating, cancelling and
 // heartbeating at once; run under ThreadSanitizer by `make test`.
 TEST_F(ControlPlaneTest, ConcurrentClientsWithRunningLoops) {

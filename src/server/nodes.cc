@@ -60,6 +60,16 @@ Status RequireAgent(const Caller& caller) {
   return Status::PermissionDenied("this endpoint needs a node token");
 }
 
+// A node token bound to one node acts for that node only.
+Status RequireAgentFor(const Caller& caller, const std::string& node) {
+  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  if (caller.node && *caller.node != node) {
+    return Status::PermissionDenied("this node token is bound to node '" +
+                                    *caller.node + "', not '" + node + "'");
+  }
+  return Status::Ok();
+}
+
 GpuRow GpuRowFrom(RowId node_id, const GpuReport& g, Millis now) {
   GpuRow row;
   row.node_id = node_id;
@@ -95,7 +105,7 @@ bool SameGpu(const GpuRow& a, const GpuRow& b) {
 
 StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
                                              const std::string& node) {
-  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  HF_RETURN_IF_ERROR(RequireAgentFor(caller, node));
   std::optional<NodeRow> row;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
     auto n = txn.FindNode(node);
@@ -111,7 +121,7 @@ StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
 
 StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
                                              const NodeReport& report) {
-  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  HF_RETURN_IF_ERROR(RequireAgentFor(caller, report.name));
   HF_RETURN_IF_ERROR(ValidateNodeReport(report));
   const store::Millis now = clock_->NowMillis();
   NodeRow stored;
@@ -466,6 +476,11 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     if (!r.ok())
       return Status::NotFound("no slice request " + std::to_string(id));
     store::SliceRequestRow cmd = *r;
+    if (caller.node) {
+      auto node = txn.GetNode(cmd.node_id);
+      if (!node.ok()) return node.status();
+      HF_RETURN_IF_ERROR(RequireAgentFor(caller, node->name));
+    }
     if (cmd.state == store::SliceRequestState::kDone ||
         cmd.state == store::SliceRequestState::kFailed) {
       out = cmd;  // repeated report: idempotent

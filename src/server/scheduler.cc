@@ -112,6 +112,7 @@ class ExcludingBestFit final : public ledger::PlacementPolicy {
 ledger::PlacementResult ControlPlane::PlaceLocked(
     const ledger::PlacementRequest& request, std::string* mig_profile) {
   mig_profile->clear();
+  ExpireApprovalsLocked();
   std::set<GpuId> excluded;
   std::string skipped;
   ledger::PlacementResult result = ledger_->Place(request, *policy_);

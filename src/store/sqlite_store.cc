@@ -159,6 +159,10 @@ class Statement {
   bool IsNull(int col) const {
     return sqlite3_column_type(stmt_, col) == SQLITE_NULL;
   }
+  std::optional<std::string> OptText(int col) const {
+    if (IsNull(col)) return std::nullopt;
+    return Text(col);
+  }
   std::optional<std::int64_t> OptInt(int col) const {
     if (IsNull(col)) return std::nullopt;
     return Int(col);
@@ -459,6 +463,21 @@ CREATE TABLE meta (
   value TEXT NOT NULL
 );
 )sql",
+    // 2: node tokens bound to one node; cross-tenant sharing approvals.
+    R"sql(
+ALTER TABLE tokens ADD COLUMN node_name TEXT;
+CREATE TABLE sharing_approvals (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  tenant_a INTEGER NOT NULL REFERENCES tenants(id),
+  tenant_b INTEGER NOT NULL REFERENCES tenants(id),
+  reason TEXT NOT NULL,
+  created_by TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  revoked_at INTEGER,
+  CHECK (tenant_a < tenant_b)
+);
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -584,7 +603,8 @@ StatusOr<TenantRow> DecodeTenant(const Statement& s) {
 }
 
 constexpr std::string_view kTokenColumns =
-    "id, hash, role, tenant_id, description, created_at, revoked_at";
+    "id, hash, role, tenant_id, description, created_at, revoked_at, "
+    "node_name";
 StatusOr<TokenRow> DecodeToken(const Statement& s) {
   TokenRow r;
   r.id = s.Int(0);
@@ -595,6 +615,23 @@ StatusOr<TokenRow> DecodeToken(const Statement& s) {
   r.description = s.Text(4);
   r.created_at = s.Int(5);
   r.revoked_at = s.OptInt(6);
+  r.node = s.OptText(7);
+  return r;
+}
+
+constexpr std::string_view kApprovalColumns =
+    "id, tenant_a, tenant_b, reason, created_by, created_at, expires_at, "
+    "revoked_at";
+StatusOr<ApprovalRow> DecodeApproval(const Statement& s) {
+  ApprovalRow r;
+  r.id = s.Int(0);
+  r.tenant_a = s.Int(1);
+  r.tenant_b = s.Int(2);
+  r.reason = s.Text(3);
+  r.created_by = s.Text(4);
+  r.created_at = s.Int(5);
+  r.expires_at = s.Int(6);
+  r.revoked_at = s.OptInt(7);
   return r;
 }
 
@@ -921,9 +958,9 @@ class SqliteTxn final : public Txn {
     StatusOr<RowId> id =
         Insert(what,
                "INSERT INTO tokens (" + std::string(WithoutId(kTokenColumns)) +
-                   ") VALUES (" + Placeholders(6) + ")",
+                   ") VALUES (" + Placeholders(7) + ")",
                row.hash, RoleName(row.role), row.tenant_id, row.description,
-               row.created_at, row.revoked_at);
+               row.created_at, row.revoked_at, row.node);
     if (!id.ok()) return id.status();
     TokenRow out = row;
     out.id = *id;
@@ -955,6 +992,42 @@ class SqliteTxn final : public Txn {
         what,
         "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?",
         at, id);
+  }
+
+  // ------------------------------------------------ sharing approvals
+  StatusOr<ApprovalRow> InsertApproval(const ApprovalRow& row) override {
+    const std::string what = "inserting the sharing approval of tenants " +
+                             std::to_string(row.tenant_a) + " and " +
+                             std::to_string(row.tenant_b);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    StatusOr<RowId> id =
+        Insert(what,
+               "INSERT INTO sharing_approvals (" +
+                   std::string(WithoutId(kApprovalColumns)) + ") VALUES (" +
+                   Placeholders(7) + ")",
+               row.tenant_a, row.tenant_b, row.reason, row.created_by,
+               row.created_at, row.expires_at, row.revoked_at);
+    if (!id.ok()) return id.status();
+    ApprovalRow out = row;
+    out.id = *id;
+    return out;
+  }
+  StatusOr<ApprovalRow> GetApproval(RowId id) override {
+    return One(DecodeApproval, "sharing approval " + std::to_string(id),
+               Select(kApprovalColumns, "sharing_approvals", "id = ?"), id);
+  }
+  StatusOr<std::vector<ApprovalRow>> ListApprovals() override {
+    return Many(
+        DecodeApproval, "listing sharing approvals",
+        Select(kApprovalColumns, "sharing_approvals", "1") + " ORDER BY id");
+  }
+  Status RevokeApproval(RowId id, Millis at) override {
+    const std::string what = "sharing approval " + std::to_string(id);
+    HF_RETURN_IF_ERROR(CheckWritable("revoking " + what));
+    return ChangeOne(what,
+                     "UPDATE sharing_approvals SET revoked_at = "
+                     "COALESCE(revoked_at, ?) WHERE id = ?",
+                     at, id);
   }
 
   // ---------------------------------------------------- nodes and GPUs

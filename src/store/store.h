@@ -58,6 +58,9 @@ struct TokenRow {
   std::string hash;  // hex SHA-256 of the secret; the secret is never stored
   Role role = Role::kUser;
   std::optional<RowId> tenant_id;  // set for tenant-admin and user
+  // Role node only: the one node name the token may act for (register,
+  // heartbeat, ...); unset: any node (a cluster-wide agent token).
+  std::optional<std::string> node;
   std::string description;
   Millis created_at = 0;
   std::optional<Millis> revoked_at;
@@ -171,6 +174,22 @@ struct HistoryRow {
   std::string reason;  // for people
 };
 
+// An admin's approval for two tenants outside one shared group to share GPUs
+// (SPEC.md section 7): with a reason and an expiry, revocable.
+struct ApprovalRow {
+  RowId id = 0;
+  RowId tenant_a = 0;  // the lower tenant id of the pair
+  RowId tenant_b = 0;
+  std::string reason;
+  std::string created_by;  // actor, as in HistoryRow ("token:12")
+  Millis created_at = 0;
+  Millis expires_at = 0;
+  std::optional<Millis> revoked_at;
+
+  // In force at `now`: not revoked and not yet expired.
+  bool ActiveAt(Millis now) const { return !revoked_at && now < expires_at; }
+};
+
 enum class SliceRequestState { kPending, kClaimed, kDone, kFailed, kStuck };
 std::string_view SliceRequestStateName(SliceRequestState state);
 std::optional<SliceRequestState> ParseSliceRequestState(std::string_view name);
@@ -264,6 +283,12 @@ class Txn {
   virtual StatusOr<std::vector<TokenRow>> ListTokens(
       std::optional<RowId> tenant_id) = 0;
   virtual Status RevokeToken(RowId id, Millis at) = 0;  // idempotent
+
+  // Sharing approvals, ascending id.
+  virtual StatusOr<ApprovalRow> InsertApproval(const ApprovalRow& row) = 0;
+  virtual StatusOr<ApprovalRow> GetApproval(RowId id) = 0;
+  virtual StatusOr<std::vector<ApprovalRow>> ListApprovals() = 0;
+  virtual Status RevokeApproval(RowId id, Millis at) = 0;  // idempotent
 
   // Nodes and GPUs. Upserts key on the node name / (node_id, index) and
   // return the stored row with its id.

@@ -99,8 +99,12 @@ inline auto Fields(const TenantRow& r) {
   return std::tie(r.id, r.name, r.group_id, r.created_at);
 }
 inline auto Fields(const TokenRow& r) {
-  return std::tie(r.id, r.hash, r.role, r.tenant_id, r.description,
+  return std::tie(r.id, r.hash, r.role, r.tenant_id, r.node, r.description,
                   r.created_at, r.revoked_at);
+}
+inline auto Fields(const ApprovalRow& r) {
+  return std::tie(r.id, r.tenant_a, r.tenant_b, r.reason, r.created_by,
+                  r.created_at, r.expires_at, r.revoked_at);
 }
 inline auto Fields(const NodeRow& r) {
   return std::tie(r.id, r.name, r.containerized, r.cpu_milli, r.host_memory_mib,
@@ -434,6 +438,7 @@ TEST_P(StoreContractTest, TokensRoundTripEveryRole) {
     if (role == Role::kTenantAdmin || role == Role::kUser) {
       in.tenant_id = tenant;
     }
+    if (role == Role::kNode) in.node = "gpu-node-7";
     in.description = "for \"ci\"\n" + Awkward();
     in.created_at = 99;
     const TokenRow stored =
@@ -453,6 +458,47 @@ TEST_P(StoreContractTest, TokensRoundTripEveryRole) {
   EXPECT_TRUE(HasCode(
       TryRead([](Txn& t) { return t.FindTokenByHash("0000"); }).status(),
       StatusCode::kNotFound));
+}
+
+TEST_P(StoreContractTest, ApprovalsRoundTripAndRevokeKeepsTheFirstTime) {
+  const RowId a = AddTenant("a");
+  const RowId b = AddTenant("b");
+  ApprovalRow in;
+  in.tenant_a = a;
+  in.tenant_b = b;
+  in.reason = "joint eval \"q4\"\n" + Awkward();
+  in.created_by = "token:1";
+  in.created_at = 1000;
+  in.expires_at = 5000;
+  const ApprovalRow stored =
+      MustWrite([&](Txn& t) { return t.InsertApproval(in); });
+  EXPECT_GT(stored.id, 0);
+  ApprovalRow expected = in;
+  expected.id = stored.id;
+  EXPECT_EQ(Fields(MustRead([&](Txn& t) { return t.GetApproval(stored.id); })),
+            Fields(expected));
+  EXPECT_TRUE(stored.ActiveAt(4999));
+  EXPECT_FALSE(stored.ActiveAt(5000));
+  in.reason = "second";
+  const RowId second =
+      MustWrite([&](Txn& t) { return t.InsertApproval(in); }).id;
+  EXPECT_EQ(IdsOf(MustRead([](Txn& t) { return t.ListApprovals(); })),
+            (std::vector<RowId>{stored.id, second}));
+  ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                return t.RevokeApproval(stored.id, 2000);
+              }).ok());
+  ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                return t.RevokeApproval(stored.id, 3000);
+              }).ok());
+  const ApprovalRow revoked =
+      MustRead([&](Txn& t) { return t.GetApproval(stored.id); });
+  EXPECT_EQ(revoked.revoked_at, std::optional<Millis>(2000));
+  EXPECT_FALSE(revoked.ActiveAt(1500 + 1000));
+  EXPECT_EQ(WriteStatus([](Txn& t) { return t.RevokeApproval(999, 1); }).code(),
+            StatusCode::kNotFound);
+  EXPECT_TRUE(
+      HasCode(TryRead([](Txn& t) { return t.GetApproval(999); }).status(),
+              StatusCode::kNotFound));
 }
 
 TEST_P(StoreContractTest, TokenHashIsUnique) {

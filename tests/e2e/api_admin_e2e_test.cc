@@ -329,6 +329,122 @@ TEST_F(AdminApiTest, TokensSecretOnceListRevoke) {
       "scope"));
 }
 
+TEST_F(AdminApiTest, NodeTokenBoundToOneNode) {
+  const std::string node = UniqueName("bound");
+  HttpReply created = http().Post("/api/v1/tokens",
+                                  {{"role", "node"}, {"node", node}}, admin());
+  ASSERT_TRUE(HasStatus(created, 201));
+  EXPECT_EQ(created.body["node"], node);
+  const std::string token = created.body["token"].get<std::string>();
+  const json report = {{"node_id", node}, {"gpus", json::array()}};
+  EXPECT_TRUE(
+      HasStatus(http().Post("/api/v1/nodes/register", report, token), 200));
+  json other = report;
+  other["node_id"] = node + "-other";
+  EXPECT_TRUE(IsApiError(http().Post("/api/v1/nodes/register", other, token),
+                         403, "permission_denied"));
+  EXPECT_TRUE(IsApiError(
+      http().Get("/api/v1/nodes/" + node + "-other/assignments", token), 403,
+      "permission_denied"));
+  EXPECT_TRUE(HasStatus(
+      http().Get("/api/v1/nodes/" + node + "/assignments", token), 200));
+  // Only node tokens are bound, and only to a valid node name.
+  const std::string tenant = api_->NewTenant("bind");
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/tokens",
+                  {{"role", "user"}, {"tenant", tenant}, {"node", node}},
+                  admin()),
+      "node"));
+  EXPECT_TRUE(
+      IsInvalid(http().Post("/api/v1/tokens",
+                            {{"role", "node"}, {"node", "Bad Name"}}, admin()),
+                "node"));
+}
+
+TEST_F(AdminApiTest, SharingApprovals) {
+  const std::string a = api_->NewTenant("appr-a");
+  const std::string b = api_->NewTenant("appr-b");
+  const json body = {{"tenant_a", a},
+                     {"tenant_b", b},
+                     {"reason", "joint benchmark"},
+                     {"ttl_s", 3600}};
+  HttpReply created = http().Post("/api/v1/sharing-approvals", body, admin());
+  ASSERT_TRUE(HasStatus(created, 201));
+  EXPECT_EQ(created.body["reason"], "joint benchmark");
+  EXPECT_EQ(created.body["active"], true);
+  EXPECT_TRUE(created.body["expires_at"].is_string());
+  EXPECT_TRUE(created.body["revoked_at"].is_null());
+  const std::int64_t id = created.body["id"].get<std::int64_t>();
+  // Names come back whatever order they were given in.
+  EXPECT_TRUE(
+      (created.body["tenant_a"] == a && created.body["tenant_b"] == b) ||
+      (created.body["tenant_a"] == b && created.body["tenant_b"] == a));
+
+  // Admin only.
+  const std::string user = api_->CreateToken("user", a);
+  EXPECT_TRUE(IsApiError(http().Post("/api/v1/sharing-approvals", body, user),
+                         403, "permission_denied"));
+  EXPECT_TRUE(IsApiError(http().Get("/api/v1/sharing-approvals", user), 403,
+                         "permission_denied"));
+
+  // Validation names the field.
+  const auto without = [&](const char* field) {
+    json j = body;
+    j.erase(field);
+    return j;
+  };
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/sharing-approvals", without("reason"), admin()),
+      "reason"));
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/sharing-approvals", without("tenant_b"), admin()),
+      "tenant_b"));
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/sharing-approvals", without("ttl_s"), admin()),
+      "expires_at"));
+  json past = without("ttl_s");
+  past["expires_at"] = "2001-01-01T00:00:00Z";
+  EXPECT_TRUE(IsInvalid(http().Post("/api/v1/sharing-approvals", past, admin()),
+                        "expires_at"));
+  json garbled = without("ttl_s");
+  garbled["expires_at"] = "tomorrow";
+  EXPECT_TRUE(
+      IsInvalid(http().Post("/api/v1/sharing-approvals", garbled, admin()),
+                "expires_at"));
+  json future = without("ttl_s");
+  future["expires_at"] = "2099-01-01T00:00:00+02:00";  // over a year ahead
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/sharing-approvals", future, admin()), "expires_at"));
+  json same = body;
+  same["tenant_b"] = a;
+  EXPECT_TRUE(IsInvalid(http().Post("/api/v1/sharing-approvals", same, admin()),
+                        "tenant_b"));
+  json unknown = body;
+  unknown["tenant_b"] = "no-such-tenant";
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/sharing-approvals", unknown, admin()), "tenant_b"));
+  json extra = body;
+  extra["scope"] = "all";
+  EXPECT_TRUE(IsInvalid(
+      http().Post("/api/v1/sharing-approvals", extra, admin()), "scope"));
+
+  // Listed; revoked (idempotently); then listed as inactive.
+  bool listed = false;
+  for (const json& r : api_->ListAll("/api/v1/sharing-approvals", admin())) {
+    if (r["id"] == id) listed = r["active"] == true;
+  }
+  EXPECT_TRUE(listed);
+  const std::string path = "/api/v1/sharing-approvals/" + std::to_string(id);
+  HttpReply revoked = http().Delete(path, admin());
+  ASSERT_TRUE(HasStatus(revoked, 200));
+  EXPECT_EQ(revoked.body["active"], false);
+  EXPECT_TRUE(revoked.body["revoked_at"].is_string());
+  EXPECT_TRUE(HasStatus(http().Delete(path, admin()), 200));
+  EXPECT_TRUE(
+      IsApiError(http().Delete("/api/v1/sharing-approvals/999999", admin()),
+                 404, "not_found"));
+}
+
 TEST_F(AdminApiTest, TenantAdminManagesItsOwnTenantsTokensOnly) {
   const std::string tenant = api_->NewTenant("ta");
   const std::string other = api_->NewTenant("ta-other");

@@ -303,6 +303,31 @@ TEST_F(HfctlTest, AdminMutations) {
   CliResult rejected = As(secret, {"whoami"});
   EXPECT_EQ(rejected.exit_code, 1) << rejected.Describe();
   EXPECT_NE(rejected.err.find("401"), std::string::npos) << rejected.err;
+
+  // Sharing approvals.
+  const std::string other = UniqueName("cli-o");
+  ASSERT_EQ(Admin({"tenants", "create", other}).exit_code, 0);
+  CliResult approve = Admin({"-o", "json", "approvals", "create", tenant, other,
+                             "--reason", "cli test", "--ttl", "600"});
+  ASSERT_EQ(approve.exit_code, 0) << approve.Describe();
+  EXPECT_EQ(approve.Json()["active"], true);
+  CliResult both =
+      Admin({"approvals", "create", tenant, other, "--reason", "x", "--ttl",
+             "600", "--expires-at", "2030-01-01T00:00:00Z"});
+  EXPECT_NE(both.exit_code, 0) << both.Describe();
+  CliResult approvals = Admin({"approvals", "list"});
+  ASSERT_EQ(approvals.exit_code, 0) << approvals.Describe();
+  EXPECT_NE(approvals.out.find("cli test"), std::string::npos) << approvals.out;
+  CliResult withdrawn =
+      Admin({"-o", "json", "approvals", "revoke", approve.Json()["id"].dump()});
+  ASSERT_EQ(withdrawn.exit_code, 0) << withdrawn.Describe();
+  EXPECT_EQ(withdrawn.Json()["active"], false);
+
+  // A node token bound to one node.
+  CliResult node = Admin({"-o", "json", "tokens", "create", "--role", "node",
+                          "--node", "cli-bound"});
+  ASSERT_EQ(node.exit_code, 0) << node.Describe();
+  EXPECT_EQ(node.Json()["node"], "cli-bound");
 }
 
 TEST_F(HfctlTest, ErrorsAndExitCodes) {
