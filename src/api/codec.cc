@@ -1,5 +1,7 @@
 #include "api/codec.h"
 
+#include <openssl/evp.h>
+
 #include <cmath>
 #include <ctime>
 #include <set>
@@ -311,6 +313,74 @@ StatusOr<server::ApprovalCreate> ParseApprovalCreate(const json& body) {
   if (!ttl.ok()) return ttl.status();
   a.ttl_s = *ttl;
   return a;
+}
+
+StatusOr<std::string> DecodeBase64(std::string_view text,
+                                   const std::string& field) {
+  const auto bad = [&] {
+    return Status::InvalidArgument("must be standard padded base64", field);
+  };
+  if (text.size() % 4 != 0) return bad();
+  const auto valid = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+           (c >= '0' && c <= '9') || c == '+' || c == '/';
+  };
+  std::size_t padding = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '=' && i + 2 >= text.size()) {
+      ++padding;
+    } else if (!valid(c) || padding > 0) {
+      return bad();
+    }
+  }
+  std::string out(text.size() / 4 * 3, '\0');
+  const int n =
+      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(text.data()),
+                      static_cast<int>(text.size()));
+  if (n < 0) return bad();
+  out.resize(static_cast<std::size_t>(n) - padding);
+  return out;
+}
+
+std::string ValidUtf8(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  std::size_t i = 0;
+  while (i < in.size()) {
+    const auto b = static_cast<unsigned char>(in[i]);
+    std::size_t len = 0;
+    std::uint32_t min = 0;
+    if (b < 0x80) {
+      len = 1;
+    } else if ((b & 0xE0) == 0xC0) {
+      len = 2;
+      min = 0x80;
+    } else if ((b & 0xF0) == 0xE0) {
+      len = 3;
+      min = 0x800;
+    } else if ((b & 0xF8) == 0xF0) {
+      len = 4;
+      min = 0x10000;
+    }
+    bool ok = len > 0 && i + len <= in.size();
+    std::uint32_t cp = len == 1 ? b : (b & (0x7F >> len));
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      const auto c = static_cast<unsigned char>(in[i + k]);
+      ok = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    ok = ok && cp >= min && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    if (ok) {
+      out.append(in.substr(i, len));
+      i += len;
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
 }
 
 StatusOr<store::Millis> ParseTime(std::string_view text,
@@ -725,6 +795,17 @@ json ApprovalJson(server::ControlPlane& cp, const store::ApprovalRow& a,
   j["expires_at"] = Iso(a.expires_at);
   j["revoked_at"] = OptionalTime(a.revoked_at);
   j["active"] = a.ActiveAt(now);
+  return j;
+}
+
+json TaskLogJson(store::RowId task_id, const server::TaskLog& log) {
+  json j;
+  j["task_id"] = task_id;
+  j["offset"] = log.offset;
+  j["next_offset"] = log.offset + static_cast<std::int64_t>(log.data.size());
+  j["size"] = log.size;
+  j["truncated"] = log.truncated;
+  j["data"] = ValidUtf8(log.data);
   return j;
 }
 

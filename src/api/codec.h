@@ -42,6 +42,13 @@ StatusOr<std::vector<server::TaskStateReport>> ParseTaskStates(
     const json& body);
 StatusOr<server::MigResult> ParseMigResult(const json& body);
 StatusOr<server::ApprovalCreate> ParseApprovalCreate(const json& body);
+// Standard base64 (RFC 4648, padded) to bytes; InvalidArgument naming
+// `field` for anything else.
+StatusOr<std::string> DecodeBase64(std::string_view text,
+                                   const std::string& field);
+// `bytes` with every invalid UTF-8 sequence replaced by U+FFFD, so it can go
+// into a JSON string.
+std::string ValidUtf8(std::string_view bytes);
 // An RFC 3339 time ("2026-12-01T00:00:00Z", fractions and +hh:mm offsets
 // accepted) as epoch ms; InvalidArgument naming `field` otherwise.
 StatusOr<store::Millis> ParseTime(std::string_view text,
@@ -64,6 +71,7 @@ json TokenJson(server::ControlPlane& cp, const store::TokenRow& token);
 json ApprovalJson(server::ControlPlane& cp, const store::ApprovalRow& row,
                   store::Millis now);
 json NodeJson(const server::NodeView& node, store::Millis now);
+json TaskLogJson(store::RowId task_id, const server::TaskLog& log);
 json StatsJson(const server::SliceStats& stats);
 
 }  // namespace hf::api

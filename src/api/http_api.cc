@@ -274,6 +274,32 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
     if (!row.ok()) return row.status();
     return Ok(TaskJson(cp, *row));
   });
+  add("GET", "/api/v1/tasks/{id}/logs", {"offset", "limit"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return id.status();
+        std::int64_t offset = 0;
+        std::int64_t limit = 65536;
+        if (auto v = Query(c.req, "offset"); v && !v->empty()) {
+          auto n = ParseId(*v, "offset");
+          if (!n.ok() && *v != "0") {
+            return Status::InvalidArgument("must be a byte offset >= 0",
+                                           "offset");
+          }
+          offset = n.ok() ? *n : 0;
+        }
+        if (auto v = Query(c.req, "limit"); v && !v->empty()) {
+          auto n = ParseId(*v, "limit");
+          if (!n.ok()) {
+            return Status::InvalidArgument("must be 1..1048576 bytes", "limit");
+          }
+          limit = *n;
+        }
+        auto log = cp.ReadTaskLog(c.caller, *id, offset, limit);
+        if (!log.ok()) return log.status();
+        return Ok(TaskLogJson(*id, *log));
+      });
   add("POST", "/api/v1/tasks/{id}/cancel", {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
@@ -597,6 +623,34 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
     if (!row.ok()) return row.status();
     return Ok(TokenJson(cp, *row));
   });
+
+  add("POST", "/api/v1/nodes/{node}/tasks/{id}/logs", {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[1], "id");
+        if (!id.ok()) return id.status();
+        // Log data is one long string (the body limit still caps it).
+        Limits limits;
+        limits.max_string = 1 << 20;
+        auto body = ParseBody(c.req.body, limits);
+        if (!body.ok()) return body.status();
+        HF_RETURN_IF_ERROR(CheckFields(*body, {"offset", "data"}));
+        const json& b = *body;
+        if (!b.contains("offset") || !b["offset"].is_number_integer() ||
+            b["offset"].get<std::int64_t>() < 0) {
+          return Status::InvalidArgument("is required: a byte offset >= 0",
+                                         "offset");
+        }
+        if (!b.contains("data") || !b["data"].is_string()) {
+          return Status::InvalidArgument("is required: base64 bytes", "data");
+        }
+        auto data = DecodeBase64(b["data"].get<std::string>(), "data");
+        if (!data.ok()) return data.status();
+        auto size = cp.AppendTaskLog(c.caller, c.params[0], *id,
+                                     b["offset"].get<std::int64_t>(), *data);
+        if (!size.ok()) return size.status();
+        return Ok(json{{"size", *size}});
+      });
 
   // ---- cross-tenant sharing approvals (SPEC.md section 7)
   add("POST", "/api/v1/sharing-approvals", {},

@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -215,6 +216,17 @@ struct ApprovalCreate {
   std::optional<std::int64_t> ttl_s;
 };
 
+// A piece of a task's log (GET /api/v1/tasks/{id}/logs).
+struct TaskLog {
+  std::int64_t offset = 0;
+  std::string data;        // raw bytes
+  std::int64_t size = 0;   // all the server holds
+  bool truncated = false;  // the agent stopped shipping at the size cap
+};
+
+// The most log bytes the server keeps per task; later output is dropped.
+inline constexpr std::int64_t kMaxTaskLogBytes = 8 << 20;
+
 struct NodeView {
   store::NodeRow node;
   std::vector<store::GpuRow> gpus;
@@ -282,6 +294,9 @@ class ControlPlane {
   StatusOr<Page<store::TaskRow>> ListTasks(const Caller& caller,
                                            const TaskQuery& query);
   StatusOr<store::TaskRow> CancelTask(const Caller& caller, RowId id);
+  // Up to `limit` bytes of the task's log from `offset`; 404 as GetTask.
+  StatusOr<TaskLog> ReadTaskLog(const Caller& caller, RowId id,
+                                std::int64_t offset, std::int64_t limit);
 
   // --- slices ---
   StatusOr<store::SliceRow> GetSlice(const Caller& caller, RowId id);
@@ -311,6 +326,14 @@ class ControlPlane {
   StatusOr<store::SliceRequestRow> ReportSliceRequest(const Caller& caller,
                                                       RowId id,
                                                       const MigResult& result);
+  // An agent ships a task's output: `data` at `offset` (bytes the server
+  // already holds are skipped, so a retry is harmless; a gap is
+  // InvalidArgument). Returns the log size the server holds afterwards.
+  // Past kMaxTaskLogBytes the rest is dropped (the size stops growing).
+  StatusOr<std::int64_t> AppendTaskLog(const Caller& caller,
+                                       const std::string& node, RowId task_id,
+                                       std::int64_t offset,
+                                       std::string_view data);
   StatusOr<std::vector<NodeView>> ListNodes(const Caller& caller);
   StatusOr<NodeView> GetNode(const Caller& caller, const std::string& name);
 

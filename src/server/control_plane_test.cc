@@ -641,6 +641,26 @@ TEST_F(ControlPlaneTest, RevokedApprovalClosesTheSharedGpu) {
   EXPECT_EQ(approval_entries, 2);
 }
 
+TEST_F(ControlPlaneTest, TaskLogsStopGrowingAtTheCap) {
+  Register(Node("n1", {Gpu(0)}));
+  const TaskRow t = Submit(TenantUser("a"), 4096, 10);
+  Bind();
+  const std::string big(kMaxTaskLogBytes - 10, 'x');
+  auto size = cp_->AppendTaskLog(admin_, "n1", t.id, 0, big);
+  ASSERT_TRUE(size.ok()) << size.status().ToString();
+  size = cp_->AppendTaskLog(admin_, "n1", t.id, *size, "0123456789abcdef");
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, kMaxTaskLogBytes);
+  size = cp_->AppendTaskLog(admin_, "n1", t.id, *size, "more");
+  EXPECT_EQ(*size, kMaxTaskLogBytes);
+  auto log = cp_->ReadTaskLog(admin_, t.id, kMaxTaskLogBytes - 12, 100);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(log->data, "xx0123456789");
+  EXPECT_TRUE(log->truncated);
+  EXPECT_EQ(cp_->AppendTaskLog(admin_, "nope", t.id, 0, "").status().code(),
+            StatusCode::kNotFound);
+}
+
 TEST_F(ControlPlaneTest, BoundNodeTokenActsOnlyForItsNode) {
   auto bootstrap = cp_->BootstrapAdmin(std::nullopt);
   auto admin = cp_->Authenticate(**bootstrap);

@@ -597,6 +597,44 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
   return out;
 }
 
+StatusOr<std::int64_t> ControlPlane::AppendTaskLog(const Caller& caller,
+                                                   const std::string& node,
+                                                   RowId task_id,
+                                                   std::int64_t offset,
+                                                   std::string_view data) {
+  auto row = NodeForAgent(caller, node);
+  if (!row.ok()) return row.status();
+  if (offset < 0) return Status::InvalidArgument("must be >= 0", "offset");
+  std::int64_t size = 0;
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    auto task = txn.GetTask(task_id);
+    if (!task.ok() || task->node_id != row->id) {
+      return Status::NotFound("no task " + std::to_string(task_id) +
+                              " on node '" + node + "'");
+    }
+    auto current = txn.TaskLogSize(task_id);
+    if (!current.ok()) return current.status();
+    size = *current;
+    if (offset > size) {
+      return Status::InvalidArgument(
+          "is past the end of the log the server holds (" +
+              std::to_string(size) + " bytes): ship from there",
+          "offset");
+    }
+    // Skip what the server already holds (a retried request).
+    const auto skip = static_cast<std::size_t>(size - offset);
+    if (skip >= data.size()) return Status::Ok();
+    std::string_view fresh = data.substr(skip);
+    const std::int64_t room = kMaxTaskLogBytes - size;
+    if (room <= 0) return Status::Ok();
+    fresh = fresh.substr(0, static_cast<std::size_t>(room));
+    HF_RETURN_IF_ERROR(txn.AppendTaskLog(task_id, size, fresh));
+    size += static_cast<std::int64_t>(fresh.size());
+    return Status::Ok();
+  }));
+  return size;
+}
+
 StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   std::vector<NodeView> out;

@@ -176,6 +176,30 @@ StatusOr<TaskRow> ControlPlane::GetTask(const Caller& caller, RowId id) {
   return *row;
 }
 
+StatusOr<TaskLog> ControlPlane::ReadTaskLog(const Caller& caller, RowId id,
+                                            std::int64_t offset,
+                                            std::int64_t limit) {
+  if (offset < 0) return Status::InvalidArgument("must be >= 0", "offset");
+  if (limit < 1 || limit > (1 << 20)) {
+    return Status::InvalidArgument("must be 1..1048576 bytes", "limit");
+  }
+  auto task = GetTask(caller, id);
+  if (!task.ok()) return task.status();
+  TaskLog out;
+  out.offset = offset;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto size = txn.TaskLogSize(id);
+    if (!size.ok()) return size.status();
+    out.size = *size;
+    auto data = txn.ReadTaskLog(id, offset, limit);
+    if (!data.ok()) return data.status();
+    out.data = std::move(*data);
+    return Status::Ok();
+  }));
+  out.truncated = out.size >= kMaxTaskLogBytes;
+  return out;
+}
+
 StatusOr<Page<TaskRow>> ControlPlane::ListTasks(const Caller& caller,
                                                 const TaskQuery& query) {
   if (caller.role == Role::kNode) return Page<TaskRow>{};

@@ -118,6 +118,11 @@ class Statement {
     return *this;
   }
   Statement& Bind(const std::string& v) { return Bind(std::string_view(v)); }
+  Statement& BindBlob(std::string_view v) {
+    Check(sqlite3_bind_blob64(stmt_, ++next_param_, v.data(), v.size(),
+                              SQLITE_TRANSIENT));
+    return *this;
+  }
   Statement& Bind(const char* v) { return Bind(std::string_view(v)); }
   Statement& Bind(std::nullopt_t) {
     Check(sqlite3_bind_null(stmt_, ++next_param_));
@@ -170,6 +175,12 @@ class Statement {
   std::optional<int> OptInt32(int col) const {
     if (IsNull(col)) return std::nullopt;
     return Int32(col);
+  }
+  std::string Blob(int col) const {
+    const void* data = sqlite3_column_blob(stmt_, col);
+    if (data == nullptr) return {};
+    return {static_cast<const char*>(data),
+            static_cast<std::size_t>(sqlite3_column_bytes(stmt_, col))};
   }
   std::string Text(int col) const {
     const unsigned char* text = sqlite3_column_text(stmt_, col);
@@ -477,6 +488,15 @@ CREATE TABLE sharing_approvals (
   revoked_at INTEGER,
   CHECK (tenant_a < tenant_b)
 );
+)sql",
+    // 3: task logs shipped by agents.
+    R"sql(
+CREATE TABLE task_log_chunks (
+  task_id INTEGER NOT NULL REFERENCES tasks(id),
+  offset INTEGER NOT NULL,
+  data BLOB NOT NULL,
+  PRIMARY KEY (task_id, offset)
+) WITHOUT ROWID;
 )sql",
 };
 
@@ -1292,6 +1312,58 @@ class SqliteTxn final : public Txn {
   }
 
   // ------------------------------------------------------------- meta
+  // -------------------------------------------------------- task logs
+  StatusOr<std::int64_t> TaskLogSize(RowId task_id) override {
+    return Scalar("reading the log size of task " + std::to_string(task_id),
+                  "SELECT COALESCE(MAX(offset + length(data)), 0) FROM "
+                  "task_log_chunks WHERE task_id = ?",
+                  task_id);
+  }
+  Status AppendTaskLog(RowId task_id, std::int64_t offset,
+                       std::string_view data) override {
+    const std::string what =
+        "appending to the log of task " + std::to_string(task_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    StatusOr<std::int64_t> size = TaskLogSize(task_id);
+    if (!size.ok()) return size.status();
+    if (offset != *size) {
+      return Status::FailedPrecondition(
+          what + ": offset " + std::to_string(offset) +
+          " is not the log size " + std::to_string(*size));
+    }
+    if (data.empty()) return Status::Ok();
+    StatusOr<Statement> stmt = conn_.Prepare(
+        "INSERT INTO task_log_chunks (task_id, offset, data) VALUES (?, ?, ?)");
+    if (!stmt.ok()) return stmt.status();
+    stmt->Bind(task_id).Bind(offset).BindBlob(data);
+    return stmt->Run(what);
+  }
+  StatusOr<std::string> ReadTaskLog(RowId task_id, std::int64_t offset,
+                                    std::int64_t max_bytes) override {
+    const std::string what =
+        "reading the log of task " + std::to_string(task_id);
+    HF_RETURN_IF_ERROR(CheckOpen(what));
+    StatusOr<Statement> stmt = conn_.Prepare(
+        "SELECT offset, data FROM task_log_chunks WHERE task_id = ? AND "
+        "offset + length(data) > ? ORDER BY offset");
+    if (!stmt.ok()) return stmt.status();
+    stmt->Bind(task_id).Bind(offset);
+    std::string out;
+    while (static_cast<std::int64_t>(out.size()) < max_bytes) {
+      StatusOr<bool> row = stmt->Step(what);
+      if (!row.ok()) return row.status();
+      if (!*row) break;
+      const std::int64_t at = stmt->Int(0);
+      const std::string chunk = stmt->Blob(1);
+      const auto skip = static_cast<std::size_t>(std::max<std::int64_t>(
+          0, offset + static_cast<std::int64_t>(out.size()) - at));
+      if (skip >= chunk.size()) continue;
+      const std::size_t room = static_cast<std::size_t>(max_bytes) - out.size();
+      out.append(chunk, skip, std::min(room, chunk.size() - skip));
+    }
+    return out;
+  }
+
   StatusOr<std::optional<std::string>> GetMeta(std::string_view key) override {
     const std::string what = "reading meta " + Quoted(key);
     HF_RETURN_IF_ERROR(CheckOpen(what));
@@ -1452,9 +1524,12 @@ class SqliteTxn final : public Txn {
   }
   static void BindIfSet(Statement& stmt, int limit) { stmt.Bind(limit); }
 
-  StatusOr<RowId> Scalar(const std::string& what, const std::string& sql) {
+  template <typename... Args>
+  StatusOr<RowId> Scalar(const std::string& what, const std::string& sql,
+                         const Args&... args) {
     StatusOr<Statement> stmt = Prepared(what, sql);
     if (!stmt.ok()) return stmt.status();
+    stmt->BindAll(args...);
     StatusOr<bool> row = stmt->Step(what);
     if (!row.ok()) return row.status();
     return *row ? stmt->Int(0) : 0;

@@ -330,6 +330,16 @@ class Txn {
       const SliceRequestFilter& f) = 0;
   virtual Status UpdateSliceRequest(const SliceRequestRow& row) = 0;
 
+  // Task logs: the bytes of a task's stdout+stderr as its agent shipped
+  // them, in order. AppendTaskLog adds `data` at `offset`, which must be the
+  // current size (FailedPrecondition otherwise, naming the size).
+  virtual StatusOr<std::int64_t> TaskLogSize(RowId task_id) = 0;
+  virtual Status AppendTaskLog(RowId task_id, std::int64_t offset,
+                               std::string_view data) = 0;
+  // Up to `max_bytes` from `offset` (fewer at the end; "" past it).
+  virtual StatusOr<std::string> ReadTaskLog(RowId task_id, std::int64_t offset,
+                                            std::int64_t max_bytes) = 0;
+
   // Small key/value settings (e.g. "admin_bootstrapped").
   virtual StatusOr<std::optional<std::string>> GetMeta(
       std::string_view key) = 0;

@@ -501,6 +501,38 @@ TEST_P(StoreContractTest, ApprovalsRoundTripAndRevokeKeepsTheFirstTime) {
               StatusCode::kNotFound));
 }
 
+TEST_P(StoreContractTest, TaskLogsAppendInOrderAndReadByOffset) {
+  const RowId tenant = AddTenant("t");
+  TaskRow task;
+  task.tenant_id = tenant;
+  task.name = "logs";
+  const RowId id = MustWrite([&](Txn& t) { return t.InsertTask(task); }).id;
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.TaskLogSize(id); }), 0);
+  const std::string binary("a\0b\xff\n", 5);
+  ASSERT_TRUE(
+      WriteStatus([&](Txn& t) { return t.AppendTaskLog(id, 0, binary); }).ok());
+  ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                return t.AppendTaskLog(id, 5, "hello\n");
+              }).ok());
+  ASSERT_TRUE(
+      WriteStatus([&](Txn& t) { return t.AppendTaskLog(id, 11, ""); }).ok());
+  // Only at the end: a gap or an overlap is refused, and nothing changes.
+  EXPECT_EQ(
+      WriteStatus([&](Txn& t) { return t.AppendTaskLog(id, 5, "x"); }).code(),
+      StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      WriteStatus([&](Txn& t) { return t.AppendTaskLog(id, 99, "x"); }).code(),
+      StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.TaskLogSize(id); }), 11);
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.ReadTaskLog(id, 0, 100); }),
+            binary + "hello\n");
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.ReadTaskLog(id, 3, 4); }),
+            std::string("\xff\nhe", 4));
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.ReadTaskLog(id, 11, 100); }), "");
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.ReadTaskLog(id, 50, 100); }), "");
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.TaskLogSize(id + 1); }), 0);
+}
+
 TEST_P(StoreContractTest, TokenHashIsUnique) {
   TokenRow in;
   in.hash = "deadbeef";

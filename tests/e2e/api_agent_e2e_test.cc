@@ -437,6 +437,63 @@ TEST_F(AgentFlowTest, AssignmentsAndTaskStates) {
   EXPECT_EQ(api_->ListAll("/api/v1/slices?state=all", user_).size(), 2u);
 }
 
+TEST_F(AgentFlowTest, TaskLogsShippedByTheAgentAreServedToTheTenant) {
+  SimNode node(*api_, "n1", {SimGpu{.index = 0}});
+  SimNode other(*api_, "n2", {SimGpu{.index = 0, .memory_mb = 1024}});
+  ASSERT_TRUE(node.Register());
+  json a = Bound({{"name", "logs"}, {"gpu_memory_mb", 4096}});
+  ASSERT_TRUE(other.Register());
+  const std::int64_t id = a["id"].get<std::int64_t>();
+  const std::string ship =
+      "/api/v1/nodes/n1/tasks/" + std::to_string(id) + "/logs";
+  const std::string read = "/api/v1/tasks/" + std::to_string(id) + "/logs";
+  const auto post = [&](std::int64_t offset, const std::string& b64) {
+    return api_->http().Post(ship, {{"offset", offset}, {"data", b64}},
+                             node.token());
+  };
+  // "hello\n" then "wor\xffld\n" (one invalid UTF-8 byte).
+  HttpReply first = post(0, "aGVsbG8K");
+  ASSERT_TRUE(HasStatus(first, 200));
+  EXPECT_EQ(first.body, json({{"size", 6}}));
+  EXPECT_EQ(post(0, "aGVsbG8K").body, json({{"size", 6}}));  // a retry
+  EXPECT_EQ(post(6, "d29y/2xkCg==").body, json({{"size", 13}}));
+  EXPECT_EQ(post(0, "").body, json({{"size", 13}}));  // "where do I go on?"
+
+  HttpReply all = api_->http().Get(read, user_);
+  ASSERT_TRUE(HasStatus(all, 200));
+  EXPECT_EQ(all.body["data"], "hello\nwor\xef\xbf\xbdld\n");
+  EXPECT_EQ(all.body["size"], 13);
+  EXPECT_EQ(all.body["next_offset"], 13);
+  EXPECT_EQ(all.body["truncated"], false);
+  HttpReply part = api_->http().Get(read + "?offset=6&limit=3", user_);
+  ASSERT_TRUE(HasStatus(part, 200));
+  EXPECT_EQ(part.body["data"], "wor");
+  EXPECT_EQ(part.body["offset"], 6);
+  EXPECT_EQ(part.body["next_offset"], 9);
+
+  // Refusals: a gap, bad base64, unknown fields, another node's task, a
+  // tenant that may not see the task, bad query values.
+  EXPECT_TRUE(IsInvalid(post(99, "eA=="), "offset"));
+  EXPECT_TRUE(IsInvalid(post(13, "not base64!"), "data"));
+  EXPECT_TRUE(IsInvalid(post(13, "eA="), "data"));
+  EXPECT_TRUE(IsInvalid(
+      api_->http().Post(ship, {{"offset", 13}, {"data", ""}, {"x", 1}},
+                        node.token()),
+      "x"));
+  EXPECT_TRUE(
+      IsApiError(api_->http().Post(
+                     "/api/v1/nodes/n2/tasks/" + std::to_string(id) + "/logs",
+                     {{"offset", 0}, {"data", ""}}, other.token()),
+                 404, "not_found"));
+  const std::string stranger =
+      api_->CreateToken("user", api_->NewTenant("ag-other"));
+  EXPECT_TRUE(IsApiError(api_->http().Get(read, stranger), 404, "not_found"));
+  EXPECT_TRUE(IsInvalid(api_->http().Get(read + "?limit=0", user_), "limit"));
+  EXPECT_TRUE(
+      IsInvalid(api_->http().Get(read + "?offset=-1", user_), "offset"));
+  EXPECT_TRUE(IsInvalid(api_->http().Get(read + "?tail=1", user_), "tail"));
+}
+
 TEST_F(AgentFlowTest, MigCreateClaimResultDestroy) {
   SimNode node(*api_, "n1", {MigGpu(0)});
   ASSERT_TRUE(node.Register());
