@@ -1,0 +1,193 @@
+// Spec validation and environment composition shared by every runtime.
+#include "runtime/runtime.h"
+
+#include <cstdlib>
+#include <set>
+
+namespace hf::runtime {
+namespace {
+
+bool HasNul(std::string_view text) {
+  return text.find('\0') != std::string_view::npos;
+}
+
+Status CheckMapKeys(const StringMap& map, const char* what, const char* field) {
+  for (const auto& [key, value] : map) {
+    if (key.empty() || key.find('=') != std::string::npos || HasNul(key) ||
+        HasNul(value)) {
+      return Status::InvalidArgument(
+          std::string(what) + " '" + key +
+              "': names must be non-empty, without '=' or NUL",
+          field);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view TaskStateName(TaskState state) {
+  switch (state) {
+    case TaskState::kRunning:
+      return "running";
+    case TaskState::kExited:
+      return "exited";
+    case TaskState::kSignaled:
+      return "signaled";
+    case TaskState::kFailed:
+      return "failed";
+    case TaskState::kLost:
+      return "lost";
+  }
+  return "unknown";
+}
+
+std::string DescribeTaskStatus(const TaskStatus& status) {
+  std::string out;
+  switch (status.state) {
+    case TaskState::kRunning:
+      out = "running";
+      break;
+    case TaskState::kExited:
+      out = "exited " + std::to_string(status.exit_code);
+      break;
+    case TaskState::kSignaled:
+      out = "killed by signal " + std::to_string(status.signal);
+      break;
+    case TaskState::kFailed:
+      out = "failed " + std::to_string(status.exit_code);
+      break;
+    case TaskState::kLost:
+      out = "lost";
+      break;
+  }
+  if (status.oom_killed) out += " (OOM)";
+  if (!status.message.empty()) out += ": " + status.message;
+  return out;
+}
+
+Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target) {
+  if (spec.task_id <= 0) {
+    return Status::InvalidArgument("task id must be positive", "task_id");
+  }
+  if (target == EnvTarget::kHostProcess) {
+    if (spec.command.empty() || spec.command.front().empty()) {
+      return Status::InvalidArgument("a command is required", "command");
+    }
+  } else if (spec.image.empty() || spec.image.front() == '-') {
+    return Status::InvalidArgument(
+        "an image is required and may not start with '-'", "image");
+  }
+  if (HasNul(spec.tenant) || HasNul(spec.image)) {
+    return Status::InvalidArgument("tenant and image may not contain NUL",
+                                   "tenant");
+  }
+  for (const std::string& arg : spec.command) {
+    if (HasNul(arg)) {
+      return Status::InvalidArgument("command arguments may not contain NUL",
+                                     "command");
+    }
+  }
+  if (!spec.gpu_indices.empty() && !spec.mig_device.empty()) {
+    return Status::InvalidArgument(
+        "pin either GPU indices or a MIG device, not both", "gpu_indices");
+  }
+  std::set<int> seen;
+  for (int index : spec.gpu_indices) {
+    if (index < 0 || !seen.insert(index).second) {
+      return Status::InvalidArgument(
+          "GPU indices must be non-negative and distinct", "gpu_indices");
+    }
+  }
+  if (!spec.mig_device.empty() &&
+      (!spec.mig_device.starts_with("MIG-") || HasNul(spec.mig_device) ||
+       spec.mig_device.find(',') != std::string::npos)) {
+    return Status::InvalidArgument(
+        "MIG device must be one UUID of the form MIG-...", "mig_device");
+  }
+  if (!spec.mps_pipe_dir.empty() &&
+      (spec.mps_pipe_dir.front() != '/' || HasNul(spec.mps_pipe_dir) ||
+       spec.mps_pipe_dir.find(':') != std::string::npos)) {
+    return Status::InvalidArgument(
+        "MPS pipe directory must be an absolute path without ':'",
+        "mps_pipe_dir");
+  }
+  if (!spec.preload_library.empty() &&
+      (spec.preload_library.front() != '/' || HasNul(spec.preload_library) ||
+       spec.preload_library.find_first_of(": ") != std::string::npos)) {
+    return Status::InvalidArgument(
+        "preload library must be an absolute path without ':' or spaces",
+        "preload_library");
+  }
+  HF_RETURN_IF_ERROR(CheckMapKeys(spec.env, "environment variable", "env"));
+  HF_RETURN_IF_ERROR(CheckMapKeys(spec.labels, "label", "labels"));
+  return Status::Ok();
+}
+
+std::string VisibleDevices(const TaskSpec& spec) {
+  if (!spec.mig_device.empty()) return spec.mig_device;
+  std::string out;
+  for (int index : spec.gpu_indices) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(index);
+  }
+  return out;
+}
+
+StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
+                         EnvTarget target) {
+  StringMap env = base;
+  for (const auto& [name, value] : spec.env) env[name] = value;
+  const std::string devices = VisibleDevices(spec);
+  if (!devices.empty()) {
+    env["NVIDIA_VISIBLE_DEVICES"] = devices;
+    if (target == EnvTarget::kHostProcess) {
+      env["CUDA_VISIBLE_DEVICES"] = devices;
+    } else {
+      env.erase("CUDA_VISIBLE_DEVICES");
+    }
+  }
+  if (!spec.mps_pipe_dir.empty()) {
+    env["CUDA_MPS_PIPE_DIRECTORY"] = spec.mps_pipe_dir;
+  }
+  if (!spec.preload_library.empty()) {
+    auto it = env.find("LD_PRELOAD");
+    if (it == env.end() || it->second.empty()) {
+      env["LD_PRELOAD"] = spec.preload_library;
+    } else {
+      it->second = spec.preload_library + ":" + it->second;
+    }
+  }
+  return env;
+}
+
+std::string KeyValue(std::string_view key, std::string_view value) {
+  std::string out;
+  out.reserve(key.size() + 1 + value.size());
+  out.append(key).append(1, '=').append(value);
+  return out;
+}
+
+StringMap TaskLabels(const TaskSpec& spec) {
+  StringMap labels = spec.labels;
+  labels[std::string(kTaskLabel)] = std::to_string(spec.task_id);
+  labels[std::string(kTenantLabel)] = spec.tenant;
+  if (spec.slice_id != 0) {
+    labels[std::string(kSliceLabel)] = std::to_string(spec.slice_id);
+  } else {
+    labels.erase(std::string(kSliceLabel));
+  }
+  return labels;
+}
+
+StringMap DefaultBaseEnv() {
+  StringMap env;
+  env["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  // The agent's HOME when it has one: tools such as pip want a writable home.
+  const char* home = std::getenv("HOME");
+  env["HOME"] = (home != nullptr && home[0] != '\0') ? home : "/";
+  env["LANG"] = "C.UTF-8";
+  return env;
+}
+
+}  // namespace hf::runtime
