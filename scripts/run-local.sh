@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # `make run`: starts hf-server on an embedded SQLite database under ./var/
-# and a local node, prints the admin token and a first session, and stops
-# everything on Ctrl-C.
-#
-# Until hf-agent exists (issue 5), the local node is a stand-in: this script
-# registers a simulated inventory (configs/local-node.json) through the
-# agent API and heartbeats for it, so tasks get bound and slices appear. It
-# runs no tasks. Environment: HF_LISTEN (default 127.0.0.1:3333),
-# HF_VAR (default ./var).
+# and one hf-agent on this machine: on its NVIDIA GPUs when it has them
+# (NVML), otherwise on the simulated inventory configs/local-node.json.
+# Prints the API URL, the admin token and a first session, and stops both on
+# Ctrl-C (tasks the agent started keep their state under ./var/agent/ and
+# are adopted by the next `make run`).
+# Environment: HF_LISTEN (default 127.0.0.1:3333), HF_VAR (default ./var),
+# HF_GPU_BACKEND (nvml or sim; default: nvml when nvidia-smi sees a GPU).
 set -euo pipefail
 
 build=${BUILD:-build}
@@ -15,8 +14,19 @@ listen=${HF_LISTEN:-127.0.0.1:3333}
 var=${HF_VAR:-./var}
 url="http://${listen}"
 server_bin="$build/src/server/hf-server"
+agent_bin="$build/src/agent/hf-agent"
 hfctl="$build/src/cli/hfctl"
+node=local
 mkdir -p "$var"
+
+backend=${HF_GPU_BACKEND:-}
+if [ -z "$backend" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    backend=nvml
+  else
+    backend=sim
+  fi
+fi
 
 # A stable admin token for this checkout (the file is the credential).
 token_file="$var/admin.token"
@@ -29,10 +39,13 @@ admin=$(cat "$token_file")
 "$server_bin" --listen "$listen" --db "sqlite:$var/heteroflow.db" \
   --admin-token-file "$token_file" > "$var/server.log" 2>&1 &
 server_pid=$!
-heartbeat_pid=""
+agent_pid=""
 cleanup() {
   trap - INT TERM EXIT
-  [ -n "$heartbeat_pid" ] && kill "$heartbeat_pid" 2>/dev/null || true
+  if [ -n "$agent_pid" ]; then
+    kill -TERM "$agent_pid" 2>/dev/null || true
+    wait "$agent_pid" 2>/dev/null || true
+  fi
   kill -TERM "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
   echo
@@ -55,39 +68,52 @@ api() {  # api METHOD PATH TOKEN [BODY]
     -H 'Content-Type: application/json' ${4:+--data "$4"} "$url$2"
 }
 
+# A node token bound to this node, kept across runs.
 node_token_file="$var/node.token"
 if [ ! -s "$node_token_file" ] || \
    ! api GET /api/v1/whoami "$(cat "$node_token_file")" >/dev/null 2>&1; then
-  api POST /api/v1/tokens "$admin" \
-    '{"role":"node","description":"make run local node"}' |
-    sed -n 's/.*"token":"\([^"]*\)".*/\1/p' > "$node_token_file"
+  (umask 077; api POST /api/v1/tokens "$admin" \
+    "{\"role\":\"node\",\"node\":\"$node\",\"description\":\"make run agent\"}" |
+    sed -n 's/.*"token":"\([^"]*\)".*/\1/p' > "$node_token_file")
 fi
-node_token=$(cat "$node_token_file")
-inventory=$(tr -d '\n' < configs/local-node.json)
-node=$(printf '%s' "$inventory" | sed -n 's/.*"node_id": *"\([^"]*\)".*/\1/p')
-api POST /api/v1/nodes/register "$node_token" "$inventory" >/dev/null
-(
-  while sleep 5; do
-    api POST "/api/v1/nodes/$node/heartbeat" "$node_token" "$inventory" \
-      >/dev/null 2>&1 || true
-  done
-) &
-heartbeat_pid=$!
+
+agent_args=(--server "$url" --token-file "$node_token_file" --node-id "$node"
+            --runtime process --state-dir "$var/agent")
+if [ "$backend" = sim ]; then
+  agent_args+=(--gpu-backend sim --inventory configs/local-node.json
+               --mps-dir "$var/mps")
+  gpus="simulated GPUs from configs/local-node.json"
+else
+  agent_args+=(--gpu-backend nvml)
+  gpus="this machine's NVIDIA GPUs (NVML)"
+fi
+"$agent_bin" "${agent_args[@]}" > "$var/agent.log" 2>&1 &
+agent_pid=$!
+
+for _ in $(seq 1 100); do
+  if api GET "/api/v1/nodes/$node" "$admin" >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$agent_pid" 2>/dev/null; then
+    echo "hf-agent failed to start:" >&2
+    cat "$var/agent.log" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
 
 cat <<MSG
 
 HeteroFlow is running.
   API:          $url   (OpenAPI: $url/api/v1/openapi.json)
   admin token:  $admin   (also in $token_file)
-  local node:   $node, simulated GPUs from configs/local-node.json
-  server log:   $var/server.log
+  local node:   $node, $gpus
+  logs:         $var/server.log, $var/agent.log
 
 A first session (in another terminal):
   export HF_SERVER=$url HF_TOKEN=$admin
   $hfctl tenants create team-a
-  $hfctl tasks create --tenant team-a --name inference --memory 4096 --compute 0.5
+  $hfctl tasks create --tenant team-a --name hello --memory 4096 --compute 0.5 --command 'echo "slice \$HETEROFLOW_SLICE_ID on GPU \$CUDA_VISIBLE_DEVICES"; sleep 30'
   $hfctl slices list
 
-Ctrl-C stops the server and the node.
+Ctrl-C stops the server and the agent.
 MSG
 wait "$server_pid"

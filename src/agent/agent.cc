@@ -1,0 +1,724 @@
+#include "agent/agent.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "gpu/mig_profiles.h"
+
+namespace hf::agent {
+
+namespace {
+
+constexpr std::string_view kGpuIndicesLabel = "heteroflow.gpu_indices";
+constexpr std::string_view kMigDeviceLabel = "heteroflow.mig_device_id";
+constexpr int kMaxLogChunksPerCycle = 8;
+
+std::string JoinInts(const std::vector<int>& values) {
+  std::string out;
+  for (int v : values) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(v);
+  }
+  return out;
+}
+
+std::vector<int> SplitInts(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    try {
+      out.push_back(std::stoi(part));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+  return out;
+}
+
+bool FileContains(const std::string& path, std::string_view needle) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string StringOr(const json& j, const char* key, std::string fallback) {
+  if (j.is_object() && j.contains(key) && j[key].is_string()) {
+    return j[key].get<std::string>();
+  }
+  return fallback;
+}
+
+std::int64_t IntOr(const json& j, const char* key, std::int64_t fallback) {
+  if (j.is_object() && j.contains(key) && j[key].is_number_integer()) {
+    return j[key].get<std::int64_t>();
+  }
+  return fallback;
+}
+
+// The terminal state the server gets for a runtime status.
+struct Outcome {
+  std::string state;
+  std::optional<int> exit_code;
+  std::string message;
+};
+
+Outcome OutcomeOf(const runtime::TaskStatus& s, bool cancelled) {
+  using runtime::TaskState;
+  Outcome o;
+  o.message = runtime::DescribeTaskStatus(s);
+  switch (s.state) {
+    case TaskState::kExited:
+      o.exit_code = s.exit_code;
+      o.state = s.exit_code == 0 ? "succeeded" : "failed";
+      break;
+    case TaskState::kSignaled:
+      o.exit_code = 128 + s.signal;
+      o.state = "failed";
+      break;
+    case TaskState::kFailed:
+      o.exit_code = s.exit_code;
+      o.state = "failed";
+      break;
+    case TaskState::kLost:
+    case TaskState::kRunning:
+      o.state = "failed";
+      break;
+  }
+  // Stopped because the server said so: cancelled, however it ended.
+  if (cancelled) o.state = "cancelled";
+  return o;
+}
+
+}  // namespace
+
+HostFacts ProbeHost() {
+  HostFacts h;
+  h.containerized = access("/.dockerenv", F_OK) == 0 ||
+                    access("/run/.containerenv", F_OK) == 0 ||
+                    FileContains("/proc/1/cgroup", "docker") ||
+                    FileContains("/proc/1/cgroup", "kubepods") ||
+                    FileContains("/proc/1/cgroup", "containerd") ||
+                    FileContains("/proc/1/cgroup", "lxc");
+  h.cpu_milli = static_cast<std::int64_t>(
+                    std::max(1U, std::thread::hardware_concurrency())) *
+                1000;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    h.host_memory_mib = static_cast<std::int64_t>(pages) *
+                        static_cast<std::int64_t>(page_size) / (1024 * 1024);
+  }
+  return h;
+}
+
+StatusOr<std::unique_ptr<Agent>> Agent::Create(
+    AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
+    runtime::Runtime* runtime, mps::MpsControl* mps, HostFacts host,
+    const Clock* clock) {
+  if (options.node_id.empty()) {
+    return Status::InvalidArgument("is required", "node_id");
+  }
+  if (options.state_dir.empty()) {
+    return Status::InvalidArgument("is required", "state_dir");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.state_dir, ec);
+  if (ec) {
+    return Status::FailedPrecondition("cannot create the state directory " +
+                                      options.state_dir.string() + ": " +
+                                      ec.message());
+  }
+  auto agent = std::unique_ptr<Agent>(
+      new Agent(std::move(options), server, driver, runtime, mps, host, clock));
+  agent->LoadPendingMig();
+  return agent;
+}
+
+Agent::Agent(AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
+             runtime::Runtime* runtime, mps::MpsControl* mps, HostFacts host,
+             const Clock* clock)
+    : options_(std::move(options)),
+      server_(server),
+      driver_(driver),
+      runtime_(runtime),
+      mps_(mps),
+      host_(host),
+      clock_(clock) {}
+
+void Agent::Stop() {
+  std::lock_guard lock(stop_mu_);
+  stop_ = true;
+  stop_cv_.notify_all();
+}
+
+Status Agent::Run() {
+  for (;;) {
+    const Status s = RunOnce();
+    if (!s.ok()) {
+      // A revoked token or a node another token owns will not heal by
+      // itself; everything else is retried next cycle.
+      if (s.code() == StatusCode::kUnauthenticated ||
+          s.code() == StatusCode::kPermissionDenied) {
+        spdlog::error("giving up: {}", s.ToString());
+        return s;
+      }
+      spdlog::warn("cycle: {}", s.ToString());
+    }
+    std::unique_lock lock(stop_mu_);
+    if (stop_cv_.wait_for(lock, options_.heartbeat_interval,
+                          [&] { return stop_; })) {
+      return Status::Ok();
+    }
+  }
+}
+
+Status Agent::RunOnce() {
+  if (!adopted_) HF_RETURN_IF_ERROR(Adopt());
+  Probe();
+  HF_RETURN_IF_ERROR(RegisterOrHeartbeat());
+  Status first = HandleMigCommands();
+  const Status assignments = HandleAssignments();
+  if (first.ok()) first = assignments;
+  const Status finished = ReportFinished();
+  if (first.ok()) first = finished;
+  return first;
+}
+
+// ------------------------------------------------------------------ probe
+
+Status Agent::Adopt() {
+  auto adopted = runtime_->Adopt();
+  if (!adopted.ok()) return adopted.status();
+  for (const runtime::AdoptedTask& t : *adopted) {
+    LocalTask local;
+    auto it = t.labels.find(std::string(kGpuIndicesLabel));
+    if (it != t.labels.end()) local.gpu_indices = SplitInts(it->second);
+    // Reported running before the restart (or it will be now).
+    local.reported_running = true;
+    tasks_[t.task_id] = local;
+    spdlog::info("adopted task {} ({})", t.task_id,
+                 runtime::DescribeTaskStatus(t.status));
+  }
+  adopted_ = true;
+  return Status::Ok();
+}
+
+const gpu::GpuInfo* Agent::GpuAt(int index) const {
+  for (const gpu::GpuInfo& g : gpus_) {
+    if (g.index == index) return &g;
+  }
+  return nullptr;
+}
+
+void Agent::Probe() {
+  auto listed = driver_->ListGpus();
+  if (listed.ok()) {
+    gpus_ = std::move(*listed);
+    last_probe_error_.clear();
+  } else {
+    // The driver cannot be reached: every GPU it named is reported lost
+    // (never silently forgotten).
+    if (listed.status().message() != last_probe_error_) {
+      spdlog::error("GPU probe: {}", listed.status().ToString());
+      last_probe_error_ = listed.status().message();
+    }
+    for (gpu::GpuInfo& g : gpus_) {
+      g.healthy = false;
+      g.health_detail = listed.status().message();
+    }
+  }
+  for (gpu::GpuInfo& g : gpus_) {
+    if (g.healthy && !g.uuid.empty()) {
+      known_gpus_[g.index] = g;
+      continue;
+    }
+    // A lost GPU may not tell its name: report what it was.
+    auto known = known_gpus_.find(g.index);
+    if (known == known_gpus_.end()) continue;
+    if (g.uuid.empty()) g.uuid = known->second.uuid;
+    if (g.model.empty()) g.model = known->second.model;
+    if (g.memory_mib == 0) g.memory_mib = known->second.memory_mib;
+    if (g.cc_major == 0) {
+      g.cc_major = known->second.cc_major;
+      g.cc_minor = known->second.cc_minor;
+    }
+  }
+
+  // MPS: supervised on every cycle where a GPU could use it.
+  mps_alive_ = false;
+  if (mps_ != nullptr) {
+    std::vector<const gpu::GpuInfo*> eligible;
+    for (const gpu::GpuInfo& g : gpus_) {
+      if (g.healthy && !g.mig_enabled && g.vendor == "nvidia" &&
+          mps::MpsCapable(true, g.cc_major)) {
+        eligible.push_back(&g);
+      }
+    }
+    if (!eligible.empty()) {
+      for (const gpu::GpuInfo* g : eligible) {
+        if (mps_caps_.contains(g->uuid)) continue;
+        // Remembered by the control even while the daemon is down.
+        const Status cap =
+            mps_->SetWholeCardPinnedLimit(g->uuid, g->memory_mib);
+        if (cap.ok() || cap.code() == StatusCode::kUnavailable) {
+          mps_caps_.insert(g->uuid);
+        } else {
+          spdlog::warn("MPS cap for {}: {}", g->uuid, cap.ToString());
+        }
+      }
+      const Status ensured = mps_->Ensure();
+      if (!ensured.ok()) spdlog::debug("MPS: {}", ensured.ToString());
+      mps_alive_ = mps_->Alive();
+    }
+  }
+
+  json gpus = json::array();
+  for (const gpu::GpuInfo& g : gpus_) {
+    const bool mig_capable =
+        g.healthy && g.mig_enabled &&
+        gpu::FindMigTable(g.model, g.memory_mib) != nullptr;
+    const bool mps_capable = g.healthy && !g.mig_enabled &&
+                             g.vendor == "nvidia" &&
+                             mps::MpsCapable(mps_alive_, g.cc_major);
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"vendor", g.vendor},
+                    {"model", g.model},
+                    {"memory_mb", g.memory_mib},
+                    {"compute_capability", std::to_string(g.cc_major) + "." +
+                                               std::to_string(g.cc_minor)},
+                    {"mig_capable", mig_capable},
+                    {"mps_capable", mps_capable},
+                    {"health", g.healthy ? "ok" : "lost"}});
+  }
+  report_ = {{"node_id", options_.node_id},
+             {"containerized", host_.containerized},
+             {"hook_available", !options_.hook_library.empty()},
+             {"cpu_milli", host_.cpu_milli},
+             {"host_memory_mb", host_.host_memory_mib},
+             {"agent_version", options_.agent_version},
+             {"gpus", std::move(gpus)}};
+}
+
+Status Agent::RegisterOrHeartbeat() {
+  if (!registered_) {
+    auto reply = server_->Register(report_);
+    if (!reply.ok()) return reply.status();
+    registered_ = true;
+    spdlog::info("registered as node '{}' with {} GPUs", options_.node_id,
+                 report_["gpus"].size());
+  }
+  json body = report_;
+  body.erase("node_id");
+  json tasks = json::array();
+  for (const auto& [id, t] : tasks_) {
+    if (t.finished || !t.reported_running) continue;
+    tasks.push_back({{"task_id", id},
+                     {"state", "running"},
+                     {"gpu_indices", t.gpu_indices}});
+  }
+  body["tasks"] = std::move(tasks);
+  auto reply = server_->Heartbeat(options_.node_id, body);
+  if (!reply.ok() && reply.status().code() == StatusCode::kNotFound) {
+    registered_ = false;  // the server lost us: register again next cycle
+  }
+  return reply.status();
+}
+
+// ---------------------------------------------------------------- MIG
+
+void Agent::LoadPendingMig() {
+  std::ifstream in(options_.state_dir / "mig-commands.json");
+  if (!in) return;
+  json saved = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!saved.is_array()) {
+    spdlog::error("ignoring an unreadable {}",
+                  (options_.state_dir / "mig-commands.json").string());
+    return;
+  }
+  for (const json& entry : saved) {
+    const std::int64_t id = IntOr(entry["command"], "id", 0);
+    if (id <= 0) continue;
+    pending_mig_[id] = {entry["command"], IntOr(entry, "first_seen_ms", 0)};
+  }
+}
+
+void Agent::SavePendingMig() {
+  json out = json::array();
+  for (const auto& [id, p] : pending_mig_) {
+    out.push_back({{"command", p.command}, {"first_seen_ms", p.first_seen_ms}});
+  }
+  const auto path = options_.state_dir / "mig-commands.json";
+  const auto tmp = options_.state_dir / "mig-commands.json.tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << out.dump();
+    f.flush();
+    if (!f) {
+      spdlog::error("cannot write {}", tmp.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) spdlog::error("cannot replace {}: {}", path.string(), ec.message());
+}
+
+Status Agent::HandleMigCommands() {
+  auto claimed = server_->ClaimSliceRequests(options_.node_id);
+  if (!claimed.ok()) return claimed.status();
+  bool changed = false;
+  if (claimed->contains("items") && (*claimed)["items"].is_array()) {
+    for (const json& cmd : (*claimed)["items"]) {
+      const std::int64_t id = IntOr(cmd, "id", 0);
+      if (id <= 0 || pending_mig_.contains(id)) continue;
+      pending_mig_[id] = {cmd, clock_->NowMillis()};
+      changed = true;
+    }
+  }
+  if (changed) SavePendingMig();
+  Status first = Status::Ok();
+  for (auto it = pending_mig_.begin(); it != pending_mig_.end();) {
+    auto done = HandleMigCommand(it->second);
+    if (!done.ok()) {
+      if (first.ok()) first = done.status();
+      ++it;
+      continue;
+    }
+    if (*done) {
+      it = pending_mig_.erase(it);
+      changed = true;
+    } else {
+      ++it;
+    }
+  }
+  if (changed) SavePendingMig();
+  return first;
+}
+
+StatusOr<bool> Agent::HandleMigCommand(const PendingMig& pending) {
+  const json& cmd = pending.command;
+  const std::int64_t id = IntOr(cmd, "id", 0);
+  const std::string action = StringOr(cmd, "action", "");
+  const int index = static_cast<int>(IntOr(cmd, "gpu_index", -1));
+  const std::string want_uuid = StringOr(cmd, "gpu_uuid", "");
+  const auto report = [&](const json& result) -> StatusOr<bool> {
+    auto r = server_->ReportSliceRequest(id, result);
+    if (!r.ok()) {
+      // The command is gone or not ours any more: nothing to report to.
+      if (r.status().code() == StatusCode::kNotFound ||
+          r.status().code() == StatusCode::kInvalidArgument) {
+        spdlog::warn("MIG command {}: {}", id, r.status().ToString());
+        return true;
+      }
+      return r.status();
+    }
+    return true;
+  };
+  const auto fail = [&](const std::string& error, bool orphaned = false) {
+    spdlog::warn("MIG {} command {} on GPU {}: {}", action, id, index, error);
+    return report({{"ok", false}, {"error", error}, {"orphaned", orphaned}});
+  };
+
+  // Guard against index/UUID drift before touching anything.
+  const gpu::GpuInfo* g = GpuAt(index);
+  if (g == nullptr) return fail("no GPU at index " + std::to_string(index));
+  if (!want_uuid.empty() && g->uuid != want_uuid) {
+    return fail("GPU " + std::to_string(index) + " is " + g->uuid + ", not " +
+                    want_uuid + " (index/UUID drift): refusing to act",
+                action == "destroy");
+  }
+  if (!g->healthy)
+    return fail("GPU is lost: " + g->health_detail, action == "destroy");
+
+  if (action == "create") {
+    auto device =
+        driver_->CreateMigDevice(index, StringOr(cmd, "profile", ""), {});
+    if (!device.ok()) return fail(device.status().ToString());
+    spdlog::info("MIG create {}: {} on GPU {} as {}", id, device->profile,
+                 index, device->device_uuid);
+    return report({{"ok", true}, {"device_id", device->device_uuid}});
+  }
+  if (action != "destroy") return fail("unknown action '" + action + "'");
+
+  // Destroy only once the task's processes are gone.
+  const std::int64_t task_id = IntOr(cmd, "task_id", 0);
+  auto local = tasks_.find(task_id);
+  if (task_id > 0 && local != tasks_.end() && !local->second.finished) {
+    auto polled = runtime_->Poll(task_id);
+    if (polled.ok() && !polled->finished()) {
+      // The server is done with the task: stop it first.
+      local->second.cancel_requested = true;
+      const Status killed = runtime_->Kill(task_id, options_.kill_grace);
+      if (!killed.ok())
+        spdlog::warn("stopping task {}: {}", task_id, killed.ToString());
+    }
+  }
+  const std::string device_uuid = StringOr(cmd, "device_id", "");
+  auto devices = driver_->ListMigDevices(index);
+  if (!devices.ok()) return fail(devices.status().ToString(), true);
+  auto found = std::find_if(
+      devices->begin(), devices->end(),
+      [&](const gpu::MigDevice& d) { return d.device_uuid == device_uuid; });
+  if (found == devices->end()) {
+    return report({{"ok", true}});  // already gone: idempotent
+  }
+  auto processes = driver_->ListProcesses(index);
+  bool busy = false;
+  if (processes.ok()) {
+    for (const gpu::GpuProcess& p : *processes) {
+      busy |= p.gpu_instance_id == found->gpu_instance_id;
+    }
+  }
+  const bool waited_enough = clock_->NowMillis() - pending.first_seen_ms >=
+                             options_.mig_destroy_wait.count();
+  if (busy && !waited_enough) return false;  // try again next cycle
+  const Status destroyed =
+      driver_->DestroyMigDevice(index, found->gpu_instance_id);
+  if (destroyed.ok() || destroyed.code() == StatusCode::kNotFound) {
+    spdlog::info("MIG destroy {}: {} on GPU {}", id, device_uuid, index);
+    return report({{"ok", true}});
+  }
+  if (destroyed.code() == StatusCode::kFailedPrecondition && !waited_enough) {
+    return false;  // still in use: try again next cycle
+  }
+  return fail(destroyed.ToString(), /*orphaned=*/true);
+}
+
+// ---------------------------------------------------------------- tasks
+
+Status Agent::ReportState(std::int64_t task_id, const std::string& state,
+                          std::optional<int> exit_code,
+                          const std::string& message) {
+  json entry = {{"task_id", task_id}, {"state", state}, {"message", message}};
+  if (exit_code) entry["exit_code"] = *exit_code;
+  auto reply =
+      server_->ReportTaskStates(options_.node_id, json::array({entry}));
+  return reply.status();
+}
+
+Status Agent::HandleAssignments() {
+  auto reply = server_->Assignments(options_.node_id);
+  if (!reply.ok()) return reply.status();
+  Status first = Status::Ok();
+  const json& run = (*reply)["run"];
+  if (run.is_array()) {
+    for (const json& task : run) {
+      const std::int64_t id = IntOr(task, "id", 0);
+      if (id <= 0) continue;
+      auto local = tasks_.find(id);
+      if (local != tasks_.end()) {
+        // Still "scheduled" at the server although it runs here (a restart
+        // between start and report): say so now.
+        if (!local->second.finished) {
+          const Status s = ReportState(id, "running", {}, "");
+          if (s.ok()) local->second.reported_running = true;
+        }
+        continue;
+      }
+      const Status s = StartTask(task);
+      if (!s.ok() && first.ok()) first = s;
+    }
+  }
+  const json& cancel = (*reply)["cancel"];
+  if (cancel.is_array()) {
+    for (const json& v : cancel) {
+      if (!v.is_number_integer()) continue;
+      const std::int64_t id = v.get<std::int64_t>();
+      auto local = tasks_.find(id);
+      if (local == tasks_.end()) {
+        // Never started here: nothing to stop.
+        waiting_for_mps_.erase(id);
+        const Status s =
+            ReportState(id, "cancelled", {}, "cancelled before it started");
+        if (!s.ok() && first.ok()) first = s;
+        continue;
+      }
+      if (local->second.finished) continue;  // reported by ReportFinished
+      local->second.cancel_requested = true;
+      const Status killed = runtime_->Kill(id, options_.kill_grace);
+      if (!killed.ok() && killed.code() != StatusCode::kNotFound) {
+        spdlog::warn("cancelling task {}: {}", id, killed.ToString());
+      }
+    }
+  }
+  return first;
+}
+
+Status Agent::StartTask(const json& task) {
+  const std::int64_t id = IntOr(task, "id", 0);
+  runtime::TaskSpec spec;
+  spec.task_id = id;
+  spec.tenant = StringOr(task, "tenant", "");
+  spec.slice_id = IntOr(task, "slice_id", 0);
+  spec.image = StringOr(task, "image", "");
+  if (task.contains("command")) {
+    const json& c = task["command"];
+    if (c.is_string()) {
+      spec.command = {"/bin/sh", "-c", c.get<std::string>()};
+    } else if (c.is_array()) {
+      for (const json& a : c) {
+        if (a.is_string()) spec.command.push_back(a.get<std::string>());
+      }
+    }
+  }
+  if (task.contains("env") && task["env"].is_object()) {
+    for (const auto& [k, v] : task["env"].items()) {
+      if (v.is_string()) spec.env[k] = v.get<std::string>();
+    }
+  }
+  runtime::StringMap labels;
+  if (task.contains("labels") && task["labels"].is_object()) {
+    for (const auto& [k, v] : task["labels"].items()) {
+      if (v.is_string()) labels[k] = v.get<std::string>();
+    }
+  }
+  std::vector<int> indices;
+  if (task.contains("gpu_indices") && task["gpu_indices"].is_array()) {
+    for (const json& i : task["gpu_indices"]) {
+      if (i.is_number_integer()) indices.push_back(i.get<int>());
+    }
+  }
+  const std::string qos = spec.env.count("HETEROFLOW_SLICE_QOS") != 0
+                              ? spec.env["HETEROFLOW_SLICE_QOS"]
+                              : "";
+  auto mig = labels.find(std::string(kMigDeviceLabel));
+  if (mig != labels.end() && !mig->second.empty()) {
+    spec.mig_device = mig->second;  // gold: the partition, not the card
+  } else {
+    spec.gpu_indices = indices;
+    if (!options_.hook_library.empty() && spec.slice_id > 0) {
+      spec.preload_library = options_.hook_library;
+    }
+  }
+  if (qos == "silver") {
+    // Never run a silver slice without its MPS limits.
+    const mps::MpsDaemonState daemon{mps_alive_,
+                                     mps_ ? mps_->PipeDirectory() : "",
+                                     mps_ ? mps_->LogDirectory() : ""};
+    const auto mps_env =
+        mps::MpsClientEnv(daemon, mps::SliceLimitsFromEnv(spec.env));
+    if (mps_env.empty()) {
+      const std::int64_t now = clock_->NowMillis();
+      const std::int64_t since =
+          waiting_for_mps_.emplace(id, now).first->second;
+      if (now - since < options_.mps_wait.count()) return Status::Ok();
+      waiting_for_mps_.erase(id);
+      return ReportState(id, "failed", {},
+                         "the MPS control daemon on node '" + options_.node_id +
+                             "' is down: a silver slice is never run without "
+                             "its MPS limits");
+    }
+    waiting_for_mps_.erase(id);
+    for (const auto& [k, v] : mps_env) spec.env[k] = v;
+    spec.mps_pipe_dir = mps_->PipeDirectory();
+  }
+  labels[std::string(kGpuIndicesLabel)] = JoinInts(indices);
+  spec.labels = std::move(labels);
+
+  LocalTask local;
+  local.gpu_indices = indices;
+  const Status started = runtime_->Start(spec);
+  if (!started.ok() && started.code() != StatusCode::kAlreadyExists) {
+    spdlog::warn("task {} could not start: {}", id, started.ToString());
+    // Not held by the runtime: report and forget.
+    return ReportState(id, "failed", {},
+                       "the node could not start it: " + started.message());
+  }
+  spdlog::info("task {} started ({} runtime)", id, runtime_->Name());
+  tasks_[id] = local;
+  const Status reported = ReportState(id, "running", {}, "");
+  if (reported.ok()) tasks_[id].reported_running = true;
+  return reported;
+}
+
+Status Agent::ShipLogs(std::int64_t task_id, LocalTask& task, bool drain) {
+  if (task.log_done) return Status::Ok();
+  if (task.log_offset < 0) {
+    auto size = server_->ShipLog(options_.node_id, task_id, 0, "");
+    if (!size.ok()) return size.status();
+    task.log_offset = *size;
+  }
+  for (int i = 0; drain || i < kMaxLogChunksPerCycle; ++i) {
+    auto chunk =
+        runtime_->ReadLog(task_id, task.log_offset, options_.log_chunk_bytes);
+    if (!chunk.ok()) return chunk.status();
+    if (chunk->data.empty()) return Status::Ok();
+    auto size = server_->ShipLog(options_.node_id, task_id, task.log_offset,
+                                 chunk->data);
+    if (!size.ok()) return size.status();
+    const std::int64_t expected =
+        task.log_offset + static_cast<std::int64_t>(chunk->data.size());
+    if (*size < expected) {
+      task.log_done = true;  // the server's cap: stop shipping
+      return Status::Ok();
+    }
+    task.log_offset = *size;
+  }
+  return Status::Ok();
+}
+
+Status Agent::ReportFinished() {
+  Status first = Status::Ok();
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    const std::int64_t id = it->first;
+    LocalTask& t = it->second;
+    if (!t.finished) {
+      auto polled = runtime_->Poll(id);
+      if (!polled.ok()) {
+        if (polled.status().code() == StatusCode::kNotFound) {
+          t.finished = runtime::TaskStatus{runtime::TaskState::kLost, 0, 0,
+                                           false, "the runtime lost the task"};
+        } else {
+          if (first.ok()) first = polled.status();
+          ++it;
+          continue;
+        }
+      } else if (polled->finished()) {
+        t.finished = *polled;
+      }
+    }
+    Status shipped = ShipLogs(id, t, /*drain=*/t.finished.has_value());
+    if (!shipped.ok() && shipped.code() != StatusCode::kNotFound) {
+      if (first.ok()) first = shipped;
+      if (t.finished) {
+        ++it;
+        continue;  // keep it until its output is with the server
+      }
+    }
+    if (!t.finished) {
+      ++it;
+      continue;
+    }
+    const Outcome o = OutcomeOf(*t.finished, t.cancel_requested);
+    const Status reported = ReportState(id, o.state, o.exit_code, o.message);
+    if (!reported.ok() && reported.code() != StatusCode::kInvalidArgument) {
+      if (first.ok()) first = reported;
+      ++it;
+      continue;
+    }
+    if (!reported.ok()) {
+      spdlog::warn("task {}: the server refused its end ({}); forgetting it",
+                   id, reported.ToString());
+    }
+    spdlog::info("task {} {}", id, o.message);
+    const Status removed = runtime_->Remove(id);
+    if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
+      spdlog::warn("removing task {}: {}", id, removed.ToString());
+    }
+    it = tasks_.erase(it);
+  }
+  return first;
+}
+
+}  // namespace hf::agent

@@ -1,0 +1,158 @@
+// Agent: the node agent's loop (SPEC.md sections 2, 3, 8, 9). Each cycle it
+//   1. probes the GPUs afresh (GpuDriver) and supervises the MPS control
+//      daemon (MpsControl::Ensure), deriving mig_capable / mps_capable;
+//   2. registers, then heartbeats with the tasks it runs (the server's
+//      compensation path covers running tasks it holds no slice for);
+//   3. claims MIG commands and carries them out: the GPU's UUID is checked
+//      first; a destroy waits until the task's processes are gone, is
+//      idempotent, and an instance left behind is reported orphaned;
+//   4. starts the tasks the server assigns (env from the server, GPU or MIG
+//      pinning, the MPS pipe for silver slices, the hook for non-MIG
+//      slices) and stops the ones it cancels;
+//   5. reports every task that ended, ships its output, and only then
+//      forgets it.
+// Nothing important lives only in memory: tasks are found again through the
+// runtime after a restart (Runtime::Adopt), claimed MIG commands are kept in
+// the state directory, and log offsets are asked of the server.
+//
+// Thread-safety: RunOnce/Run from one thread; Stop from any.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/server_client.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "gpu/gpu_driver.h"
+#include "mps/mps_control.h"
+#include "runtime/runtime.h"
+
+namespace hf::agent {
+
+using nlohmann::json;
+
+// Node-level facts the heartbeat carries besides the GPUs.
+struct HostFacts {
+  bool containerized = false;
+  std::int64_t cpu_milli = 0;
+  std::int64_t host_memory_mib = 0;
+};
+
+// What this machine looks like from inside: in a container (/.dockerenv,
+// /run/.containerenv, or a container runtime in PID 1's cgroup), its CPUs
+// and memory.
+HostFacts ProbeHost();
+
+struct AgentOptions {
+  std::string node_id;
+  std::string agent_version;
+  std::filesystem::path state_dir;  // required; created when missing
+  std::chrono::milliseconds heartbeat_interval{5000};
+  // SIGTERM to SIGKILL when the server cancels a task.
+  std::chrono::milliseconds kill_grace{10'000};
+  // How long a MIG destroy waits for the task's processes to be gone before
+  // reporting the partition orphaned.
+  std::chrono::milliseconds mig_destroy_wait{60'000};
+  // How long a silver task waits for a dead MPS daemon to come back before
+  // it is failed (it is never run without its limits).
+  std::chrono::milliseconds mps_wait{60'000};
+  // The hook library (libhfhook.so) for every slice that is not a MIG
+  // partition; empty: none (the node reports hook_available=false).
+  std::string hook_library;
+  std::size_t log_chunk_bytes = 256 * 1024;
+};
+
+class Agent {
+ public:
+  // Every pointer must outlive the Agent; `mps` may be null (no MPS on this
+  // node). Fails on a missing state dir option or when it cannot be made.
+  static StatusOr<std::unique_ptr<Agent>> Create(
+      AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
+      runtime::Runtime* runtime, mps::MpsControl* mps, HostFacts host,
+      const Clock* clock);
+
+  // One cycle. Errors talking to the server are returned (the caller logs
+  // them and tries again next cycle); local failures are reported to the
+  // server where they belong (a task that cannot start fails).
+  Status RunOnce();
+
+  // Cycles every heartbeat interval until Stop. Returns the last error that
+  // means "do not retry" (a revoked token, a node name another token owns).
+  Status Run();
+  void Stop();
+
+  // The node report (register / heartbeat body) of the last probe.
+  const json& last_report() const { return report_; }
+
+ private:
+  struct LocalTask {
+    std::vector<int> gpu_indices;
+    bool reported_running = false;
+    bool cancel_requested = false;  // we stop it because the server said so
+    std::optional<runtime::TaskStatus> finished;
+    std::int64_t log_offset = -1;  // what the server holds; -1: ask
+    bool log_done = false;         // the server's cap was reached
+  };
+  struct PendingMig {
+    json command;
+    std::int64_t first_seen_ms = 0;
+  };
+
+  Agent(AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
+        runtime::Runtime* runtime, mps::MpsControl* mps, HostFacts host,
+        const Clock* clock);
+
+  Status Adopt();
+  void Probe();
+  Status RegisterOrHeartbeat();
+  Status HandleMigCommands();
+  // True when the command is finished (reported) and can be dropped.
+  StatusOr<bool> HandleMigCommand(const PendingMig& pending);
+  Status HandleAssignments();
+  Status StartTask(const json& task);
+  Status ReportFinished();
+  Status ShipLogs(std::int64_t task_id, LocalTask& task, bool drain);
+  Status ReportState(std::int64_t task_id, const std::string& state,
+                     std::optional<int> exit_code, const std::string& message);
+  void LoadPendingMig();
+  void SavePendingMig();
+  const gpu::GpuInfo* GpuAt(int index) const;
+
+  const AgentOptions options_;
+  ServerClient* const server_;
+  gpu::GpuDriver* const driver_;
+  runtime::Runtime* const runtime_;
+  mps::MpsControl* const mps_;
+  const HostFacts host_;
+  const Clock* const clock_;
+
+  bool adopted_ = false;
+  bool registered_ = false;
+  std::vector<gpu::GpuInfo> gpus_;  // last probe; lost GPUs keep old facts
+  std::map<int, gpu::GpuInfo> known_gpus_;  // last healthy facts by index
+  bool mps_alive_ = false;
+  std::set<std::string> mps_caps_;  // GPUs whose daemon-side cap was set
+  json report_;
+  std::map<std::int64_t, LocalTask> tasks_;
+  // Silver tasks waiting for the MPS daemon: task id -> first seen.
+  std::map<std::int64_t, std::int64_t> waiting_for_mps_;
+  std::map<std::int64_t, PendingMig> pending_mig_;  // by command id
+  std::string last_probe_error_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // GUARDED_BY(stop_mu_)
+};
+
+}  // namespace hf::agent

@@ -1,0 +1,160 @@
+#include "agent/server_client.h"
+
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include <utility>
+
+namespace hf::agent {
+
+namespace {
+
+// A node name or id goes into a path as it is: names are [a-z0-9._-].
+std::string NodePath(const std::string& node, std::string_view rest) {
+  return "/api/v1/nodes/" + node + std::string(rest);
+}
+
+Status FromHttp(int status, const json& body, const std::string& what) {
+  std::string message = what + ": HTTP " + std::to_string(status);
+  std::string field;
+  if (body.is_object()) {
+    if (body.contains("message") && body["message"].is_string()) {
+      message += ": " + body["message"].get<std::string>();
+    }
+    if (body.contains("field") && body["field"].is_string()) {
+      field = body["field"].get<std::string>();
+    }
+  }
+  switch (status) {
+    case 400:
+    case 413:
+      return Status::InvalidArgument(message, field);
+    case 401:
+      return Status::Unauthenticated(message);
+    case 403:
+      return Status::PermissionDenied(message);
+    case 404:
+      return Status::NotFound(message);
+    case 409:
+      return Status::FailedPrecondition(message);
+    default:
+      return Status::Unavailable(message);
+  }
+}
+
+}  // namespace
+
+std::string EncodeBase64(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  const int n =
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+StatusOr<std::unique_ptr<ServerClient>> ServerClient::Create(
+    const std::string& server, std::string token) {
+  constexpr std::string_view kScheme = "http://";
+  if (!server.starts_with(kScheme) || server.size() == kScheme.size()) {
+    return Status::InvalidArgument(
+        "must be http://HOST:PORT (got '" + server + "')", "server");
+  }
+  std::string host = server.substr(kScheme.size());
+  while (!host.empty() && host.back() == '/') host.pop_back();
+  if (host.find('/') != std::string::npos) {
+    return Status::InvalidArgument(
+        "must be http://HOST:PORT without a path (got '" + server + "')",
+        "server");
+  }
+  if (token.empty()) {
+    return Status::InvalidArgument("the node token is empty", "token_file");
+  }
+  auto client = std::make_unique<httplib::Client>(std::string(kScheme) + host);
+  if (!client->is_valid()) {
+    return Status::InvalidArgument("is not a usable URL: " + server, "server");
+  }
+  client->set_connection_timeout(5, 0);
+  client->set_read_timeout(30, 0);
+  client->set_write_timeout(30, 0);
+  client->set_keep_alive(true);
+  return std::unique_ptr<ServerClient>(
+      new ServerClient(std::move(client), std::move(token)));
+}
+
+ServerClient::ServerClient(std::unique_ptr<httplib::Client> client,
+                           std::string token)
+    : client_(std::move(client)), token_(std::move(token)) {}
+
+ServerClient::~ServerClient() = default;
+
+StatusOr<json> ServerClient::Send(const std::string& method,
+                                  const std::string& path, const json* body) {
+  const std::string what = method + " " + path;
+  httplib::Headers headers = {{"Authorization", "Bearer " + token_}};
+  httplib::Result result =
+      method == "GET" ? client_->Get(path, headers)
+                      : client_->Post(path, headers,
+                                      body ? body->dump() : std::string("{}"),
+                                      "application/json");
+  if (!result) {
+    return Status::Unavailable(what + ": " +
+                               httplib::to_string(result.error()));
+  }
+  json parsed = json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+  if (result->status < 200 || result->status >= 300) {
+    return FromHttp(result->status, parsed, what);
+  }
+  if (parsed.is_discarded()) {
+    return Status::Unavailable(what + ": the reply is not JSON");
+  }
+  return parsed;
+}
+
+StatusOr<json> ServerClient::Register(const json& report) {
+  return Send("POST", "/api/v1/nodes/register", &report);
+}
+
+StatusOr<json> ServerClient::Heartbeat(const std::string& node,
+                                       const json& report) {
+  return Send("POST", NodePath(node, "/heartbeat"), &report);
+}
+
+StatusOr<json> ServerClient::Assignments(const std::string& node) {
+  return Send("GET", NodePath(node, "/assignments"), nullptr);
+}
+
+StatusOr<json> ServerClient::ReportTaskStates(const std::string& node,
+                                              const json& states) {
+  const json body = {{"states", states}};
+  return Send("POST", NodePath(node, "/task-states"), &body);
+}
+
+StatusOr<json> ServerClient::ClaimSliceRequests(const std::string& node) {
+  return Send("POST", NodePath(node, "/slice-requests/claim"), nullptr);
+}
+
+StatusOr<json> ServerClient::ReportSliceRequest(std::int64_t id,
+                                                const json& result) {
+  return Send("POST",
+              "/api/v1/slice-requests/" + std::to_string(id) + "/result",
+              &result);
+}
+
+StatusOr<std::int64_t> ServerClient::ShipLog(const std::string& node,
+                                             std::int64_t task_id,
+                                             std::int64_t offset,
+                                             std::string_view data) {
+  const json body = {{"offset", offset}, {"data", EncodeBase64(data)}};
+  auto reply = Send(
+      "POST", NodePath(node, "/tasks/" + std::to_string(task_id) + "/logs"),
+      &body);
+  if (!reply.ok()) return reply.status();
+  if (!reply->contains("size") || !(*reply)["size"].is_number_integer()) {
+    return Status::Unavailable("log reply without a size");
+  }
+  return (*reply)["size"].get<std::int64_t>();
+}
+
+}  // namespace hf::agent
