@@ -391,6 +391,30 @@ class CommandLine {
                    },
                    ShowDetail)),
           task_id_, "task id");
+    CLI::App* logs = Leaf(
+        tasks, "logs", "print a task's output (as its agent shipped it)",
+        ShowAction(
+            [this] {
+              Request request =
+                  Get(ApiPath({"tasks", std::to_string(task_id_), "logs"}));
+              QueryIfGiven(request, "offset", task_log_offset_);
+              QueryIfGiven(request, "limit", task_log_limit_);
+              return request;
+            },
+            [](const Json& reply, std::ostream& out) {
+              const auto data = reply.find("data");
+              if (data != reply.end() && data->is_string()) {
+                out << data->get<std::string>();
+              }
+              if (reply.value("truncated", false)) {
+                out << "\n[the server keeps the first 8 MiB of a log; the "
+                       "rest was dropped]\n";
+              }
+            }));
+    AddId(logs, task_id_, "task id");
+    logs->add_option("--offset", task_log_offset_, "start at this byte");
+    logs->add_option("--limit", task_log_limit_,
+                     "at most this many bytes (default 65536)");
     AddId(Leaf(tasks, "cancel", "cancel a task",
                ShowAction(
                    [this]() -> StatusOr<Request> {
@@ -734,6 +758,8 @@ class CommandLine {
   TaskCreateOptions task_create_;
   TaskListOptions task_list_;
   std::int64_t task_id_ = 0;
+  std::optional<std::int64_t> task_log_offset_;
+  std::optional<std::int64_t> task_log_limit_;
   SliceListOptions slice_list_;
   std::int64_t slice_id_ = 0;
   SliceHistoryOptions slice_history_;

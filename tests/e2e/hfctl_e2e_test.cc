@@ -232,6 +232,19 @@ TEST_F(HfctlTest, TenantsTokensAndAUsersTasks) {
   ASSERT_EQ(history.Json()["items"].size(), 1u) << history.out;
   EXPECT_EQ(history.Json()["items"][0]["op"], "allocate");
 
+  // Its output, as an agent shipped it.
+  HttpReply shipped = api_->http().Post(
+      "/api/v1/nodes/cli-node/tasks/" + id + "/logs",
+      {{"offset", 0}, {"data", "aGVsbG8Kd29ybGQK"}}, api_->admin());
+  ASSERT_TRUE(HasStatus(shipped, 200));
+  CliResult logs = As(secret, {"tasks", "logs", id});
+  ASSERT_EQ(logs.exit_code, 0) << logs.Describe();
+  EXPECT_EQ(logs.out, "hello\nworld\n");
+  CliResult tail = As(secret, {"tasks", "logs", id, "--offset", "6"});
+  EXPECT_EQ(tail.out, "world\n") << tail.Describe();
+  CliResult logs_json = As(secret, {"-o", "json", "tasks", "logs", id});
+  EXPECT_EQ(logs_json.Json()["size"], 12) << logs_json.Describe();
+
   // Cancel, then the slice is gone from the live list.
   CliResult cancel = As(secret, {"tasks", "cancel", id});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.Describe();
