@@ -116,7 +116,8 @@ HostFacts ProbeHost() {
   const long page_size = sysconf(_SC_PAGE_SIZE);
   if (pages > 0 && page_size > 0) {
     h.host_memory_mib = static_cast<std::int64_t>(pages) *
-                        static_cast<std::int64_t>(page_size) / (1024 * 1024);
+                        static_cast<std::int64_t>(page_size) /
+                        (std::int64_t{1024} * 1024);
   }
   return h;
 }
@@ -163,7 +164,7 @@ void Agent::Stop() {
 
 Status Agent::Run() {
   for (;;) {
-    const Status s = RunOnce();
+    Status s = RunOnce();
     if (!s.ok()) {
       // A revoked token or a node another token owns will not heal by
       // itself; everything else is retried next cycle.
@@ -300,6 +301,16 @@ void Agent::Probe() {
                     {"mig_capable", mig_capable},
                     {"mps_capable", mps_capable},
                     {"health", g.healthy ? "ok" : "lost"}});
+    if (g.healthy && g.mig_enabled) {
+      // What is really on the card: the server flags partitions no slice
+      // owns (MIG_PARTITION_ORPHANED).
+      auto devices = driver_->ListMigDevices(g.index);
+      if (devices.ok()) {
+        json uuids = json::array();
+        for (const gpu::MigDevice& d : *devices) uuids.push_back(d.device_uuid);
+        gpus.back()["mig_devices"] = std::move(uuids);
+      }
+    }
   }
   report_ = {{"node_id", options_.node_id},
              {"containerized", host_.containerized},
@@ -637,7 +648,7 @@ Status Agent::StartTask(const json& task) {
   }
   spdlog::info("task {} started ({} runtime)", id, runtime_->Name());
   tasks_[id] = local;
-  const Status reported = ReportState(id, "running", {}, "");
+  Status reported = ReportState(id, "running", {}, "");
   if (reported.ok()) tasks_[id].reported_running = true;
   return reported;
 }

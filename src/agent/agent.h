@@ -70,7 +70,7 @@ struct AgentOptions {
   // The hook library (libhfhook.so) for every slice that is not a MIG
   // partition; empty: none (the node reports hook_available=false).
   std::string hook_library;
-  std::size_t log_chunk_bytes = 256 * 1024;
+  std::size_t log_chunk_bytes = std::size_t{256} * 1024;
 };
 
 class Agent {
@@ -104,6 +104,7 @@ class Agent {
     std::int64_t log_offset = -1;  // what the server holds; -1: ask
     bool log_done = false;         // the server's cap was reached
   };
+  // NOLINTNEXTLINE(bugprone-exception-escape): json() does not throw
   struct PendingMig {
     json command;
     std::int64_t first_seen_ms = 0;

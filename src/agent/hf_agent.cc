@@ -6,6 +6,7 @@
 // or the MPS daemon: a new agent adopts them.
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <csignal>
@@ -272,8 +273,9 @@ int Main(int argc, char** argv) {
     waiter.join();
     return 0;
   }
-  // Run gave up (a revoked token, ...): wake the signal thread and leave.
-  pthread_kill(waiter.native_handle(), SIGTERM);
+  // Run gave up (a revoked token, ...): wake the signal thread (SIGTERM is
+  // blocked everywhere, so only its sigwait takes it) and leave.
+  kill(getpid(), SIGTERM);
   waiter.join();
   return 1;
 }

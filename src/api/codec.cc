@@ -492,7 +492,8 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
         static const std::set<std::string> kGpuFields = {
             "index",       "uuid",        "vendor",
             "model",       "memory_mb",   "compute_capability",
-            "mig_capable", "mps_capable", "health"};
+            "mig_capable", "mps_capable", "health",
+            "mig_devices"};
         if (!kGpuFields.contains(key)) {
           std::string where = at;
           where += ".";
@@ -548,6 +549,19 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
         return Wrong(at + ".health", "must be \"ok\" or \"lost\"");
       }
       gr.lost = *health == "lost";
+      if (const json* devices = Field(g, "mig_devices")) {
+        if (!devices->is_array() || devices->size() > 64) {
+          return Wrong(at + ".mig_devices",
+                       "must be an array of at most 64 MIG device UUIDs");
+        }
+        gr.mig_devices.emplace();
+        for (const json& d : *devices) {
+          if (!d.is_string() || d.get<std::string>().empty()) {
+            return Wrong(at + ".mig_devices", "must hold strings");
+          }
+          gr.mig_devices->push_back(d.get<std::string>());
+        }
+      }
       r.gpus.push_back(std::move(gr));
     }
   }

@@ -137,6 +137,9 @@ struct GpuReport {
   bool mig_capable = false;
   bool mps_capable = false;
   bool lost = false;
+  // MIG devices present on the GPU (their "MIG-..." UUIDs), when the agent
+  // reports them: ones no live slice owns are MIG_PARTITION_ORPHANED.
+  std::optional<std::vector<std::string>> mig_devices;
 };
 
 struct NodeReport {
@@ -419,6 +422,11 @@ class ControlPlane {
 
   // Compensation: a running task reported with no live slice.
   Status CompensateLocked(const store::NodeRow& node, const RunningTask& task);
+  // Records MIG devices a heartbeat reports that no live slice owns (and
+  // no MIG command in flight is about to own) as MIG_PARTITION_ORPHANED in
+  // the history, once per device.
+  Status NoteOrphanedMigDevicesLocked(const store::NodeRow& node,
+                                      const NodeReport& report);
 
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                         const std::string& node);
@@ -461,6 +469,7 @@ class ControlPlane {
   std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)
   // Approvals that count in the ledger now, with their expiry.
   std::map<RowId, store::ApprovalRow> applied_approvals_;  // GUARDED_BY(mu_)
+  std::set<std::string> orphans_noted_;  // MIG device UUIDs; GUARDED_BY(mu_)
   store::Millis next_approval_expiry_ =
       std::numeric_limits<store::Millis>::max();  // GUARDED_BY(mu_)
   // GPU models per vendor, to turn a task's gpu_type into allowed models.

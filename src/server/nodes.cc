@@ -244,6 +244,84 @@ Status ControlPlane::Heartbeat(const Caller& caller, const NodeReport& report,
                    stored->name, s.ToString());
     }
   }
+  const Status orphans = NoteOrphanedMigDevicesLocked(*stored, report);
+  if (!orphans.ok()) {
+    spdlog::warn("MIG orphan check on {}: {}", stored->name,
+                 orphans.ToString());
+  }
+  return Status::Ok();
+}
+
+Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
+                                                  const NodeReport& report) {
+  std::vector<std::pair<int, std::string>> reported;
+  for (const GpuReport& g : report.gpus) {
+    if (!g.mig_devices) continue;
+    for (const std::string& d : *g.mig_devices) {
+      if (!orphans_noted_.contains(d)) reported.emplace_back(g.index, d);
+    }
+  }
+  if (reported.empty()) return Status::Ok();
+  std::set<std::string> owned;
+  std::set<int> creating;  // GPUs with a create in flight
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    store::SliceFilter f;
+    f.node_id = node.id;
+    f.live_only = true;
+    f.limit = 1000;
+    for (;;) {
+      auto rows = txn.ListSlices(f);
+      if (!rows.ok()) return rows.status();
+      for (const SliceRow& s : *rows) {
+        if (!s.mig_device_id.empty()) owned.insert(s.mig_device_id);
+      }
+      if (static_cast<int>(rows->size()) < f.limit) break;
+      f.after_id = rows->back().id;
+    }
+    for (auto state : {store::SliceRequestState::kPending,
+                       store::SliceRequestState::kClaimed}) {
+      store::SliceRequestFilter rf;
+      rf.node_id = node.id;
+      rf.state = state;
+      rf.limit = 1000;
+      auto rows = txn.ListSliceRequests(rf);
+      if (!rows.ok()) return rows.status();
+      for (const store::SliceRequestRow& r : *rows) {
+        if (r.action == "create") creating.insert(r.gpu_index);
+        if (!r.device_id.empty()) owned.insert(r.device_id);
+      }
+    }
+    return Status::Ok();
+  }));
+  std::vector<std::pair<int, std::string>> orphans;
+  for (const auto& [index, device] : reported) {
+    if (!owned.contains(device) && !creating.contains(index)) {
+      orphans.emplace_back(index, device);
+    }
+  }
+  if (orphans.empty()) return Status::Ok();
+  const Millis now = clock_->NowMillis();
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    for (const auto& [index, device] : orphans) {
+      store::HistoryRow h;
+      h.op = "mig_orphaned";
+      h.at = now;
+      h.node_id = node.id;
+      h.gpu_indices = {index};
+      h.actor = "agent:" + node.name;
+      h.reason = "MIG_PARTITION_ORPHANED: " + device + " on GPU " +
+                 std::to_string(index) +
+                 " belongs to no slice (destroy it with nvidia-smi once "
+                 "nothing uses it; it takes the card's capacity meanwhile)";
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+    }
+    return Status::Ok();
+  }));
+  for (const auto& [index, device] : orphans) {
+    spdlog::warn("node {}: MIG_PARTITION_ORPHANED {} on GPU {}", node.name,
+                 device, index);
+    orphans_noted_.insert(device);
+  }
   return Status::Ok();
 }
 

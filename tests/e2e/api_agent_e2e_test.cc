@@ -494,6 +494,33 @@ TEST_F(AgentFlowTest, TaskLogsShippedByTheAgentAreServedToTheTenant) {
   EXPECT_TRUE(IsInvalid(api_->http().Get(read + "?tail=1", user_), "tail"));
 }
 
+TEST_F(AgentFlowTest, UnknownMigDevicesAreReportedOrphanedOnce) {
+  SimNode node(*api_, "n1", {MigGpu(0)});
+  ASSERT_TRUE(node.Register());
+  const auto beat = [&](const json& devices) {
+    json body = node.ReportBody();
+    body.erase("node_id");
+    body["gpus"][0]["mig_devices"] = devices;
+    body["tasks"] = json::array();
+    return api_->http().Post("/api/v1/nodes/n1/heartbeat", body, node.token());
+  };
+  ASSERT_TRUE(HasStatus(beat(json::array({"MIG-stray-1"})), 200));
+  ASSERT_TRUE(HasStatus(beat(json::array({"MIG-stray-1"})), 200));
+  int noted = 0;
+  for (const json& h : History("")) {
+    if (h["op"] == "mig_orphaned") {
+      ++noted;
+      EXPECT_NE(h["reason"].get<std::string>().find(
+                    "MIG_PARTITION_ORPHANED: MIG-stray-1"),
+                std::string::npos)
+          << h.dump();
+    }
+  }
+  EXPECT_EQ(noted, 1);
+  EXPECT_TRUE(IsInvalid(beat("MIG-x"), "gpus[0].mig_devices"));
+  EXPECT_TRUE(IsInvalid(beat(json::array({1})), "gpus[0].mig_devices"));
+}
+
 TEST_F(AgentFlowTest, MigCreateClaimResultDestroy) {
   SimNode node(*api_, "n1", {MigGpu(0)});
   ASSERT_TRUE(node.Register());
