@@ -68,7 +68,7 @@ format-check:
 # finding fails.
 tidy: configure
 	@git ls-files 'src/*.cc' | grep -v '_test\.cc$$' | \
-	    xargs clang-tidy -p $(BUILD) --quiet --warnings-as-errors='*'
+	    xargs -P $$(nproc) -n 4 clang-tidy -p $(BUILD) --quiet --warnings-as-errors='*'
 
 clean:
 	rm -rf $(BUILD) $(TSAN_BUILD) $(ASAN_BUILD)
