@@ -94,6 +94,12 @@ class Agent {
 
   // The node report (register / heartbeat body) of the last probe.
   const json& last_report() const { return report_; }
+  // Probes the GPUs and MPS now, talks to no server, and returns the report
+  // (`hf-agent --probe`).
+  const json& ProbeOnly() {
+    Probe();
+    return report_;
+  }
 
  private:
   struct LocalTask {

@@ -50,6 +50,7 @@ struct Flags {
   std::string task_shim;
   std::string hook_library;
   std::string log_level = "info";
+  bool probe = false;
 };
 
 bool ReadToken(const std::string& path, std::string& token) {
@@ -79,16 +80,13 @@ int Main(int argc, char** argv) {
       "TOML/INI: key = value with the long option names)."};
   app.set_config("--config", "", "Read options from this file");
   app.add_option("--server", f.server, "Control plane URL (http://HOST:PORT)")
-      ->envname("HF_AGENT_SERVER")
-      ->required();
+      ->envname("HF_AGENT_SERVER");
   app.add_option("--token-file", f.token_file,
                  "File holding a node token (POST /api/v1/tokens, role node)")
-      ->envname("HF_AGENT_TOKEN_FILE")
-      ->required();
+      ->envname("HF_AGENT_TOKEN_FILE");
   app.add_option("--node-id", f.node_id,
                  "This node's name ([a-z0-9][a-z0-9._-]{0,62})")
-      ->envname("HF_AGENT_NODE_ID")
-      ->required();
+      ->envname("HF_AGENT_NODE_ID");
   app.add_option("--gpu-backend", f.gpu_backend,
                  "nvml (the machine's NVIDIA GPUs) or sim (--inventory)")
       ->envname("HF_AGENT_GPU_BACKEND")
@@ -103,8 +101,7 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--state-dir", f.state_dir,
                  "Directory for task state, logs and claimed MIG commands")
-      ->envname("HF_AGENT_STATE_DIR")
-      ->required();
+      ->envname("HF_AGENT_STATE_DIR");
   app.add_option("--heartbeat-interval", f.heartbeat_interval_s,
                  "Seconds between heartbeats")
       ->envname("HF_AGENT_HEARTBEAT_INTERVAL")
@@ -154,6 +151,10 @@ int Main(int argc, char** argv) {
       ->envname("HF_AGENT_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  app.add_flag("--probe", f.probe,
+               "Probe the GPUs once, print the node report as JSON and exit "
+               "(1 when the GPU backend cannot be reached); needs no server, "
+               "token or node id, and starts no MPS daemon");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -166,12 +167,33 @@ int Main(int argc, char** argv) {
   if (f.gpu_backend == "nvml" && !f.inventory.empty()) {
     return Fail("--inventory: only with --gpu-backend sim");
   }
-  std::string token;
-  if (!ReadToken(f.token_file, token)) {
-    return Fail("--token-file: cannot read '" + f.token_file + "'");
+  if (f.probe) {
+    if (f.node_id.empty()) f.node_id = "probe";
+    if (f.state_dir.empty()) {
+      f.state_dir = (std::filesystem::temp_directory_path() /
+                     ("hf-agent-probe-" + std::to_string(getpid())))
+                        .string();
+    }
   }
-  auto server = hf::agent::ServerClient::Create(f.server, token);
-  if (!server.ok()) return Fail(server.status().ToString());
+  for (const auto& [value, flag] : {std::pair{&f.server, "--server"},
+                                    std::pair{&f.token_file, "--token-file"},
+                                    std::pair{&f.node_id, "--node-id"},
+                                    std::pair{&f.state_dir, "--state-dir"}}) {
+    if (value->empty() && !(f.probe && (std::string(flag) == "--server" ||
+                                        std::string(flag) == "--token-file"))) {
+      return Fail(std::string(flag) + ": required");
+    }
+  }
+  std::unique_ptr<hf::agent::ServerClient> server;
+  if (!f.probe) {
+    std::string token;
+    if (!ReadToken(f.token_file, token)) {
+      return Fail("--token-file: cannot read '" + f.token_file + "'");
+    }
+    auto client = hf::agent::ServerClient::Create(f.server, token);
+    if (!client.ok()) return Fail(client.status().ToString());
+    server = std::move(*client);
+  }
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -216,6 +238,7 @@ int Main(int argc, char** argv) {
   std::unique_ptr<hf::mps::MpsControl> mps;
   std::string mps_kind = f.mps;
   if (mps_kind == "auto") mps_kind = f.gpu_backend == "sim" ? "sim" : "process";
+  if (f.probe) mps_kind = "off";  // a probe starts no daemon
   if (mps_kind == "sim") {
     hf::mps::SimMpsOptions options;
     options.daemon_can_start = sim_mps ? sim_mps->daemon_can_start : true;
@@ -255,9 +278,13 @@ int Main(int argc, char** argv) {
   options.mig_destroy_wait = std::chrono::milliseconds(
       static_cast<std::int64_t>(f.mig_destroy_wait_s * 1000));
   options.hook_library = f.hook_library;
-  auto agent = hf::agent::Agent::Create(options, server->get(), driver.get(),
+  auto agent = hf::agent::Agent::Create(options, server.get(), driver.get(),
                                         runtime.get(), mps.get(), host, &clock);
   if (!agent.ok()) return Fail(agent.status().ToString());
+  if (f.probe) {
+    std::printf("%s\n", (*agent)->ProbeOnly().dump(2).c_str());
+    return driver->ListGpus().ok() ? 0 : 1;
+  }
 
   std::thread waiter([&] {
     int sig = 0;
