@@ -100,10 +100,22 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
+if [ "$backend" = sim ]; then
+  cat <<'WARN'
+
+  ************************************************************************
+  *  NO NVIDIA GPU FOUND: the local node runs on SIMULATED GPUs            *
+  *  (configs/local-node.json: an H100 in MIG mode = gold, an A100 with    *
+  *  a simulated MPS daemon = silver, a P100 = bronze). Tasks really run   *
+  *  as processes, but no CUDA work reaches a GPU.                         *
+  ************************************************************************
+WARN
+fi
 cat <<MSG
 
 HeteroFlow is running.
   API:          $url   (OpenAPI: $url/api/v1/openapi.json)
+  console:      $url/   (the web console is issue 7; until it lands, use hfctl)
   admin token:  $admin   (also in $token_file)
   local node:   $node, $gpus
   logs:         $var/server.log, $var/agent.log

@@ -42,6 +42,7 @@ struct Flags {
   double heartbeat_interval_s = 5;
   double kill_grace_s = 10;
   double mig_destroy_wait_s = 60;
+  double mps_wait_s = 60;
   std::string nvml_library = "libnvidia-ml.so.1";
   std::string mps = "auto";
   std::string mps_control = "nvidia-cuda-mps-control";
@@ -116,6 +117,12 @@ int Main(int argc, char** argv) {
                  "Seconds a MIG destroy waits for the task's processes "
                  "before reporting the partition orphaned")
       ->envname("HF_AGENT_MIG_DESTROY_WAIT")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--mps-wait", f.mps_wait_s,
+                 "Seconds a silver task waits for a dead MPS daemon before it "
+                 "is failed (never run without its limits)")
+      ->envname("HF_AGENT_MPS_WAIT")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_option("--nvml-library", f.nvml_library, "NVML library to dlopen")
@@ -277,6 +284,8 @@ int Main(int argc, char** argv) {
       static_cast<std::int64_t>(f.kill_grace_s * 1000));
   options.mig_destroy_wait = std::chrono::milliseconds(
       static_cast<std::int64_t>(f.mig_destroy_wait_s * 1000));
+  options.mps_wait =
+      std::chrono::milliseconds(static_cast<std::int64_t>(f.mps_wait_s * 1000));
   options.hook_library = f.hook_library;
   auto agent = hf::agent::Agent::Create(options, server.get(), driver.get(),
                                         runtime.get(), mps.get(), host, &clock);
