@@ -26,11 +26,11 @@ namespace hf::gpu {
 
 struct GpuInfo {
   int index = 0;
-  std::string uuid;            // "GPU-..."
+  std::string uuid;  // "GPU-..."
   std::string vendor = "nvidia";
-  std::string model;           // as NVML names it: "NVIDIA H100 80GB HBM3"
-  MemoryMib memory_mib = 0;    // total, as the driver reports it
-  int cc_major = 0;            // compute capability
+  std::string model;         // as NVML names it: "NVIDIA H100 80GB HBM3"
+  MemoryMib memory_mib = 0;  // total, as the driver reports it
+  int cc_major = 0;          // compute capability
   int cc_minor = 0;
   // MIG mode as it is now (current, not pending). The platform never
   // changes it.
@@ -48,7 +48,7 @@ struct GpuInfo {
 struct MigDevice {
   int gpu_instance_id = -1;
   int compute_instance_id = -1;
-  std::string profile;      // "1g.10gb"
+  std::string profile;  // "1g.10gb"
   MigPlacement placement;
   // What NVIDIA_VISIBLE_DEVICES takes: the MIG device UUID ("MIG-...").
   std::string device_uuid;
