@@ -645,6 +645,46 @@ TEST_F(AgentE2eTest, StoppedAgentExitsCleanlyAndTasksRunOn) {
   EXPECT_EQ(TaskLog(id), "done\n");
 }
 
+// SPEC.md section 9: a slice bound as silver while the MPS daemon was up is
+// never run without its MPS limits. The agent is stopped, a silver task is
+// bound on the server's last word, and the agent comes back on a node whose
+// daemon cannot start: the task fails with the reason, nothing runs as
+// bronze, and the node no longer says silver.
+TEST_F(AgentE2eTest, SilverPromisedButTheMpsDaemonIsDownFailsTheTask) {
+  AgentProcess& agent = NewAgent("mpsdown", {A100()});
+  agent.options().flags = {"--mps-wait", "0.5"};
+  ASSERT_TRUE(StartAndRegister(agent));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const json n = NodeView("mpsdown");
+        return n.contains("gpus") && !n["gpus"].empty() &&
+               n["gpus"][0].value("mps_capable", false);
+      },
+      kTaskTimeout))
+      << Logs(agent);
+  ASSERT_TRUE(agent.Stop());
+
+  const std::int64_t id = CreateId({{"name", "promised-silver"},
+                                    {"command", "echo ran anyway"},
+                                    {"gpu_memory_mb", 2048},
+                                    {"gpu_compute_ratio", 0.25}});
+  json bound = WaitStatus(id, "scheduled");
+  ASSERT_EQ(bound.value("qos_level", ""), "silver") << bound.dump();
+
+  agent.options().inventory["mps"]["daemon_can_start"] = false;
+  ASSERT_TRUE(agent.Start());
+  json t = WaitTerminal(id);
+  EXPECT_EQ(t["status"], "failed") << t.dump() << Logs(agent);
+  EXPECT_NE(t.value("message", "").find("MPS control daemon"),
+            std::string::npos)
+      << t.dump();
+  EXPECT_EQ(TaskLog(id), "");  // it never ran
+  EXPECT_FALSE(fs::exists(agent.TaskDir(id)));
+  EXPECT_EQ(WaitSliceReleased(bound["slice_id"].get<std::int64_t>())["state"],
+            "released");
+  EXPECT_FALSE(NodeView("mpsdown")["gpus"][0].value("mps_capable", true));
+}
+
 TEST_F(AgentE2eTest, KilledAgentFinishesAGoldTaskAndDestroysItsPartition) {
   AgentProcess& agent = StartAgent("goldrestart", {H100Mig()});
   const fs::path go = agent.dir() / "go";
