@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -334,8 +336,20 @@ TEST_F(ProcessRuntimeTest, AStartThatDiedHalfWayIsStartingThenLost) {
   EXPECT_TRUE(impatient->Remove(50).ok());
 }
 
-TEST_F(ProcessRuntimeTest, FindTaskShimLooksBesideTheProgram) {
+TEST_F(ProcessRuntimeTest, FindTaskShimLooksBesideTheProgramThenOnPath) {
+  // The shim is built beside hf-agent, not beside this test: found on PATH.
+  const char* old_path = std::getenv("PATH");
+  const std::string saved = old_path != nullptr ? old_path : "";
+  setenv("PATH", "/nonexistent-dir", 1);
+  const bool beside = fs::exists(
+      fs::read_symlink("/proc/self/exe").parent_path() / "hf-task-shim");
+  EXPECT_EQ(FindTaskShim().ok(), beside);
+  setenv("PATH",
+         (fs::path(HF_TASK_SHIM_PATH).parent_path().string() + ":" + saved)
+             .c_str(),
+         1);
   StatusOr<fs::path> shim = FindTaskShim();
+  setenv("PATH", saved.c_str(), 1);
   ASSERT_TRUE(shim.ok()) << shim.status().ToString();
   EXPECT_EQ(shim->filename(), "hf-task-shim");
   ProcessRuntimeOptions options;

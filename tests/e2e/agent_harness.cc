@@ -24,33 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Tail(const std::string& text, std::size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  return "[...]" + text.substr(text.size() - max_bytes);
-}
-
-std::string DescribeWaitStatus(int status) {
-  if (WIFEXITED(status)) {
-    return "exit code " + std::to_string(WEXITSTATUS(status));
-  }
-  if (WIFSIGNALED(status)) {
-    return std::string("killed by signal ") + strsignal(WTERMSIG(status));
-  }
-  return "wait status " + std::to_string(status);
-}
-
-bool KeepDirs() {
-  const char* keep = std::getenv("HF_E2E_KEEP");
-  return keep != nullptr && *keep != '\0' && std::string(keep) != "0";
-}
-
 // The fields of /proc/<pid>/stat after "(comm)": [0] state, [2] pgrp,
 // [19] start time. Empty when the process does not exist.
 std::vector<std::string> ProcStatFields(pid_t pid) {
@@ -245,17 +218,7 @@ std::optional<pid_t> AgentProcess::WaitTaskPid(std::int64_t id,
 }
 
 bool AgentProcess::Reap(int* status, milliseconds timeout) {
-  if (pid_ <= 0) return false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    const pid_t done = waitpid(pid_, status, WNOHANG);
-    if (done == pid_) {
-      pid_ = -1;
-      return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+  return ReapChild(pid_, status, timeout);
 }
 
 ::testing::AssertionResult AgentProcess::Start() {
@@ -361,38 +324,12 @@ std::optional<int> AgentProcess::WaitExit(milliseconds timeout) {
 }
 
 ::testing::AssertionResult AgentProcess::Stop() {
-  if (pid_ <= 0) {
-    return ::testing::AssertionFailure() << "the agent is not running";
-  }
-  kill(pid_, SIGTERM);
-  int status = 0;
-  if (!Reap(&status, options_.stop_timeout)) {
-    kill(pid_, SIGKILL);
-    Reap(&status, milliseconds(5'000));
-    return ::testing::AssertionFailure()
-           << "hf-agent did not exit within " << options_.stop_timeout.count()
-           << " ms of SIGTERM (killed); its log:\n"
-           << Log();
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return ::testing::AssertionFailure()
-           << "hf-agent did not exit cleanly on SIGTERM ("
-           << DescribeWaitStatus(status) << "); its log:\n"
-           << Log();
-  }
-  return ::testing::AssertionSuccess();
+  return TerminateChild(pid_, "hf-agent", options_.stop_timeout,
+                        [&] { return Log(); });
 }
 
 ::testing::AssertionResult AgentProcess::Kill() {
-  if (pid_ <= 0) {
-    return ::testing::AssertionFailure() << "the agent is not running";
-  }
-  kill(pid_, SIGKILL);
-  int status = 0;
-  if (!Reap(&status, milliseconds(10'000))) {
-    return ::testing::AssertionFailure() << "hf-agent survived SIGKILL";
-  }
-  return ::testing::AssertionSuccess();
+  return KillChild(pid_, "hf-agent");
 }
 
 ::testing::AssertionResult AgentProcess::Restart(bool kill_it) {

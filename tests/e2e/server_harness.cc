@@ -28,7 +28,7 @@ namespace hf::e2e {
 
 namespace fs = std::filesystem;
 
-namespace {
+// ------------------------------------------------------- child processes
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -57,7 +57,56 @@ bool KeepDirs() {
   return keep != nullptr && *keep != '\0' && std::string(keep) != "0";
 }
 
-}  // namespace
+bool ReapChild(pid_t& pid, int* status, milliseconds timeout) {
+  if (pid <= 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const pid_t done = waitpid(pid, status, WNOHANG);
+    if (done == pid) {
+      pid = -1;
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+::testing::AssertionResult TerminateChild(
+    pid_t& pid, const std::string& program, milliseconds timeout,
+    const std::function<std::string()>& log) {
+  if (pid <= 0) {
+    return ::testing::AssertionFailure() << program << " is not running";
+  }
+  kill(pid, SIGTERM);
+  int status = 0;
+  if (!ReapChild(pid, &status, timeout)) {
+    kill(pid, SIGKILL);
+    ReapChild(pid, &status, milliseconds(5'000));
+    return ::testing::AssertionFailure()
+           << program << " did not exit within " << timeout.count()
+           << " ms of SIGTERM (killed); its log:\n"
+           << log();
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return ::testing::AssertionFailure()
+           << program << " did not exit cleanly on SIGTERM ("
+           << DescribeWaitStatus(status) << "); its log:\n"
+           << log();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult KillChild(pid_t& pid, const std::string& program) {
+  if (pid <= 0) {
+    return ::testing::AssertionFailure() << program << " is not running";
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  if (!ReapChild(pid, &status, milliseconds(10'000))) {
+    return ::testing::AssertionFailure() << program << " survived SIGKILL";
+  }
+  return ::testing::AssertionSuccess();
+}
 
 // ------------------------------------------------------------------- HTTP
 
@@ -210,17 +259,7 @@ std::string ServerProcess::Log(std::size_t max_bytes) const {
 }
 
 bool ServerProcess::Reap(int* status, milliseconds timeout) {
-  if (pid_ <= 0) return false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    const pid_t done = waitpid(pid_, status, WNOHANG);
-    if (done == pid_) {
-      pid_ = -1;
-      return true;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
+  return ReapChild(pid_, status, timeout);
 }
 
 ::testing::AssertionResult ServerProcess::Start() {
@@ -345,38 +384,12 @@ bool ServerProcess::Reap(int* status, milliseconds timeout) {
 }
 
 ::testing::AssertionResult ServerProcess::Stop() {
-  if (pid_ <= 0) {
-    return ::testing::AssertionFailure() << "the server is not running";
-  }
-  kill(pid_, SIGTERM);
-  int status = 0;
-  if (!Reap(&status, options_.stop_timeout)) {
-    kill(pid_, SIGKILL);
-    Reap(&status, milliseconds(5'000));
-    return ::testing::AssertionFailure()
-           << "hf-server did not exit within " << options_.stop_timeout.count()
-           << " ms of SIGTERM (killed); its log:\n"
-           << Log();
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return ::testing::AssertionFailure()
-           << "hf-server did not exit cleanly on SIGTERM ("
-           << DescribeWaitStatus(status) << "); its log:\n"
-           << Log();
-  }
-  return ::testing::AssertionSuccess();
+  return TerminateChild(pid_, "hf-server", options_.stop_timeout,
+                        [&] { return Log(); });
 }
 
 ::testing::AssertionResult ServerProcess::Kill() {
-  if (pid_ <= 0) {
-    return ::testing::AssertionFailure() << "the server is not running";
-  }
-  kill(pid_, SIGKILL);
-  int status = 0;
-  if (!Reap(&status, milliseconds(10'000))) {
-    return ::testing::AssertionFailure() << "hf-server survived SIGKILL";
-  }
-  return ::testing::AssertionSuccess();
+  return KillChild(pid_, "hf-server");
 }
 
 ::testing::AssertionResult ServerProcess::Restart(bool kill_it) {

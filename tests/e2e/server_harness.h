@@ -158,6 +158,25 @@ class ServerProcess {
   int port_ = 0;
 };
 
+// --- child processes (ServerProcess, AgentProcess) ---
+std::string ReadFile(const std::filesystem::path& path);
+// The last `max_bytes` of `text`, marked "[...]" when cut.
+std::string Tail(const std::string& text, std::size_t max_bytes);
+// "exit code 3", "killed by signal Killed", ...
+std::string DescribeWaitStatus(int status);
+// HF_E2E_KEEP is set: keep temporary directories for inspection.
+bool KeepDirs();
+// Waits up to `timeout` for child `pid` to end; true when it did (its wait
+// status in `status`, `pid` set to -1).
+bool ReapChild(pid_t& pid, int* status, milliseconds timeout);
+// SIGTERM, then expects exit code 0 within `timeout` (SIGKILL after it);
+// `log` is shown on failure.
+::testing::AssertionResult TerminateChild(
+    pid_t& pid, const std::string& program, milliseconds timeout,
+    const std::function<std::string()>& log);
+// SIGKILL and reap.
+::testing::AssertionResult KillChild(pid_t& pid, const std::string& program);
+
 // Picks a loopback TCP port that was free a moment ago (bind to port 0,
 // read it back, close). Another process may take it before it is used; the
 // harness retries then.
