@@ -667,7 +667,14 @@ Status Agent::ShipLogs(std::int64_t task_id, LocalTask& task, bool drain) {
     if (chunk->data.empty()) return Status::Ok();
     auto size = server_->ShipLog(options_.node_id, task_id, task.log_offset,
                                  chunk->data);
-    if (!size.ok()) return size.status();
+    if (!size.ok()) {
+      // The server holds less than we thought (e.g. restored from a
+      // backup): ask it where to go on next time.
+      if (size.status().code() == StatusCode::kInvalidArgument) {
+        task.log_offset = -1;
+      }
+      return size.status();
+    }
     const std::int64_t expected =
         task.log_offset + static_cast<std::int64_t>(chunk->data.size());
     if (*size < expected) {
