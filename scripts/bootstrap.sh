@@ -6,12 +6,12 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git curl
+  build-essential cmake ninja-build pkg-config git curl binutils
   # libraries (see docs/DEPENDENCIES.md)
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsqlite3-dev
   libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev libfccp-dev
   # testing and benchmarks
-  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev
+  libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev strace
   # code style
   clang-format clang-tidy
 )

@@ -7,6 +7,9 @@
 # Steps, each recorded in $OUT/gpu-check.json (OUT defaults to ./gpu-check):
 #   build     hf-server, hf-agent, hf-task-shim, hfctl (Release, no benches)
 #   probe     hf-agent --probe --gpu-backend nvml: what NVML reports
+#   hook      libhfhook.so on the real driver: scripts/gpu-check-hook.sh
+#             (probe and PyTorch, with and without the hook), its report in
+#             $OUT/gpu-check-hook.json
 #   e2e       hf-server + hf-agent (nvml, process runtime) and tasks:
 #             a bronze/silver slice running nvidia-smi -L under its pinning,
 #             and, where a GPU is in MIG mode, a gold slice (MIG create,
@@ -54,6 +57,7 @@ quote() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'; }
 if cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
      -DHF_BUILD_BENCH=OFF > "$work/build.log" 2>&1 &&
    cmake --build "$build" --target hf-server hf-agent hf-task-shim hfctl \
+     hfhook hook_probe \
      >> "$work/build.log" 2>&1; then
   record build '{"ok": true}'
 else
@@ -70,7 +74,15 @@ else
   exit 1
 fi
 
-# 3. end to end
+# 3. the hook (its own report; a failure there does not stop the rest)
+if scripts/gpu-check-hook.sh "$build" "$out/gpu-check-hook.json" \
+     > "$work/hook.log" 2>&1; then
+  record hook "$(cat "$out/gpu-check-hook.json")"
+else
+  record hook "{\"ok\": false, \"log\": $(tail -c 4000 "$work/hook.log" | quote)}"
+fi
+
+# 4. end to end
 echo "hf_gpu_check_admin_token_0001" > "$work/admin.token"
 "$build/src/server/hf-server" --listen "127.0.0.1:$port" --db "sqlite:$work/db" \
   --admin-token-file "$work/admin.token" > "$work/server.log" 2>&1 &

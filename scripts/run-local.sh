@@ -87,6 +87,15 @@ else
   agent_args+=(--gpu-backend nvml)
   gpus="this machine's NVIDIA GPUs (NVML)"
 fi
+# The hook (docs/HOOK.md) for every slice that is not a MIG partition,
+# where it was built (it needs the CUDA headers at build time).
+case "$build" in
+  /*) hook_lib="$build/lib/libhfhook.so" ;;
+  *) hook_lib="$(pwd)/$build/lib/libhfhook.so" ;;
+esac
+if [ -f "$hook_lib" ]; then
+  agent_args+=(--hook-library "$hook_lib")
+fi
 "$agent_bin" "${agent_args[@]}" > "$var/agent.log" 2>&1 &
 agent_pid=$!
 

@@ -27,6 +27,27 @@ bool ValidEnvName(std::string_view name) {
   });
 }
 
+// The profile of the create command that made `slice`'s partition (the
+// destroy command names the same one), or "" when none is found.
+StatusOr<std::string> CreatedMigProfile(Txn& txn,
+                                        const store::SliceRow& slice) {
+  store::SliceRequestFilter f;
+  f.node_id = slice.node_id;
+  f.state = store::SliceRequestState::kDone;
+  f.limit = 1000;
+  for (;;) {
+    auto rows = txn.ListSliceRequests(f);
+    if (!rows.ok()) return rows.status();
+    for (const store::SliceRequestRow& row : *rows) {
+      if (row.slice_id == slice.id && row.action == "create") {
+        return row.profile;
+      }
+    }
+    if (rows->size() < static_cast<size_t>(f.limit)) return std::string();
+    f.after_id = rows->back().id;
+  }
+}
+
 }  // namespace
 
 Status ValidateTaskCreate(const TaskCreate& task) {
@@ -340,7 +361,9 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
     cmd.action = "destroy";
     cmd.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
     cmd.gpu_uuid = GpuUuid(slice.node_id, cmd.gpu_index);
-    cmd.profile = slice.mig_device_id;
+    auto profile = CreatedMigProfile(txn, slice);
+    if (!profile.ok()) return profile.status();
+    cmd.profile = *profile;
     cmd.device_id = slice.mig_device_id;
     cmd.created_at = now;
     cmd.deadline_at = now + options_.mig_command_deadline_ms;

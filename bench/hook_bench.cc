@@ -1,0 +1,143 @@
+// What libhfhook.so adds to the driver calls on a slice's hot paths
+// (issue 6): cuMemAlloc + cuMemFree pairs with 1 and 10,000 live
+// allocations, cuMemGetInfo, and cuLaunchKernel without a compute limit.
+// Each is measured twice against the same fake driver (src/hook/testing):
+// "plain" calls the fake's entry points, "hook" calls the hook's wrappers,
+// which call the fake. The difference is the hook's cost. Targets:
+// <= 100 ns per alloc+free pair whatever the live count, <= 30 ns per
+// cuMemGetInfo, <= 5 ns per launch.
+//
+// The hook is dlopen'ed here (not preloaded), configured through the
+// environment before its first call: a quota far above anything used, so
+// every call takes the counting path.
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+struct Api {
+  CUresult (*alloc)(CUdeviceptr*, size_t);
+  CUresult (*free)(CUdeviceptr);
+  CUresult (*get_info)(size_t*, size_t*);
+  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, unsigned, unsigned, CUstream, void**, void**);
+};
+
+Api g_plain;
+Api g_hook;
+CUfunction g_fn = nullptr;
+
+template <typename T>
+void Load(T& field, void* lib, const char* name) {
+  field = reinterpret_cast<T>(dlsym(lib, name));
+  if (field == nullptr) {
+    std::fprintf(stderr, "hook_bench: %s missing: %s\n", name, dlerror());
+    std::exit(1);
+  }
+}
+
+void LoadApi(Api& api, void* lib) {
+  Load(api.alloc, lib, "cuMemAlloc_v2");
+  Load(api.free, lib, "cuMemFree_v2");
+  Load(api.get_info, lib, "cuMemGetInfo_v2");
+  Load(api.launch, lib, "cuLaunchKernel");
+}
+
+void Setup() {
+  setenv("HF_FAKE_CUDA_MEMORY_MB", "1048576", 1);
+  setenv("HETEROFLOW_SLICE_MEMORY_MB", "1048576", 1);
+  unsetenv("HETEROFLOW_SLICE_COMPUTE_PERCENT");
+  unsetenv("HETEROFLOW_HOOK_REGION");
+  unsetenv("HETEROFLOW_SLICE_ID");
+  void* fake = dlopen(HF_FAKE_CUDA_PATH, RTLD_NOW | RTLD_GLOBAL);
+  if (fake == nullptr) {
+    std::fprintf(stderr, "hook_bench: %s\n", dlerror());
+    std::exit(1);
+  }
+  void* hook = dlopen(HF_HOOK_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (hook == nullptr) {
+    std::fprintf(stderr, "hook_bench: %s\n", dlerror());
+    std::exit(1);
+  }
+  LoadApi(g_plain, fake);
+  LoadApi(g_hook, hook);
+  CUresult (*init)(unsigned int);
+  CUresult (*device_get)(CUdevice*, int);
+  CUresult (*retain)(CUcontext*, CUdevice);
+  CUresult (*set_current)(CUcontext);
+  CUresult (*load)(CUmodule*, const void*);
+  CUresult (*get_function)(CUfunction*, CUmodule, const char*);
+  Load(init, fake, "cuInit");
+  Load(device_get, fake, "cuDeviceGet");
+  Load(retain, hook, "cuDevicePrimaryCtxRetain");
+  Load(set_current, fake, "cuCtxSetCurrent");
+  Load(load, fake, "cuModuleLoadData");
+  Load(get_function, fake, "cuModuleGetFunction");
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUmodule mod = nullptr;
+  static const char kImage[] = "fake";
+  if (init(0) != CUDA_SUCCESS || device_get(&dev, 0) != CUDA_SUCCESS ||
+      retain(&ctx, dev) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
+      load(&mod, kImage) != CUDA_SUCCESS ||
+      get_function(&g_fn, mod, "k") != CUDA_SUCCESS) {
+    std::fprintf(stderr, "hook_bench: the fake driver did not start\n");
+    std::exit(1);
+  }
+}
+
+const Api& ApiFor(const benchmark::State& state) {
+  return state.range(0) == 0 ? g_plain : g_hook;
+}
+
+// range(0): 0 plain, 1 hook; range(1): live allocations held meanwhile.
+void BM_AllocFree(benchmark::State& state) {
+  const Api& api = ApiFor(state);
+  std::vector<CUdeviceptr> live(static_cast<size_t>(state.range(1)));
+  for (auto& p : live) api.alloc(&p, 4096);
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (api.alloc(&p, 4096) != CUDA_SUCCESS) state.SkipWithError("alloc");
+    if (api.free(p) != CUDA_SUCCESS) state.SkipWithError("free");
+  }
+  for (auto p : live) api.free(p);
+  state.SetLabel(state.range(0) == 0 ? "plain" : "hook");
+}
+BENCHMARK(BM_AllocFree)->ArgsProduct({{0, 1}, {1, 10000}});
+
+void BM_MemGetInfo(benchmark::State& state) {
+  const Api& api = ApiFor(state);
+  size_t free = 0;
+  size_t total = 0;
+  for (auto _ : state) {
+    api.get_info(&free, &total);
+    benchmark::DoNotOptimize(free);
+  }
+  state.SetLabel(state.range(0) == 0 ? "plain" : "hook");
+}
+BENCHMARK(BM_MemGetInfo)->Arg(0)->Arg(1);
+
+void BM_LaunchKernel(benchmark::State& state) {
+  const Api& api = ApiFor(state);
+  for (auto _ : state) {
+    api.launch(g_fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+  }
+  state.SetLabel(state.range(0) == 0 ? "plain" : "hook");
+}
+BENCHMARK(BM_LaunchKernel)->Arg(0)->Arg(1);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Setup();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,55 @@
+// The hook's configuration, read once from the slice's environment. The
+// agent produces these variables in one function (server/slice_env.cc
+// SliceEnv, plus the agent's HETEROFLOW_HOOK_REGION); docs/HOOK.md lists
+// them.
+//
+// No exceptions, no allocation (compiled into libhfhook.so).
+#ifndef HF_HOOK_CONFIG_H_
+#define HF_HOOK_CONFIG_H_
+
+#include <cstdint>
+
+#include "hook/region.h"
+
+namespace hf::hook {
+
+inline constexpr const char* kEnvMemoryMb = "HETEROFLOW_SLICE_MEMORY_MB";
+inline constexpr const char* kEnvComputePercent =
+    "HETEROFLOW_SLICE_COMPUTE_PERCENT";
+inline constexpr const char* kEnvSliceId = "HETEROFLOW_SLICE_ID";
+inline constexpr const char* kEnvGpuUuid = "HETEROFLOW_GPU_UUID";
+inline constexpr const char* kEnvRegion = "HETEROFLOW_HOOK_REGION";
+inline constexpr const char* kEnvContextMb = "HETEROFLOW_HOOK_CONTEXT_MB";
+inline constexpr const char* kEnvLog = "HETEROFLOW_HOOK_LOG";
+inline constexpr const char* kEnvDisable = "HETEROFLOW_HOOK_DISABLE";
+
+enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
+
+struct HookConfig {
+  // Whether the hook does anything in this process: a slice variable or a
+  // region path is set, and HETEROFLOW_HOOK_DISABLE is not.
+  bool active = false;
+  uint64_t quota_bytes = kUnlimited;
+  uint32_t compute_percent = 0;  // 0: no compute limit
+  uint64_t context_bytes = 0;    // charged per context
+  // Empty: a region private to this process and the children it forks.
+  char region_path[256] = {};
+  char gpu_uuid[128] = {};
+  LogLevel log_level = LogLevel::kWarn;
+  // The first variable that could not be parsed (then the quota is 0:
+  // fail closed) and why.
+  const char* bad_variable = nullptr;
+  const char* bad_reason = nullptr;
+};
+
+// Reads the configuration through `get_env` (getenv in the hook; a map in
+// tests). A bad memory value fails closed: quota 0, every allocation
+// refused, and `bad_variable` says which variable and why.
+HookConfig ReadConfig(const char* (*get_env)(const char*));
+
+// Parses a decimal unsigned integer with no sign, spaces or suffix.
+bool ParseUnsigned(const char* text, uint64_t* value);
+
+}  // namespace hf::hook
+
+#endif  // HF_HOOK_CONFIG_H_

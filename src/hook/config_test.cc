@@ -1,0 +1,98 @@
+// The hook's configuration from the slice environment.
+#include "hook/config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace hf::hook {
+namespace {
+
+std::map<std::string, std::string> g_env;
+
+const char* FakeEnv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+
+HookConfig Read(std::map<std::string, std::string> env) {
+  g_env = std::move(env);
+  return ReadConfig(&FakeEnv);
+}
+
+TEST(HookConfigTest, NoSliceVariablesMeansInactive) {
+  HookConfig c = Read({{"HETEROFLOW_SLICE_ID", "4"}});
+  EXPECT_FALSE(c.active);
+}
+
+TEST(HookConfigTest, SliceVariablesGiveQuotaShareAndRegion) {
+  HookConfig c = Read({{"HETEROFLOW_SLICE_MEMORY_MB", "4096"},
+                       {"HETEROFLOW_SLICE_COMPUTE_PERCENT", "25"},
+                       {"HETEROFLOW_SLICE_ID", "17"},
+                       {"HETEROFLOW_GPU_UUID", "GPU-1"}});
+  ASSERT_TRUE(c.active);
+  EXPECT_EQ(c.quota_bytes, uint64_t{4096} << 20);
+  EXPECT_EQ(c.compute_percent, 25u);
+  EXPECT_STREQ(c.region_path, "/dev/shm/heteroflow-slice-17");
+  EXPECT_STREQ(c.gpu_uuid, "GPU-1");
+  EXPECT_EQ(c.bad_variable, nullptr);
+}
+
+TEST(HookConfigTest, TheAgentsRegionPathWins) {
+  HookConfig c = Read({{"HETEROFLOW_SLICE_MEMORY_MB", "64"},
+                       {"HETEROFLOW_SLICE_ID", "17"},
+                       {"HETEROFLOW_HOOK_REGION", "/run/hf/slice-17"}});
+  EXPECT_STREQ(c.region_path, "/run/hf/slice-17");
+}
+
+TEST(HookConfigTest, NoSliceIdMeansAPrivateRegion) {
+  HookConfig c = Read({{"HETEROFLOW_SLICE_MEMORY_MB", "64"}});
+  ASSERT_TRUE(c.active);
+  EXPECT_STREQ(c.region_path, "");
+}
+
+TEST(HookConfigTest, AHundredPercentIsNoLimit) {
+  HookConfig c = Read({{"HETEROFLOW_SLICE_COMPUTE_PERCENT", "100"}});
+  EXPECT_EQ(c.compute_percent, 0u);
+  EXPECT_EQ(c.quota_bytes, kUnlimited);
+}
+
+TEST(HookConfigTest, ABadMemoryValueFailsClosedAndIsNamed) {
+  for (const char* bad :
+       {"", "12x", "-5", "0", "1.5", "99999999999999999999"}) {
+    HookConfig c = Read({{"HETEROFLOW_SLICE_MEMORY_MB", bad}});
+    EXPECT_TRUE(c.active) << bad;
+    EXPECT_EQ(c.quota_bytes, 0u) << bad;
+    ASSERT_NE(c.bad_variable, nullptr) << bad;
+    EXPECT_STREQ(c.bad_variable, "HETEROFLOW_SLICE_MEMORY_MB");
+  }
+}
+
+TEST(HookConfigTest, ABadComputeValueIsNamedAndIgnored) {
+  HookConfig c = Read({{"HETEROFLOW_SLICE_MEMORY_MB", "64"},
+                       {"HETEROFLOW_SLICE_COMPUTE_PERCENT", "101"}});
+  ASSERT_NE(c.bad_variable, nullptr);
+  EXPECT_STREQ(c.bad_variable, "HETEROFLOW_SLICE_COMPUTE_PERCENT");
+  EXPECT_EQ(c.compute_percent, 0u);
+  EXPECT_EQ(c.quota_bytes, uint64_t{64} << 20);
+}
+
+TEST(HookConfigTest, DisableTurnsTheHookOff) {
+  HookConfig c = Read(
+      {{"HETEROFLOW_SLICE_MEMORY_MB", "64"}, {"HETEROFLOW_HOOK_DISABLE", "1"}});
+  EXPECT_FALSE(c.active);
+}
+
+TEST(HookConfigTest, ParseUnsignedRejectsAnythingButDigits) {
+  uint64_t v = 0;
+  EXPECT_TRUE(ParseUnsigned("18446744073709551615", &v));
+  EXPECT_EQ(v, ~uint64_t{0});
+  EXPECT_FALSE(ParseUnsigned("18446744073709551616", &v));
+  EXPECT_FALSE(ParseUnsigned(" 1", &v));
+  EXPECT_FALSE(ParseUnsigned("+1", &v));
+  EXPECT_FALSE(ParseUnsigned(nullptr, &v));
+}
+
+}  // namespace
+}  // namespace hf::hook

@@ -1,0 +1,355 @@
+#include "hook/region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace hf::hook {
+namespace {
+
+constexpr auto kRelaxed = std::memory_order_relaxed;
+
+uint32_t OwnerPid(uint64_t owner) { return static_cast<uint32_t>(owner); }
+
+void SleepMillis(long ms) {
+  timespec ts{ms / 1000, (ms % 1000) * 1'000'000};
+  nanosleep(&ts, nullptr);
+}
+
+void RaisePeak(std::atomic<uint64_t>& peak, uint64_t value) {
+  uint64_t seen = peak.load(kRelaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, kRelaxed)) {
+  }
+}
+
+}  // namespace
+
+Region::~Region() {
+  if (layout_ != nullptr) munmap(layout_, sizeof(RegionLayout));
+}
+
+bool Region::Open(const char* path, uint64_t quota_bytes,
+                  uint32_t compute_percent, const char** error) {
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+  if (fd < 0) {
+    *error = "cannot open the region file";
+    return false;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    *error = "cannot stat the region file";
+    return false;
+  }
+  // Growing a zero-length file is safe for everyone at once: ftruncate to
+  // the same size is idempotent and the new bytes read as zero.
+  if (st.st_size < static_cast<off_t>(sizeof(RegionLayout)) &&
+      ftruncate(fd, sizeof(RegionLayout)) != 0) {
+    close(fd);
+    *error = "cannot size the region file";
+    return false;
+  }
+  void* p = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE,
+                 MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    *error = "cannot map the region file";
+    return false;
+  }
+  layout_ = static_cast<RegionLayout*>(p);
+  if (!Initialise(quota_bytes, compute_percent)) {
+    munmap(layout_, sizeof(RegionLayout));
+    layout_ = nullptr;
+    *error = "the region file is not a HeteroFlow region (or another version)";
+    return false;
+  }
+  return true;
+}
+
+bool Region::OpenPrivate(uint64_t quota_bytes, uint32_t compute_percent,
+                         const char** error) {
+  void* p = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    *error = "cannot map a private region";
+    return false;
+  }
+  layout_ = static_cast<RegionLayout*>(p);
+  if (!Initialise(quota_bytes, compute_percent)) {
+    munmap(layout_, sizeof(RegionLayout));
+    layout_ = nullptr;
+    *error = "cannot initialise a private region";
+    return false;
+  }
+  return true;
+}
+
+bool Region::Initialise(uint64_t quota_bytes, uint32_t compute_percent) {
+  // The first process to move init_state 0 -> 1 initialises; the others wait
+  // for 2. An initialiser that died half-way (its pid is gone) is replaced.
+  for (int waited_ms = 0;; ++waited_ms) {
+    uint32_t state = layout_->init_state.load(std::memory_order_acquire);
+    if (state == 2) break;
+    if (state > 2) return false;  // not a region
+    uint32_t expected = 0;
+    bool mine = state == 0 && layout_->init_state.compare_exchange_strong(
+                                  expected, 1, std::memory_order_acq_rel);
+    if (!mine && state == 1 && waited_ms > 200) {
+      int pid = layout_->init_pid.load(kRelaxed);
+      if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+        expected = 1;
+        mine = layout_->init_state.compare_exchange_strong(
+            expected, 1, std::memory_order_acq_rel);
+      }
+    }
+    if (mine) {
+      layout_->init_pid.store(getpid(), kRelaxed);
+      layout_->magic = kRegionMagic;
+      layout_->version = kRegionVersion;
+      pthread_mutexattr_t attr;
+      pthread_mutexattr_init(&attr);
+      pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+      pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+      pthread_mutex_init(&layout_->lock, &attr);
+      pthread_mutexattr_destroy(&attr);
+      layout_->quota_bytes.store(quota_bytes, kRelaxed);
+      layout_->compute_percent.store(compute_percent, kRelaxed);
+      layout_->init_state.store(2, std::memory_order_release);
+      break;
+    }
+    if (waited_ms > 10'000) return false;
+    SleepMillis(1);
+  }
+  return layout_->magic == kRegionMagic && layout_->version == kRegionVersion;
+}
+
+bool Region::Lock() {
+  int rc = pthread_mutex_lock(&layout_->lock);
+  if (rc == EOWNERDEAD) {
+    // A process died holding the lock, maybe half-way through an update:
+    // the slots are the truth, the totals are derived from them.
+    RepairLocked();
+    pthread_mutex_consistent(&layout_->lock);
+    return true;
+  }
+  return rc == 0;
+}
+
+void Region::Unlock() { pthread_mutex_unlock(&layout_->lock); }
+
+void Region::RepairLocked() {
+  uint64_t sum = 0;
+  for (auto& s : layout_->slots) {
+    if (s.owner.load(kRelaxed) != 0 || &s == &layout_->slots[kOverflowSlot]) {
+      sum += s.used.load(kRelaxed);
+    }
+  }
+  layout_->used_bytes.store(sum, kRelaxed);
+  layout_->recoveries.fetch_add(1, kRelaxed);
+}
+
+void Region::Attach(int pid, uint64_t start_ticks) {
+  layout_->attaches.fetch_add(1, kRelaxed);
+  // Claim a free slot with one CAS; no lock and no syscall, so hundreds of
+  // processes starting together do not queue. The claim counter makes
+  // every owner value unique.
+  const uint64_t claim = layout_->claims.fetch_add(1, kRelaxed) + 1;
+  const uint64_t me = (claim << 32) | static_cast<uint32_t>(pid);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 1; i < kRegionSlots; ++i) {
+      RegionSlot& s = layout_->slots[i];
+      uint64_t expected = 0;
+      if (s.owner.load(kRelaxed) == 0 &&
+          s.owner.compare_exchange_strong(expected, me,
+                                          std::memory_order_acq_rel)) {
+        s.start_ticks.store(start_ticks, kRelaxed);
+        s.quota_ooms.store(0, kRelaxed);
+        slot_ = i;
+        return;
+      }
+    }
+    // Every slot is taken: give dead processes' slots back and try again.
+    if (pass == 0) ReclaimDead();
+  }
+  slot_ = kOverflowSlot;
+}
+
+void Region::Detach() {
+  if (slot_ <= kOverflowSlot) {
+    slot_ = -1;
+    return;
+  }
+  if (!Lock()) return;
+  RegionSlot& s = layout_->slots[slot_];
+  const uint64_t held = s.used.load(kRelaxed);
+  s.used.store(0, kRelaxed);
+  const uint64_t total = layout_->used_bytes.load(kRelaxed);
+  layout_->used_bytes.store(total >= held ? total - held : 0, kRelaxed);
+  s.owner.store(0, std::memory_order_release);
+  Unlock();
+  slot_ = -1;
+}
+
+ReserveResult Region::Reserve(uint64_t bytes) {
+  if (slot_ < 0) return ReserveResult::kError;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!Lock()) return ReserveResult::kError;
+    const uint64_t quota = layout_->quota_bytes.load(kRelaxed);
+    const uint64_t used = layout_->used_bytes.load(kRelaxed);
+    if (bytes <= quota && used <= quota - bytes) {
+      RegionSlot& s = layout_->slots[slot_];
+      // Slot first, total second: a death between the two is repaired from
+      // the slots.
+      s.used.store(s.used.load(kRelaxed) + bytes, kRelaxed);
+      layout_->used_bytes.store(used + bytes, kRelaxed);
+      Unlock();
+      RaisePeak(layout_->peak_bytes, used + bytes);
+      return ReserveResult::kOk;
+    }
+    // Over the quota: unless dead processes still hold some of it, no.
+    const uint64_t reclaimed = attempt == 0 ? ReclaimDeadLocked() : 0;
+    Unlock();
+    if (reclaimed == 0) break;
+  }
+  layout_->quota_ooms.fetch_add(1, kRelaxed);
+  if (slot_ >= 0) layout_->slots[slot_].quota_ooms.fetch_add(1, kRelaxed);
+  return ReserveResult::kOverQuota;
+}
+
+void Region::Charge(uint64_t bytes) {
+  if (slot_ < 0 || !Lock()) return;
+  RegionSlot& s = layout_->slots[slot_];
+  s.used.store(s.used.load(kRelaxed) + bytes, kRelaxed);
+  const uint64_t used = layout_->used_bytes.load(kRelaxed) + bytes;
+  layout_->used_bytes.store(used, kRelaxed);
+  Unlock();
+  RaisePeak(layout_->peak_bytes, used);
+}
+
+void Region::Release(uint64_t bytes) {
+  if (slot_ < 0 || !Lock()) return;
+  RegionSlot& s = layout_->slots[slot_];
+  const uint64_t held = s.used.load(kRelaxed);
+  // Never below zero: a count that underflows would report petabytes free.
+  const uint64_t give = bytes <= held ? bytes : held;
+  s.used.store(held - give, kRelaxed);
+  const uint64_t total = layout_->used_bytes.load(kRelaxed);
+  layout_->used_bytes.store(total >= give ? total - give : 0, kRelaxed);
+  Unlock();
+}
+
+void Region::CountPhysicalOom() {
+  layout_->physical_ooms.fetch_add(1, kRelaxed);
+}
+
+void Region::SetQuota(uint64_t quota_bytes) {
+  layout_->quota_bytes.store(quota_bytes, kRelaxed);
+  layout_->quota_generation.fetch_add(1, kRelaxed);
+}
+
+void Region::SetComputePercent(uint32_t percent) {
+  layout_->compute_percent.store(percent, kRelaxed);
+}
+
+uint64_t Region::ReclaimDead() {
+  if (!Lock()) return 0;
+  const uint64_t reclaimed = ReclaimDeadLocked();
+  Unlock();
+  return reclaimed;
+}
+
+uint64_t Region::ReclaimDeadLocked() {
+  uint64_t reclaimed = 0;
+  for (int i = 1; i < kRegionSlots; ++i) {
+    RegionSlot& s = layout_->slots[i];
+    const uint64_t owner = s.owner.load(std::memory_order_acquire);
+    if (owner == 0 || i == slot_) continue;
+    if (ProcessAlive(static_cast<int>(OwnerPid(owner)),
+                     s.start_ticks.load(kRelaxed))) {
+      continue;
+    }
+    const uint64_t held = s.used.load(kRelaxed);
+    s.used.store(0, kRelaxed);
+    const uint64_t total = layout_->used_bytes.load(kRelaxed);
+    layout_->used_bytes.store(total >= held ? total - held : 0, kRelaxed);
+    reclaimed += held;
+    // Only the holder of the lock frees a slot, and only a free slot is
+    // claimed, so the owner cannot have changed since the load above.
+    s.owner.store(0, std::memory_order_release);
+  }
+  layout_->reclaimed_bytes.fetch_add(reclaimed, kRelaxed);
+  return reclaimed;
+}
+
+RegionStats Region::Stats() const {
+  RegionStats s;
+  s.quota_bytes = layout_->quota_bytes.load(kRelaxed);
+  s.compute_percent = layout_->compute_percent.load(kRelaxed);
+  s.used_bytes = layout_->used_bytes.load(kRelaxed);
+  s.peak_bytes = layout_->peak_bytes.load(kRelaxed);
+  s.quota_ooms = layout_->quota_ooms.load(kRelaxed);
+  s.physical_ooms = layout_->physical_ooms.load(kRelaxed);
+  s.attaches = layout_->attaches.load(kRelaxed);
+  s.reclaimed_bytes = layout_->reclaimed_bytes.load(kRelaxed);
+  s.recoveries = layout_->recoveries.load(kRelaxed);
+  for (int i = 1; i < kRegionSlots; ++i) {
+    const uint64_t owner = layout_->slots[i].owner.load(kRelaxed);
+    if (owner != 0 &&
+        ProcessAlive(static_cast<int>(OwnerPid(owner)),
+                     layout_->slots[i].start_ticks.load(kRelaxed))) {
+      ++s.live_processes;
+    }
+  }
+  return s;
+}
+
+uint64_t Region::ProcessStartTicks(int pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // The command name (field 2) may hold spaces and parentheses: count the
+  // fields from the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  // After ')' comes field 3; the start time is field 22.
+  int field = 2;
+  for (++p; *p != '\0'; ++p) {
+    if (*p == ' ') {
+      ++field;
+      if (field == 22) {
+        uint64_t v = 0;
+        for (++p; *p >= '0' && *p <= '9'; ++p) {
+          v = v * 10 + static_cast<uint64_t>(*p - '0');
+        }
+        return v;
+      }
+    }
+  }
+  return 0;
+}
+
+bool Region::ProcessAlive(int pid, uint64_t start_ticks) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  // The pid exists (or we may not signal it): the same process only if it
+  // started when the slot's owner did. An unreadable /proc (0) counts as
+  // alive: never reclaim what might still be in use.
+  const uint64_t now = ProcessStartTicks(pid);
+  return now == 0 || start_ticks == 0 || now == start_ticks;
+}
+
+}  // namespace hf::hook
