@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -17,6 +18,8 @@ namespace {
 
 constexpr std::string_view kGpuIndicesLabel = "heteroflow.gpu_indices";
 constexpr std::string_view kMigDeviceLabel = "heteroflow.mig_device_id";
+// The task's hook region file, so that a restarted agent finds it again.
+constexpr std::string_view kHookRegionLabel = "heteroflow.hook_region";
 constexpr int kMaxLogChunksPerCycle = 8;
 
 std::string JoinInts(const std::vector<int>& values) {
@@ -63,6 +66,51 @@ std::int64_t IntOr(const json& j, const char* key, std::int64_t fallback) {
     return j[key].get<std::int64_t>();
   }
   return fallback;
+}
+
+// A non-negative integer, or nullopt.
+std::optional<std::uint64_t> ParseUnsigned(std::string_view text) {
+  std::uint64_t value = 0;
+  auto [ptr, ec] =
+      std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || text.empty()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+constexpr std::uint64_t kMib = std::uint64_t{1} << 20;
+
+// The hook region's quota for a slice env: HETEROFLOW_SLICE_MEMORY_MB MiB,
+// or no cap when the slice has none. A value that cannot be read fails
+// closed (quota 0), as the hook itself does (docs/HOOK.md).
+std::uint64_t QuotaBytesFromEnv(const runtime::StringMap& env) {
+  auto it = env.find("HETEROFLOW_SLICE_MEMORY_MB");
+  if (it == env.end()) return hook::kUnlimited;
+  const auto mib = ParseUnsigned(it->second);
+  if (!mib || *mib > (hook::kUnlimited >> 20)) {
+    spdlog::error(
+        "HETEROFLOW_SLICE_MEMORY_MB='{}' cannot be read: the hook region's "
+        "quota is 0 (every allocation is refused)",
+        it->second);
+    return 0;
+  }
+  return *mib * kMib;
+}
+
+// HETEROFLOW_SLICE_COMPUTE_PERCENT, 1..99; 0 (no throttle) when absent, 100
+// or unreadable (the hook reads the variable itself as well).
+std::uint32_t ComputePercentFromEnv(const runtime::StringMap& env) {
+  auto it = env.find("HETEROFLOW_SLICE_COMPUTE_PERCENT");
+  if (it == env.end()) return 0;
+  const auto percent = ParseUnsigned(it->second);
+  if (!percent || *percent >= 100) return 0;
+  return static_cast<std::uint32_t>(*percent);
+}
+
+std::string DescribeQuota(std::uint64_t bytes) {
+  if (bytes == hook::kUnlimited) return "no cap";
+  return std::to_string(bytes / kMib) + " MiB";
 }
 
 // The terminal state the server gets for a runtime status.
@@ -204,14 +252,165 @@ Status Agent::Adopt() {
     LocalTask local;
     auto it = t.labels.find(std::string(kGpuIndicesLabel));
     if (it != t.labels.end()) local.gpu_indices = SplitInts(it->second);
+    auto slice = t.labels.find(std::string(runtime::kSliceLabel));
+    if (slice != t.labels.end()) {
+      local.slice_id =
+          static_cast<std::int64_t>(ParseUnsigned(slice->second).value_or(0));
+    }
+    auto region = t.labels.find(std::string(kHookRegionLabel));
+    if (region != t.labels.end()) local.region_path = region->second;
     // Reported running before the restart (or it will be now).
     local.reported_running = true;
     tasks_[t.task_id] = local;
     spdlog::info("adopted task {} ({})", t.task_id,
                  runtime::DescribeTaskStatus(t.status));
   }
+  AdoptRegions();
   adopted_ = true;
   return Status::Ok();
+}
+
+// ------------------------------------------------------------ hook regions
+
+std::filesystem::path Agent::RegionPath(std::int64_t slice_id) const {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(options_.state_dir, ec);
+  if (ec) dir = options_.state_dir;
+  return dir / "hook" / ("slice-" + std::to_string(slice_id) + ".region");
+}
+
+StatusOr<std::shared_ptr<hook::Region>> Agent::OpenRegionForStart(
+    const std::filesystem::path& path, const runtime::StringMap& env) {
+  const std::string text = path.string();
+  if (text.find_first_of(": ") != std::string::npos) {
+    // It goes into a docker -v argument and the task's environment.
+    return Status::FailedPrecondition(
+        "the state directory's path contains ':' or a space");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) {
+    return Status::Internal("cannot create " + path.parent_path().string() +
+                            ": " + ec.message());
+  }
+  const std::uint64_t quota = QuotaBytesFromEnv(env);
+  const std::uint32_t compute = ComputePercentFromEnv(env);
+  auto region = std::make_shared<hook::Region>();
+  const char* error = "";
+  if (!region->Open(text.c_str(), quota, compute, &error)) {
+    return Status::Internal(text + ": " + error);
+  }
+  // A file that already existed (the runtime still held the task) keeps
+  // its usage; the quota is the slice's as the server says now.
+  if (region->quota() != quota) region->SetQuota(quota);
+  if (region->compute_percent() != compute) region->SetComputePercent(compute);
+  // No ReclaimDead here: the slots hold pids of the task's pid namespace (a
+  // container's), which mean nothing in the agent's; the hook reclaims dead
+  // processes itself, from inside the namespace.
+  return region;
+}
+
+void Agent::AdoptRegions() {
+  std::set<std::string> in_use;
+  for (auto& [id, t] : tasks_) {
+    if (t.region_path.empty()) continue;
+    in_use.insert(t.region_path.filename().string());
+    std::error_code ec;
+    if (!std::filesystem::exists(t.region_path, ec)) {
+      // Never recreated: the task's processes map the old file, and a new
+      // one would start from zero usage.
+      spdlog::warn(
+          "task {}: its hook region {} is gone; its usage is not reported "
+          "and its quota cannot change until it ends",
+          id, t.region_path.string());
+      t.region_path.clear();
+      continue;
+    }
+    auto region = std::make_shared<hook::Region>();
+    const char* error = "";
+    // An existing region keeps its own quota; the values are not used.
+    if (!region->Open(t.region_path.c_str(), hook::kUnlimited, 0, &error)) {
+      spdlog::warn("task {}: cannot reopen its hook region {}: {}", id,
+                   t.region_path.string(), error);
+      continue;
+    }
+    spdlog::info(
+        "task {}: reopened its hook region {} (quota {}, {} bytes used)", id,
+        t.region_path.string(), DescribeQuota(region->quota()), region->used());
+    t.region = std::move(region);
+  }
+  // Regions of tasks that ended while no agent ran: nobody uses them.
+  const std::filesystem::path dir = RegionPath(0).parent_path();
+  std::error_code ec;
+  std::vector<std::filesystem::path> unused;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.starts_with("slice-") && name.ends_with(".region") &&
+        !in_use.contains(name)) {
+      unused.push_back(it->path());
+    }
+  }
+  for (const std::filesystem::path& path : unused) {
+    std::error_code removed;
+    std::filesystem::remove(path, removed);
+    spdlog::info("removed the hook region {} (no task uses it)", path.string());
+  }
+}
+
+void Agent::RemoveRegion(LocalTask& task) {
+  if (task.region_path.empty()) return;
+  task.region.reset();
+  std::error_code ec;
+  std::filesystem::remove(task.region_path, ec);
+  if (ec) {
+    spdlog::warn("removing the hook region {}: {}", task.region_path.string(),
+                 ec.message());
+  }
+  task.region_path.clear();
+}
+
+json Agent::HookReport(const hook::Region& region) {
+  const hook::RegionStats s = region.Stats();
+  return {
+      {"attached", s.attaches > 0},
+      {"attaches", s.attaches},
+      {"processes", s.live_processes},
+      {"used_bytes", s.used_bytes},
+      {"peak_bytes", s.peak_bytes},
+      {"quota_bytes",
+       s.quota_bytes == hook::kUnlimited ? json(nullptr) : json(s.quota_bytes)},
+      {"quota_ooms", s.quota_ooms},
+      {"physical_ooms", s.physical_ooms}};
+}
+
+void Agent::ApplyQuotas(const json& reply) {
+  if (!reply.is_object() || !reply.contains("quotas") ||
+      !reply["quotas"].is_array()) {
+    return;
+  }
+  for (const json& q : reply["quotas"]) {
+    auto it = tasks_.find(IntOr(q, "task_id", 0));
+    if (it == tasks_.end() || !it->second.region || it->second.finished) {
+      continue;
+    }
+    LocalTask& t = it->second;
+    if (IntOr(q, "slice_id", 0) != t.slice_id || !q.contains("memory_mb")) {
+      continue;
+    }
+    const json& mb = q["memory_mb"];
+    std::uint64_t want = hook::kUnlimited;
+    if (!mb.is_null()) {
+      if (!mb.is_number_integer() || mb.get<std::int64_t>() < 0) continue;
+      want = mb.get<std::uint64_t>() * kMib;
+    }
+    const std::uint64_t have = t.region->quota();
+    if (have == want) continue;
+    t.region->SetQuota(want);
+    spdlog::info("task {}: hook quota {} -> {} (slice {}, {} MiB in use)",
+                 it->first, DescribeQuota(have), DescribeQuota(want),
+                 t.slice_id, t.region->used() / kMib);
+  }
 }
 
 const gpu::GpuInfo* Agent::GpuAt(int index) const {
@@ -337,9 +536,11 @@ Status Agent::RegisterOrHeartbeat() {
     tasks.push_back({{"task_id", id},
                      {"state", "running"},
                      {"gpu_indices", t.gpu_indices}});
+    if (t.region) tasks.back()["hook"] = HookReport(*t.region);
   }
   body["tasks"] = std::move(tasks);
   auto reply = server_->Heartbeat(options_.node_id, body);
+  if (reply.ok()) ApplyQuotas(*reply);
   if (!reply.ok() && reply.status().code() == StatusCode::kNotFound) {
     registered_ = false;  // the server lost us: register again next cycle
   }
@@ -635,13 +836,35 @@ Status Agent::StartTask(const json& task) {
     spec.mps_pipe_dir = mps_->PipeDirectory();
   }
   labels[std::string(kGpuIndicesLabel)] = JoinInts(indices);
-  spec.labels = std::move(labels);
 
   LocalTask local;
   local.gpu_indices = indices;
+  local.slice_id = spec.slice_id;
+  if (!spec.preload_library.empty()) {
+    // The slice's hook region: the hook in the task and this agent share
+    // the quota, the usage and the counters through it.
+    const std::filesystem::path path = RegionPath(spec.slice_id);
+    auto region = OpenRegionForStart(path, spec.env);
+    if (region.ok()) {
+      local.region = std::move(*region);
+      local.region_path = path;
+      spec.hook_region = path.string();
+      labels[std::string(kHookRegionLabel)] = spec.hook_region;
+    } else {
+      // The hook still enforces the quota from the slice env in a region of
+      // its own; only the agent's view (usage, live quota changes) is lost.
+      spdlog::warn(
+          "task {}: no hook region ({}); the hook keeps its own, and the "
+          "slice's usage and quota changes are not seen by the agent",
+          id, region.status().ToString());
+    }
+  }
+  spec.labels = std::move(labels);
+
   const Status started = runtime_->Start(spec);
   if (!started.ok() && started.code() != StatusCode::kAlreadyExists) {
     spdlog::warn("task {} could not start: {}", id, started.ToString());
+    RemoveRegion(local);
     // Not held by the runtime: report and forget.
     return ReportState(id, "failed", {},
                        "the node could not start it: " + started.message());
@@ -734,6 +957,7 @@ Status Agent::ReportFinished() {
     if (!removed.ok() && removed.code() != StatusCode::kNotFound) {
       spdlog::warn("removing task {}: {}", id, removed.ToString());
     }
+    RemoveRegion(t);
     it = tasks_.erase(it);
   }
   return first;

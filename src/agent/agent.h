@@ -8,12 +8,20 @@
 //      idempotent, and an instance left behind is reported orphaned;
 //   4. starts the tasks the server assigns (env from the server, GPU or MIG
 //      pinning, the MPS pipe for silver slices, the hook for non-MIG
-//      slices) and stops the ones it cancels;
+//      slices, with the slice's hook region) and stops the ones it cancels;
 //   5. reports every task that ended, ships its output, and only then
-//      forgets it.
+//      forgets it (and removes its hook region).
+// The hook region (src/hook/region.h, docs/HOOK.md): for every task it
+// preloads the hook into, the agent creates STATE/hook/slice-<id>.region
+// holding the slice's memory quota and compute share, hands its path to the
+// task (HETEROFLOW_HOOK_REGION), reports the region's counters in every
+// heartbeat (the server lists "hook" in the slice's enforcement once a
+// process attached) and sets the quota the server's heartbeat reply names
+// (dynamic quota, SPEC.md section 13) without restarting the task.
 // Nothing important lives only in memory: tasks are found again through the
-// runtime after a restart (Runtime::Adopt), claimed MIG commands are kept in
-// the state directory, and log offsets are asked of the server.
+// runtime after a restart (Runtime::Adopt), their regions are reopened
+// (never recreated: that would forget the usage), claimed MIG commands are
+// kept in the state directory, and log offsets are asked of the server.
 //
 // Thread-safety: RunOnce/Run from one thread; Stop from any.
 #pragma once
@@ -35,6 +43,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "gpu/gpu_driver.h"
+#include "hook/region.h"
 #include "mps/mps_control.h"
 #include "runtime/runtime.h"
 
@@ -109,6 +118,11 @@ class Agent {
     std::optional<runtime::TaskStatus> finished;
     std::int64_t log_offset = -1;  // what the server holds; -1: ask
     bool log_done = false;         // the server's cap was reached
+    std::int64_t slice_id = 0;
+    // The slice's hook region (shared with the task's processes), when the
+    // hook was preloaded into the task; null otherwise.
+    std::shared_ptr<hook::Region> region;
+    std::filesystem::path region_path;
   };
   // NOLINTNEXTLINE(bugprone-exception-escape): json() does not throw
   struct PendingMig {
@@ -134,6 +148,22 @@ class Agent {
                      std::optional<int> exit_code, const std::string& message);
   void LoadPendingMig();
   void SavePendingMig();
+  // STATE/hook/slice-<id>.region (absolute).
+  std::filesystem::path RegionPath(std::int64_t slice_id) const;
+  // Opens (creating it when missing) the region of a task about to start,
+  // with the quota and compute share of its slice env; an existing file (a
+  // task the runtime already held) keeps its usage and gets the quota.
+  StatusOr<std::shared_ptr<hook::Region>> OpenRegionForStart(
+      const std::filesystem::path& path, const runtime::StringMap& env);
+  // After a restart: reopens the regions of adopted tasks (never creating
+  // one) and removes region files no adopted task uses.
+  void AdoptRegions();
+  // Unmaps and deletes a finished task's region.
+  void RemoveRegion(LocalTask& task);
+  // The heartbeat's "hook" object for a task with a region.
+  static json HookReport(const hook::Region& region);
+  // Sets the quotas the server's heartbeat reply names on their regions.
+  void ApplyQuotas(const json& reply);
   const gpu::GpuInfo* GpuAt(int index) const;
 
   const AgentOptions options_;

@@ -288,6 +288,20 @@ StatusOr<server::SliceCreate> ParseSliceCreate(const json& body) {
   return s;
 }
 
+StatusOr<server::SliceResizeRequest> ParseSliceResize(const json& body) {
+  HF_RETURN_IF_ERROR(CheckFields(body, {"memory_mb", "reason"}));
+  HF_RETURN_IF_ERROR(CheckStrings(body, 1024, ""));
+  server::SliceResizeRequest r;
+  auto memory = GetInt(body, "memory_mb");
+  if (!memory.ok()) return memory.status();
+  if (!*memory) return Wrong("memory_mb", "is required");
+  r.memory_mib = **memory;
+  auto reason = GetString(body, "reason", false);
+  if (!reason.ok()) return reason.status();
+  r.reason = *reason;
+  return r;
+}
+
 StatusOr<server::ApprovalCreate> ParseApprovalCreate(const json& body) {
   HF_RETURN_IF_ERROR(CheckFields(
       body, {"tenant_a", "tenant_b", "reason", "expires_at", "ttl_s"}));
@@ -568,6 +582,42 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
   return r;
 }
 
+namespace {
+
+// A heartbeat's `tasks[].hook` (docs/API.md): the task's hook region.
+StatusOr<server::HookReport> ParseHookReport(const json& hook,
+                                             const std::string& at) {
+  if (!hook.is_object()) return Wrong(at, "must be an object");
+  server::HookReport r;
+  auto attached = GetBool(hook, "attached", false);
+  if (!attached.ok()) return Wrong(at + ".attached", "must be true or false");
+  r.attached = *attached;
+  const auto count = [&](const char* name, std::int64_t& into) -> Status {
+    auto v = GetInt(hook, name);
+    if (!v.ok() || (*v && **v < 0)) {
+      return Wrong(at + "." + name, "must be a non-negative integer");
+    }
+    into = v->value_or(0);
+    return Status::Ok();
+  };
+  std::int64_t processes = 0;
+  HF_RETURN_IF_ERROR(count("attaches", r.attaches));
+  HF_RETURN_IF_ERROR(count("processes", processes));
+  HF_RETURN_IF_ERROR(count("used_bytes", r.used_bytes));
+  HF_RETURN_IF_ERROR(count("peak_bytes", r.peak_bytes));
+  HF_RETURN_IF_ERROR(count("quota_ooms", r.quota_ooms));
+  HF_RETURN_IF_ERROR(count("physical_ooms", r.physical_ooms));
+  r.processes = static_cast<int>(std::min<std::int64_t>(processes, 1 << 20));
+  if (Field(hook, "quota_bytes") != nullptr) {  // null: no cap
+    std::int64_t quota = 0;
+    HF_RETURN_IF_ERROR(count("quota_bytes", quota));
+    r.quota_bytes = quota;
+  }
+  return r;
+}
+
+}  // namespace
+
 StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body) {
   std::vector<server::RunningTask> out;
   const json* tasks = Field(body, "tasks");
@@ -594,6 +644,11 @@ StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body) {
         }
         r.gpu_indices.push_back(v.get<int>());
       }
+    }
+    if (const json* hook = Field(t, "hook")) {
+      auto parsed = ParseHookReport(*hook, at + ".hook");
+      if (!parsed.ok()) return parsed.status();
+      r.hook = *parsed;
     }
     out.push_back(std::move(r));
   }
@@ -730,6 +785,24 @@ json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
       s.mig_device_id.empty() ? json(nullptr) : json(s.mig_device_id);
   j["created_at"] = Iso(s.created_at);
   j["released_at"] = OptionalTime(s.released_at);
+  // What the hook measured in the task (its agent's last report); null
+  // when nothing was reported (no hook, or not running).
+  j["hook"] = nullptr;
+  auto usage = s.state == store::SliceState::kReleased
+                   ? std::nullopt
+                   : cp.SliceHookUsage(s.id);
+  if (usage) {
+    const server::HookReport& h = usage->report;
+    j["hook"] = {
+        {"attached", h.attached},
+        {"processes", h.processes},
+        {"used_bytes", h.used_bytes},
+        {"peak_bytes", h.peak_bytes},
+        {"quota_bytes", h.quota_bytes ? json(*h.quota_bytes) : json(nullptr)},
+        {"quota_ooms", h.quota_ooms},
+        {"physical_ooms", h.physical_ooms},
+        {"reported_at", Iso(usage->reported_at)}};
+  }
   return j;
 }
 

@@ -35,6 +35,8 @@ StatusOr<int> RatioToPercentField(const json& value, const std::string& field);
 StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
                                              const Limits& limits = {});
 StatusOr<server::SliceCreate> ParseSliceCreate(const json& body);
+// PATCH /api/v1/slices/{id}: {"memory_mb", "reason"}.
+StatusOr<server::SliceResizeRequest> ParseSliceResize(const json& body);
 StatusOr<server::NodeReport> ParseNodeReport(const json& body,
                                              bool name_required);
 StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body);

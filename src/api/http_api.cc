@@ -395,6 +395,20 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
     if (!slice.ok()) return slice.status();
     return Ok(SliceJson(cp, *slice));
   });
+  add("PATCH", "/api/v1/slices/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto id = ParseId(c.params[0], "id");
+    if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+    auto body = Body(c);
+    if (!body.ok()) return body.status();
+    auto request = ParseSliceResize(*body);
+    if (!request.ok()) return request.status();
+    auto resized = cp.ResizeSlice(c.caller, *id, *request);
+    if (!resized.ok()) return resized.status();
+    json j = SliceJson(cp, resized->slice);
+    j["warnings"] = resized->warnings;
+    return Ok(std::move(j));
+  });
   add("DELETE", "/api/v1/slices/{id}", {"reason"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
@@ -719,8 +733,16 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
         report->name = c.params[0];
         auto tasks = ParseRunningTasks(*body);
         if (!tasks.ok()) return tasks.status();
-        HF_RETURN_IF_ERROR(cp.Heartbeat(c.caller, *report, *tasks));
-        return Ok({{"ok", true}});
+        auto reply = cp.Heartbeat(c.caller, *report, *tasks);
+        if (!reply.ok()) return reply.status();
+        json quotas = json::array();
+        for (const server::QuotaDirective& q : reply->quotas) {
+          quotas.push_back({{"task_id", q.task_id},
+                            {"slice_id", q.slice_id},
+                            {"memory_mb", q.memory_mib ? json(*q.memory_mib)
+                                                       : json(nullptr)}});
+        }
+        return Ok({{"ok", true}, {"quotas", std::move(quotas)}});
       });
   add("GET", "/api/v1/nodes/{node}/assignments", {},
       [cpp](Ctx& c) -> StatusOr<Reply> {

@@ -521,6 +521,14 @@ TEST_F(RequestTest, OtherCreateCommandsSendTheirBodies) {
        "POST",
        "/api/v1/tasks/7/cancel",
        nlohmann::json::object()},
+      {{"slices", "resize", "4", "--memory-mb", "8192"},
+       "PATCH",
+       "/api/v1/slices/4",
+       {{"memory_mb", 8192}}},
+      {{"slices", "resize", "4", "--memory-mb", "1024", "--reason", "shrink"},
+       "PATCH",
+       "/api/v1/slices/4",
+       {{"memory_mb", 1024}, {"reason", "shrink"}}},
   };
   for (const Case& c : cases) {
     FakeServer server;
@@ -865,6 +873,27 @@ TEST_F(OutputTest, TokenCreatePrintsTheSecretOnceAndClearly) {
             "Its secret is shown only this once; store it now (for example "
             "in a file for --token-file):\n\n"
             "    hf_s3cret\n\n");
+}
+
+TEST_F(OutputTest, ResizeShowsTheSliceAndEveryWarning) {
+  FakeServer server;
+  server.Reply(200, R"({"id": 4, "task_id": 7, "tenant": "acme",
+    "node_id": "n1", "gpu_index": 0, "gpu_indices": [0], "kind": "slice",
+    "memory_mb": 1024, "compute_percent": 50, "qos_level": "bronze",
+    "enforcement": ["hook"], "state": "allocated", "origin": "scheduler",
+    "created_at": "2026-11-29T12:00:00.000Z",
+    "warnings": ["the task may hit OOM"]})");
+  RunResult run =
+      Hfctl({"slices", "resize", "4", "--memory-mb", "1024"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("1024MB"), std::string::npos) << run.out;
+  // Warnings are notes: on stderr, the row alone on stdout.
+  EXPECT_EQ(run.out.find("warning"), std::string::npos) << run.out;
+  EXPECT_EQ(run.err, "warning: the task may hit OOM\n");
+  // --memory-mb is required.
+  EXPECT_EQ(Hfctl({"slices", "resize", "4"}, server).exit_code,
+            kExitLocalError);
+  EXPECT_EQ(server.requests.size(), 1u);
 }
 
 TEST_F(OutputTest, CreateShowsARowAndGetShowsDetails) {

@@ -30,6 +30,9 @@ struct Action {
   const bool* follow_all = nullptr;
   // For everything else: how to show the reply.
   std::function<void(const Json& reply, std::ostream& out)> show;
+  // Optional: what to tell on stderr about the reply (the server's
+  // warnings); not with --output json, whose reply carries them.
+  std::function<void(const Json& reply, std::ostream& err)> notes;
 };
 
 // --limit / --cursor / --all, shared by every list command.
@@ -72,6 +75,12 @@ struct SliceCreateOptions {
 
 struct SliceDeleteOptions {
   std::int64_t id = 0;
+  std::optional<std::string> reason;
+};
+
+struct SliceResizeOptions {
+  std::int64_t id = 0;
+  std::int64_t memory_mb = 0;
   std::optional<std::string> reason;
 };
 
@@ -198,6 +207,15 @@ std::function<void(const Json&, std::ostream&)> OneRow(Resource resource) {
   return [resource](const Json& reply, std::ostream& out) {
     RenderTable(resource, Json::array({reply}), out);
   };
+}
+
+// The server's `warnings` (e.g. of a resized slice), one line each.
+void ShowWarnings(const Json& reply, std::ostream& err) {
+  const auto warnings = reply.find("warnings");
+  if (warnings == reply.end() || !warnings->is_array()) return;
+  for (const Json& w : *warnings) {
+    if (w.is_string()) err << "warning: " << w.get<std::string>() << "\n";
+  }
 }
 
 void ShowDetail(const Json& reply, std::ostream& out) {
@@ -518,6 +536,29 @@ class CommandLine {
                  OneRow(Resource::kSlice)));
     AddId(del, slice_delete_.id, "slice id");
     del->add_option("--reason", slice_delete_.reason, "why (logged)");
+
+    Action resize_action = ShowAction(
+        [this]() -> StatusOr<Request> {
+          const SliceResizeOptions& o = slice_resize_;
+          Json body = Json::object();
+          body["memory_mb"] = o.memory_mb;
+          SetIfGiven(body, "reason", o.reason);
+          return WithBody("PATCH", ApiPath({"slices", std::to_string(o.id)}),
+                          body);
+        },
+        OneRow(Resource::kSlice));
+    resize_action.notes = ShowWarnings;
+    CLI::App* resize =
+        Leaf(slices, "resize",
+             "change a live slice's memory quota; the running task sees it "
+             "without a restart (admin, tenant-admin)",
+             std::move(resize_action));
+    AddId(resize, slice_resize_.id, "slice id");
+    resize
+        ->add_option("--memory-mb", slice_resize_.memory_mb,
+                     "the new quota in MB (>= 32, a multiple of 32)")
+        ->required();
+    resize->add_option("--reason", slice_resize_.reason, "why (logged)");
   }
 
   void AddNodes() {
@@ -765,6 +806,7 @@ class CommandLine {
   SliceHistoryOptions slice_history_;
   SliceCreateOptions slice_create_;
   SliceDeleteOptions slice_delete_;
+  SliceResizeOptions slice_resize_;
   PageOptions node_page_;
   std::string node_name_;
   TenantCreateOptions tenant_create_;
@@ -924,6 +966,7 @@ int Run(const std::vector<std::string>& args,
     ShowList(action, reply, out, err);
   } else {
     action.show(reply, out);
+    if (action.notes) action.notes(reply, err);
   }
   return kExitOk;
 }

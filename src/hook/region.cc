@@ -57,36 +57,34 @@ bool Region::Open(const char* path, uint64_t quota_bytes,
     *error = "cannot size the region file";
     return false;
   }
-  void* p = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE,
-                 MAP_SHARED, fd, 0);
+  const bool ok = MapAndInitialise(
+      fd, quota_bytes, compute_percent, error, "cannot map the region file",
+      "the region file is not a HeteroFlow region (or another version)");
   close(fd);
-  if (p == MAP_FAILED) {
-    *error = "cannot map the region file";
-    return false;
-  }
-  layout_ = static_cast<RegionLayout*>(p);
-  if (!Initialise(quota_bytes, compute_percent)) {
-    munmap(layout_, sizeof(RegionLayout));
-    layout_ = nullptr;
-    *error = "the region file is not a HeteroFlow region (or another version)";
-    return false;
-  }
-  return true;
+  return ok;
 }
 
 bool Region::OpenPrivate(uint64_t quota_bytes, uint32_t compute_percent,
                          const char** error) {
+  return MapAndInitialise(-1, quota_bytes, compute_percent, error,
+                          "cannot map a private region",
+                          "cannot initialise a private region");
+}
+
+bool Region::MapAndInitialise(int fd, uint64_t quota_bytes,
+                              uint32_t compute_percent, const char** error,
+                              const char* map_error, const char* init_error) {
   void* p = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                 fd < 0 ? MAP_SHARED | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    *error = "cannot map a private region";
+    *error = map_error;
     return false;
   }
   layout_ = static_cast<RegionLayout*>(p);
   if (!Initialise(quota_bytes, compute_percent)) {
     munmap(layout_, sizeof(RegionLayout));
     layout_ = nullptr;
-    *error = "cannot initialise a private region";
+    *error = init_error;
     return false;
   }
   return true;
@@ -300,13 +298,11 @@ RegionStats Region::Stats() const {
   s.attaches = layout_->attaches.load(kRelaxed);
   s.reclaimed_bytes = layout_->reclaimed_bytes.load(kRelaxed);
   s.recoveries = layout_->recoveries.load(kRelaxed);
+  // Slots held, not a liveness check: the reader (the agent) may live in
+  // another pid namespace than the task, where the pids mean nothing. A
+  // dead process holds its slot until the hook reclaims it.
   for (int i = 1; i < kRegionSlots; ++i) {
-    const uint64_t owner = layout_->slots[i].owner.load(kRelaxed);
-    if (owner != 0 &&
-        ProcessAlive(static_cast<int>(OwnerPid(owner)),
-                     layout_->slots[i].start_ticks.load(kRelaxed))) {
-      ++s.live_processes;
-    }
+    if (layout_->slots[i].owner.load(kRelaxed) != 0) ++s.live_processes;
   }
   return s;
 }

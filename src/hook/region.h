@@ -88,7 +88,7 @@ struct RegionStats {
   uint64_t attaches = 0;
   uint64_t reclaimed_bytes = 0;
   uint64_t recoveries = 0;
-  int live_processes = 0;
+  int live_processes = 0;  // slots held (dead holders until reclaimed)
 };
 
 class Region {
@@ -170,6 +170,11 @@ class Region {
   void RepairLocked();  // after EOWNERDEAD: totals from the slots
   uint64_t ReclaimDeadLocked();
   bool Initialise(uint64_t quota_bytes, uint32_t compute_percent);
+  // Maps `fd` (or, with -1, anonymous shared memory) and initialises it;
+  // on failure sets `error` to `map_error` or `init_error`.
+  bool MapAndInitialise(int fd, uint64_t quota_bytes, uint32_t compute_percent,
+                        const char** error, const char* map_error,
+                        const char* init_error);
 
   RegionLayout* layout_ = nullptr;
   int slot_ = -1;

@@ -550,6 +550,61 @@ Status Ledger::Release(SliceId id) {
   return Status::Ok();
 }
 
+StatusOr<Allocation> Ledger::ResizeSlice(SliceId id, MemoryMib memory_mib) {
+  if (memory_mib < kMinSliceMemoryMib) {
+    return Status::InvalidArgument(
+        "must be >= " + std::to_string(kMinSliceMemoryMib) + " MB, got " +
+            std::to_string(memory_mib),
+        "memory_mb");
+  }
+  std::lock_guard lock(mu_);
+  auto it = state_.allocations.find(id);
+  if (it == state_.allocations.end()) {
+    return Status::NotFound("slice " + std::to_string(id.value()) +
+                            " is not allocated");
+  }
+  const Allocation old = it->second;
+  if (old.kind != RequestKind::kSlice) {
+    return Status::FailedPrecondition(
+        "slice " + std::to_string(id.value()) +
+        (old.kind == RequestKind::kWholeGpus
+             ? " holds whole GPUs, which have no memory quota to change"
+             : " holds no GPU"));
+  }
+  if (memory_mib == old.memory_mib) return old;
+  const ClusterView view(state_);
+  const GpuRecord& gpu = view.gpu(old.gpus.front());
+  if (memory_mib > old.memory_mib) {
+    const MemoryMib more = memory_mib - old.memory_mib;
+    if (!gpu.healthy()) {
+      return Status::FailedPrecondition("GPU " + gpu.spec.uuid +
+                                        " is lost: its slices cannot grow");
+    }
+    const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
+    if (memory_mib > cap) {
+      return Status::FailedPrecondition(
+          "a slice may hold at most " + std::to_string(cap) +
+          " MB (90% of the largest GPU in the cluster), asked for " +
+          std::to_string(memory_mib) + " MB");
+    }
+    if (more > gpu.free_memory_mib()) {
+      return Status::FailedPrecondition(
+          "GPU " + gpu.spec.uuid + " has " +
+          std::to_string(gpu.free_memory_mib()) + " MB free; raising slice " +
+          std::to_string(id.value()) + " from " +
+          std::to_string(old.memory_mib) + " to " + std::to_string(memory_mib) +
+          " MB needs " + std::to_string(more) + " MB more");
+    }
+  }
+  Allocation resized = old;
+  resized.memory_mib = memory_mib;
+  // Out and in again: every derived record (indexes, domains) follows.
+  ApplyLocked(old, -1);
+  ApplyLocked(resized, +1);
+  it->second = resized;
+  return resized;
+}
+
 StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
   if (!allocation.id.valid())
     return Status::InvalidArgument("is required", "id");

@@ -110,6 +110,15 @@ class Ledger {
                         const PlacementPolicy& policy);
   // Returns exactly the allocation's quota. NotFound for an unknown id.
   Status Release(SliceId id);
+  // Changes a live slice's accounted memory to `memory_mib` in place (the
+  // dynamic quota of SPEC.md section 13); returns the updated allocation.
+  // Lowering always succeeds. Raising takes the difference from the GPU's
+  // free memory and, like admission, needs a healthy GPU and a slice no
+  // larger than 90% of the largest GPU; FailedPrecondition (naming the free
+  // memory) otherwise, and nothing changes. InvalidArgument (field
+  // "memory_mb") below kMinSliceMemoryMib; NotFound for an unknown id;
+  // FailedPrecondition for whole GPUs and node-only grants.
+  StatusOr<Allocation> ResizeSlice(SliceId id, MemoryMib memory_mib);
   // Records an allocation that already exists in the world (restart recovery,
   // the compensation path) with its own id, on the GPUs it names. Checks
   // capacity and tenancy but not health, models or the 90% rule (a lost GPU

@@ -4,7 +4,8 @@
 // placements, releases (of live, already released and never issued ids),
 // GPU_LOST / healthy, MIG capability changes, adding and removing GPUs and
 // nodes, shared tenant groups being defined and removed, tenants joining and
-// leaving them, restores of released allocations and malformed requests --
+// leaving them, restores of released allocations, resizes of live slices
+// (the dynamic quota of SPEC.md section 13) and malformed requests --
 // are applied to the real Ledger (with scheduler::BestFitPolicy) and to a
 // small, independent reference model written from SPEC.md's rules (plain
 // structs and linear scans; it never calls ClusterView::CheckSlice or the
@@ -93,6 +94,7 @@ enum class OpKind : std::uint8_t {
   kWithdrawSharing,
   kRestore,
   kInvalidRequest,
+  kResize,
   kCount,
 };
 constexpr std::size_t kOpKindCount = static_cast<std::size_t>(OpKind::kCount);
@@ -135,6 +137,8 @@ const char* OpKindName(OpKind kind) {
       return "Restore";
     case OpKind::kInvalidRequest:
       return "InvalidRequest";
+    case OpKind::kResize:
+      return "Resize";
     case OpKind::kCount:
       break;
   }
@@ -194,7 +198,7 @@ Profile MixedProfile() {
                /*JoinGroup=*/4,       /*LeaveGroup=*/2,
                /*ApproveSharing=*/1,
                /*WithdrawSharing=*/1, /*Restore=*/3,
-               /*InvalidRequest=*/2};
+               /*InvalidRequest=*/2,  /*Resize=*/6};
   return p;
 }
 
@@ -220,7 +224,7 @@ Profile ContendedProfile() {
                /*JoinGroup=*/8,       /*LeaveGroup=*/4,
                /*ApproveSharing=*/3,
                /*WithdrawSharing=*/2, /*Restore=*/3,
-               /*InvalidRequest=*/1};
+               /*InvalidRequest=*/1,  /*Resize=*/5};
   return p;
 }
 
@@ -796,6 +800,9 @@ class Runner {
       case OpKind::kInvalidRequest:
         Invalid(op);
         break;
+      case OpKind::kResize:
+        Resize(op);
+        break;
       case OpKind::kCount:
         break;
     }
@@ -1305,6 +1312,85 @@ class Runner {
                "restored allocation differs from the one given");
     ref_.Add(*got);
     released_.erase(released_.begin() + static_cast<long>(index));
+  }
+
+  // Changes a live slice's memory (dynamic quota, SPEC.md section 13):
+  // lowering always works; raising needs a healthy GPU, the 90% rule and
+  // the difference free on the GPU; whole GPUs and unknown ids are refused;
+  // a refusal changes nothing.
+  void Resize(const Op& op) {
+    std::optional<SliceId> id = PickKey(ref_.live, op.a);
+    if (!id || op.a % 16 == 15) id = SliceId(ref_.max_id + 1 + op.a % 3);
+    MemoryMib memory = 0;
+    const std::uint32_t m = op.b / 8;
+    std::optional<Allocation> a;
+    if (auto it = ref_.live.find(*id); it != ref_.live.end()) a = it->second;
+    const MemoryMib current = a ? a->memory_mib : 1024;
+    switch (op.b % 8) {
+      case 0:
+        memory = static_cast<MemoryMib>(m % kMinSliceMemoryMib);  // invalid
+        break;
+      case 1:
+      case 2:  // lower
+        memory = std::max<MemoryMib>(kMinSliceMemoryMib,
+                                     current - 32 * (1 + m % 64));
+        break;
+      case 3:  // the same
+        memory = std::max<MemoryMib>(kMinSliceMemoryMib, current);
+        break;
+      case 4:
+      case 5:  // raise a little
+        memory = current + 32 * static_cast<MemoryMib>(1 + m % 128);
+        break;
+      case 6:  // raise a lot
+        memory = current + 1024 * static_cast<MemoryMib>(1 + m % 64);
+        break;
+      default:  // anything
+        memory = 32 + static_cast<MemoryMib>(m % 90000);
+        break;
+    }
+    const StatusOr<Allocation> got = ledger_->ResizeSlice(*id, memory);
+    if (memory < kMinSliceMemoryMib) {
+      PROP_CHECK(got.status().code() == StatusCode::kInvalidArgument &&
+                     got.status().field() == "memory_mb",
+                 "resize of " << *id << " to " << memory
+                              << " MB: " << got.status().ToString());
+      return;
+    }
+    if (!a) {
+      PROP_CHECK(
+          got.status().code() == StatusCode::kNotFound,
+          "resize of unknown slice " << *id << ": " << got.status().ToString());
+      return;
+    }
+    if (a->kind != RequestKind::kSlice) {
+      PROP_CHECK(got.status().code() == StatusCode::kFailedPrecondition,
+                 "resize of whole-GPU grant " << *id << ": "
+                                              << got.status().ToString());
+      return;
+    }
+    RefGpu& gpu = ref_.gpus.at(a->gpus.front());
+    const MemoryMib more = memory - a->memory_mib;
+    const bool fits =
+        more <= 0 || (!gpu.lost && memory * 10 <= ref_.Largest() * 9 &&
+                      more <= gpu.free_memory());
+    if (!fits) {
+      PROP_CHECK(got.status().code() == StatusCode::kFailedPrecondition,
+                 "resize of " << *id << " from " << a->memory_mib << " to "
+                              << memory << " MB (GPU free " << gpu.free_memory()
+                              << ", lost " << gpu.lost
+                              << "): " << got.status().ToString());
+      return;
+    }
+    PROP_CHECK(got.ok(), "resize of " << *id << " from " << a->memory_mib
+                                      << " to " << memory << " MB (GPU free "
+                                      << gpu.free_memory()
+                                      << "): " << got.status().ToString());
+    Allocation want = *a;
+    want.memory_mib = memory;
+    PROP_CHECK(*got == want, "resized allocation " << *id << " differs");
+    gpu.used_memory_mib += more;
+    ref_.live.at(*id).memory_mib = memory;
   }
 
   void Invalid(const Op& op) {

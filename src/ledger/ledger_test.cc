@@ -1254,6 +1254,111 @@ TEST_F(LedgerTest, ReleaseTwiceIsNotFound) {
   EXPECT_EQ(ledger_->Release(SliceId(777)).code(), StatusCode::kNotFound);
 }
 
+// ============================================================ resize (13)
+
+TEST_F(LedgerTest, ResizeRaisesWithinFreeMemoryAndReleaseReturnsTheNewSize) {
+  const NodeId n = AddNode();
+  const GpuId g = AddGpu(n, k16G);
+  const Usage empty = Snapshot();
+  const Allocation a = MustPlace(SliceReq(kAlice, 4096, 20));
+  MustPlace(SliceReq(kAlice, 8192, 20));  // 4096 MB left free
+  StatusOr<Allocation> r = ledger_->ResizeSlice(a.id, 8192);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->memory_mib, 8192);
+  EXPECT_EQ(r->compute_percent, 20);
+  EXPECT_EQ(r->gpus, a.gpus);
+  EXPECT_EQ(ledger_->GetAllocation(a.id)->memory_mib, 8192);
+  EXPECT_EQ(Gpu(g).used_memory_mib, 16384);
+  EXPECT_EQ(Gpu(g).free_memory_mib(), 0);
+  EXPECT_EQ(Gpu(g).used_compute_percent, 40);
+  EXPECT_EQ(Gpu(g).allocation_count, 2);
+  ExpectInvariants();
+  // The full GPU now takes nothing more.
+  EXPECT_EQ(Place(SliceReq(kAlice, 32, 1)).outcome,
+            PlacementOutcome::kRetryLater);
+  // Release returns the new size exactly.
+  for (const Allocation& live : ledger_->Allocations()) {
+    ASSERT_TRUE(ledger_->Release(live.id).ok());
+  }
+  EXPECT_EQ(Snapshot(), empty);
+}
+
+TEST_F(LedgerTest, ResizeThatDoesNotFitNamesTheFreeMemoryAndChangesNothing) {
+  const NodeId n = AddNode();
+  AddGpu(n, k16G);
+  const Allocation a = MustPlace(SliceReq(kAlice, 4096, 20));
+  MustPlace(SliceReq(kAlice, 10240, 20));  // 2048 MB left free
+  const Usage before = Snapshot();
+  StatusOr<Allocation> r = ledger_->ResizeSlice(a.id, 8192);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(r.status().message(), "has 2048 MB free");
+  EXPECT_CONTAINS(r.status().message(), "needs 4096 MB more");
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_EQ(ledger_->GetAllocation(a.id)->memory_mib, 4096);
+  // Exactly the free memory fits.
+  EXPECT_TRUE(ledger_->ResizeSlice(a.id, 4096 + 2048).ok());
+}
+
+TEST_F(LedgerTest, ResizeLowersAlwaysAndFreesTheDifference) {
+  const NodeId n = AddNode();
+  const GpuId g = AddGpu(n, k16G);
+  const Allocation a = MustPlace(SliceReq(kAlice, 12288, 20));
+  ASSERT_TRUE(ledger_->SetGpuHealth(g, GpuHealth::kLost).ok());
+  // Lowering works on a lost GPU too; raising does not.
+  StatusOr<Allocation> r = ledger_->ResizeSlice(a.id, 1024);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Gpu(g).used_memory_mib, 1024);
+  EXPECT_EQ(ledger_->ResizeSlice(a.id, 2048).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ledger_->SetGpuHealth(g, GpuHealth::kOk).ok());
+  // The freed memory is placeable again (12288 MB did not fit before).
+  MustPlace(SliceReq(kAlice, 12288, 10));
+  // Same size: nothing to do.
+  EXPECT_EQ(ledger_->ResizeSlice(a.id, 1024)->memory_mib, 1024);
+  ExpectInvariants();
+}
+
+TEST_F(LedgerTest, ResizeKeepsTheNinetyPercentRuleAndTheMinimum) {
+  const NodeId n = AddNode();
+  AddGpu(n, k16G);
+  const Allocation a = MustPlace(SliceReq(kAlice, 1024, 20));
+  // 90% of 16384 is 14745 MB: free memory alone would allow 16384.
+  StatusOr<Allocation> r = ledger_->ResizeSlice(a.id, k16G);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(r.status().message(), "at most 14745 MB");
+  EXPECT_TRUE(ledger_->ResizeSlice(a.id, 14745).ok());
+  r = ledger_->ResizeSlice(a.id, 16);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().field(), "memory_mb");
+  EXPECT_EQ(ledger_->GetAllocation(a.id)->memory_mib, 14745);
+}
+
+TEST_F(LedgerTest, ResizeRefusesWholeGpusAndUnknownSlices) {
+  const NodeId n = AddNode();
+  AddGpu(n, k16G);
+  AddGpu(n, k16G);
+  const Allocation whole = MustPlace(PlacementRequest::WholeGpus(kAlice, 1));
+  const Usage before = Snapshot();
+  StatusOr<Allocation> r = ledger_->ResizeSlice(whole.id, 1024);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_CONTAINS(r.status().message(), "whole GPUs");
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_EQ(ledger_->ResizeSlice(SliceId(999), 1024).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(LedgerTest, ResizeOfAComputeOnlySliceGivesItMemory) {
+  const NodeId n = AddNode();
+  const GpuId g = AddGpu(n, k16G);
+  const Allocation a = MustPlace(SliceReq(kAlice, std::nullopt, 30));
+  EXPECT_EQ(a.memory_mib, 0);
+  StatusOr<Allocation> r = ledger_->ResizeSlice(a.id, 2048);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Gpu(g).used_memory_mib, 2048);
+  EXPECT_EQ(Gpu(g).used_compute_percent, 30);
+  ExpectInvariants();
+}
+
 TEST_F(LedgerTest, ReleaseOfLastSliceFreesGpuForOtherTenants) {
   const NodeId n = AddNode();
   const GpuId g = AddGpu(n, k80G);

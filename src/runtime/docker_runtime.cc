@@ -210,6 +210,11 @@ std::vector<std::string> DockerRuntime::RunArgv(const TaskSpec& spec) const {
     argv.push_back("-v");
     argv.push_back(spec.preload_library + ":" + spec.preload_library + ":ro");
   }
+  if (!spec.hook_region.empty()) {
+    // Read-write: the task's processes account their memory in it.
+    argv.push_back("-v");
+    argv.push_back(spec.hook_region + ":" + spec.hook_region);
+  }
   for (const auto& [name, value] :
        ComposeTaskEnv(spec, /*base=*/{}, EnvTarget::kContainer)) {
     argv.push_back("-e");

@@ -127,12 +127,13 @@ TEST_F(DockerRuntimeTest, MigSliceArgv) {
                   "registry.local/train:2"}));
 }
 
-TEST_F(DockerRuntimeTest, MpsSliceArgvMountsThePipeAndTheHook) {
+TEST_F(DockerRuntimeTest, MpsSliceArgvMountsThePipeTheHookAndItsRegion) {
   TaskSpec spec = Spec(9);
   spec.command = {"./bench"};
   spec.gpu_indices = {2};
   spec.mps_pipe_dir = "/run/heteroflow/mps";
   spec.preload_library = "/opt/heteroflow/lib/libhf-hook.so";
+  spec.hook_region = "/var/lib/heteroflow/hook/slice-4.region";
   spec.env = {{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30"},
               {"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=4096M"}};
   spec.labels = {{"team", "vision"}};
@@ -155,12 +156,18 @@ TEST_F(DockerRuntimeTest, MpsSliceArgvMountsThePipeAndTheHook) {
                   "-v",
                   "/opt/heteroflow/lib/libhf-hook.so:/opt/heteroflow/lib/"
                   "libhf-hook.so:ro",
+                  "-v",
+                  "/var/lib/heteroflow/hook/slice-4.region:/var/lib/"
+                  "heteroflow/hook/slice-4.region",
                   "-e",
                   "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
                   "-e",
                   "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M",
                   "-e",
                   "CUDA_MPS_PIPE_DIRECTORY=/run/heteroflow/mps",
+                  "-e",
+                  "HETEROFLOW_HOOK_REGION=/var/lib/heteroflow/hook/"
+                  "slice-4.region",
                   "-e",
                   "LD_PRELOAD=/opt/heteroflow/lib/libhf-hook.so",
                   "-e",

@@ -112,13 +112,21 @@ Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target) {
         "MPS pipe directory must be an absolute path without ':'",
         "mps_pipe_dir");
   }
-  if (!spec.preload_library.empty() &&
-      (spec.preload_library.front() != '/' || HasNul(spec.preload_library) ||
-       spec.preload_library.find_first_of(": ") != std::string::npos)) {
+  // Both go into a docker -v argument and an environment variable.
+  const auto check_path = [](const std::string& path, const char* what,
+                             const char* field) {
+    if (path.empty() || (path.front() == '/' && !HasNul(path) &&
+                         path.find_first_of(": ") == std::string::npos)) {
+      return Status::Ok();
+    }
     return Status::InvalidArgument(
-        "preload library must be an absolute path without ':' or spaces",
-        "preload_library");
-  }
+        std::string(what) + " must be an absolute path without ':' or spaces",
+        field);
+  };
+  HF_RETURN_IF_ERROR(
+      check_path(spec.preload_library, "preload library", "preload_library"));
+  HF_RETURN_IF_ERROR(
+      check_path(spec.hook_region, "hook region", "hook_region"));
   HF_RETURN_IF_ERROR(CheckMapKeys(spec.env, "environment variable", "env"));
   HF_RETURN_IF_ERROR(CheckMapKeys(spec.labels, "label", "labels"));
   return Status::Ok();
@@ -157,6 +165,9 @@ StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
     } else {
       it->second = spec.preload_library + ":" + it->second;
     }
+  }
+  if (!spec.hook_region.empty()) {
+    env["HETEROFLOW_HOOK_REGION"] = spec.hook_region;
   }
   return env;
 }

@@ -66,6 +66,11 @@ struct TaskSpec {
   // Absolute path of a hook library to LD_PRELOAD, or empty. Containers get
   // it mounted read-only at the same path.
   std::string preload_library;
+  // Absolute path of the slice's hook region file (src/hook/region.h), which
+  // the agent created, or empty. Injected as HETEROFLOW_HOOK_REGION;
+  // containers get it mounted read-write at the same path (the hook in the
+  // task and the agent share it).
+  std::string hook_region;
 
   // Free-form labels; keys must be non-empty and contain no '='.
   StringMap labels;
@@ -156,7 +161,8 @@ enum class EnvTarget { kHostProcess, kContainer };
 // OK when `spec` can be started: task_id > 0; a command (kHostProcess) or an
 // image not starting with '-' (kContainer); at most one of gpu_indices and
 // mig_device, indices >= 0 and distinct, the MIG device "MIG-..."; absolute
-// mps_pipe_dir and preload_library; env names non-empty without '=', label
+// mps_pipe_dir, and preload_library and hook_region absolute without ':' or
+// spaces; env names non-empty without '=', label
 // keys likewise; no NUL byte anywhere. InvalidArgument naming the field
 // otherwise.
 Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target);
@@ -171,7 +177,10 @@ Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target);
 //      pinning both pass through from spec.env untouched.
 //   4. CUDA_MPS_PIPE_DIRECTORY = spec.mps_pipe_dir when set,
 //   5. LD_PRELOAD = spec.preload_library, ahead of any LD_PRELOAD already
-//      set ("hook.so:user.so").
+//      set ("hook.so:user.so"),
+//   6. HETEROFLOW_HOOK_REGION = spec.hook_region when set.
+// Steps 5 and 6 are the hook's whole environment on the node's side (the
+// server's slice env gives it HETEROFLOW_SLICE_*).
 // REQUIRES: ValidateTaskSpec(spec, target).ok().
 StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
                          EnvTarget target);

@@ -55,6 +55,10 @@ TEST(ValidateTaskSpecTest, NamesTheFieldItRefuses) {
       {"mps_pipe_dir", [](TaskSpec& s) { s.mps_pipe_dir = "relative/dir"; }},
       {"preload_library",
        [](TaskSpec& s) { s.preload_library = "/a b/libhook.so"; }},
+      {"hook_region",
+       [](TaskSpec& s) { s.hook_region = "state/hook/slice-1.region"; }},
+      {"hook_region",
+       [](TaskSpec& s) { s.hook_region = "/state/a:b/slice-1.region"; }},
       {"env", [](TaskSpec& s) { s.env["A=B"] = "x"; }},
       {"env", [](TaskSpec& s) { s.env[""] = "x"; }},
       {"labels", [](TaskSpec& s) { s.labels["k"] = std::string("a\0b", 3); }},
@@ -79,18 +83,21 @@ TEST(ComposeTaskEnvTest, LayersBaseSpecPinningMpsAndPreload) {
   spec.gpu_indices = {2, 0};
   spec.mps_pipe_dir = "/run/mps";
   spec.preload_library = "/opt/hf/libhook.so";
+  spec.hook_region = "/var/lib/hf/hook/slice-3.region";
   const StringMap base = {{"PATH", "/bin"}, {"HOME", "/"}};
 
   const StringMap host = ComposeTaskEnv(spec, base, EnvTarget::kHostProcess);
-  EXPECT_EQ(host, (StringMap{
-                      {"CUDA_MPS_PIPE_DIRECTORY", "/run/mps"},
-                      {"CUDA_VISIBLE_DEVICES", "2,0"},
-                      {"HETEROFLOW_SLICE_ID", "3"},
-                      {"HOME", "/"},
-                      {"LD_PRELOAD", "/opt/hf/libhook.so:/usr/lib/libuser.so"},
-                      {"NVIDIA_VISIBLE_DEVICES", "2,0"},
-                      {"PATH", "/opt/bin"},
-                  }));
+  EXPECT_EQ(host,
+            (StringMap{
+                {"CUDA_MPS_PIPE_DIRECTORY", "/run/mps"},
+                {"CUDA_VISIBLE_DEVICES", "2,0"},
+                {"HETEROFLOW_HOOK_REGION", "/var/lib/hf/hook/slice-3.region"},
+                {"HETEROFLOW_SLICE_ID", "3"},
+                {"HOME", "/"},
+                {"LD_PRELOAD", "/opt/hf/libhook.so:/usr/lib/libuser.so"},
+                {"NVIDIA_VISIBLE_DEVICES", "2,0"},
+                {"PATH", "/opt/bin"},
+            }));
 
   // A container sees only its devices, renumbered: no host index leaks.
   const StringMap container = ComposeTaskEnv(spec, {}, EnvTarget::kContainer);

@@ -37,29 +37,46 @@ QosDecision DeriveQos(const ledger::GpuSpec& gpu, bool node_containerized,
         "and faults";
     return d;
   }
+  // The hook's part, said the same way for silver and bronze: it counts
+  // only once it is attached.
+  d.hook_eligible = hook_available;
+  const char* hook_part =
+      "; the node preloads the hook, which makes the memory quota a hard "
+      "limit and throttles compute inside the task's processes (\"hook\" is "
+      "listed in enforcement once the agent reports it attached)";
   if (!node_containerized && gpu.mps_capable &&
       SupportsMpsLimits(gpu.compute_capability_major,
                         gpu.compute_capability_minor)) {
     d.level = QosLevel::kSilver;
     d.enforcement = {"mps"};
-    if (hook_available) d.enforcement.emplace_back("hook");
     d.explanation =
         "silver: MPS limits memory and compute share for well-behaved "
         "clients; a fatal error in one client kills every client on the GPU";
+    if (hook_available) d.explanation += hook_part;
     return d;
   }
   d.level = QosLevel::kBronze;
   if (hook_available) {
-    d.enforcement = {"hook"};
     d.explanation =
-        "bronze: the hook makes the memory quota a hard limit and throttles "
-        "compute, inside one process tree; no hardware or driver isolation";
+        std::string(
+            "bronze: no hardware or driver isolation; the ledger admits the "
+            "slice") +
+        hook_part;
   } else {
     d.explanation =
         "bronze: the ledger admits the slice, but nothing limits its memory "
         "or compute at run time";
   }
   return d;
+}
+
+std::vector<std::string> AddHookEnforcement(
+    std::vector<std::string> enforcement) {
+  for (const std::string& e : enforcement) {
+    if (e == "hook" || e == "mig") return enforcement;
+  }
+  enforcement.emplace_back("hook");
+  return enforcement;
 }
 
 }  // namespace hf::scheduler

@@ -19,9 +19,15 @@ std::string_view QosLevelName(QosLevel level);  // "gold", "silver", "bronze"
 
 struct QosDecision {
   QosLevel level = QosLevel::kBronze;
-  // Who enforces the slice at run time, strongest first: "mig", "mps",
-  // "hook". Empty: ledger admission only.
+  // Who enforces the slice at run time from the moment it is bound,
+  // strongest first: "mig", "mps". Empty: ledger admission only. Never
+  // "hook": the hook is listed only once the agent reports it attached to
+  // the task's processes (AddHookEnforcement), because a preloaded library
+  // that never loads (a static binary, a missing file) enforces nothing.
   std::vector<std::string> enforcement;
+  // The agent will preload the hook into the task (NVIDIA, not a MIG
+  // partition, the node has it): "hook" may join `enforcement` later.
+  bool hook_eligible = false;
   // One honest line on what this tier does and does not promise.
   std::string explanation;
 };
@@ -33,8 +39,16 @@ bool SupportsMpsLimits(int cc_major, int cc_minor);
 // containerized node is forced to bronze; non-NVIDIA GPUs are bronze with no
 // run-time enforcement. `hook_available` says whether the node's agent can
 // preload the CUDA interception hook (NVIDIA only; never with MIG, where the
-// hardware already enforces the partition).
+// hardware already enforces the partition): it sets `hook_eligible` and the
+// explanation, never `enforcement` (see QosDecision).
 QosDecision DeriveQos(const ledger::GpuSpec& gpu, bool node_containerized,
                       bool hook_available);
+
+// `enforcement` with "hook" appended (after "mps", the order being strongest
+// first), for a slice whose task the agent reports the hook attached to.
+// Unchanged when "hook" is already there or the slice is a MIG partition
+// ("mig"), where the hardware enforces the boundary and no hook is loaded.
+std::vector<std::string> AddHookEnforcement(
+    std::vector<std::string> enforcement);
 
 }  // namespace hf::scheduler

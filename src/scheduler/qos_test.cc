@@ -53,6 +53,7 @@ TEST(DeriveQosTest, MigModeIsGoldEnforcedByMigOnly) {
     EXPECT_EQ(d.level, QosLevel::kGold) << hook;
     // The hardware enforces the partition; never the hook with MIG.
     EXPECT_EQ(d.enforcement, Enforcement{"mig"}) << hook;
+    EXPECT_FALSE(d.hook_eligible) << hook;
     EXPECT_FALSE(d.explanation.empty());
     EXPECT_NE(d.explanation.find("gold"), std::string::npos);
   }
@@ -69,27 +70,36 @@ TEST(DeriveQosTest, MpsOnVoltaOrNewerIsSilver) {
   const QosDecision with_hook =
       DeriveQos(Nvidia(7, 0, false, true), false, true);
   EXPECT_EQ(with_hook.level, QosLevel::kSilver);
-  EXPECT_EQ(with_hook.enforcement, (Enforcement{"mps", "hook"}));
+  // The hook is listed only once the agent reports it attached.
+  EXPECT_EQ(with_hook.enforcement, Enforcement{"mps"});
+  EXPECT_TRUE(with_hook.hook_eligible);
   EXPECT_NE(with_hook.explanation.find("silver"), std::string::npos);
+  EXPECT_NE(with_hook.explanation.find("once the agent reports it attached"),
+            std::string::npos);
 
   const QosDecision no_hook =
       DeriveQos(Nvidia(8, 6, false, true), false, false);
   EXPECT_EQ(no_hook.level, QosLevel::kSilver);
   EXPECT_EQ(no_hook.enforcement, Enforcement{"mps"});
+  EXPECT_FALSE(no_hook.hook_eligible);
+  EXPECT_EQ(no_hook.explanation.find("hook"), std::string::npos);
 }
 
 TEST(DeriveQosTest, MpsBelowComputeCapabilitySevenIsBronze) {
   // A stale or wrong mps_capable bit on a Pascal GPU must not promise silver.
   const QosDecision d = DeriveQos(Nvidia(6, 1, false, true), false, true);
   EXPECT_EQ(d.level, QosLevel::kBronze);
-  EXPECT_EQ(d.enforcement, Enforcement{"hook"});
+  EXPECT_EQ(d.enforcement, Enforcement{});
+  EXPECT_TRUE(d.hook_eligible);
 }
 
 TEST(DeriveQosTest, NoMigNoMpsIsBronze) {
   const QosDecision hook = DeriveQos(Nvidia(8, 0, false, false), false, true);
   EXPECT_EQ(hook.level, QosLevel::kBronze);
-  EXPECT_EQ(hook.enforcement, Enforcement{"hook"});
+  EXPECT_EQ(hook.enforcement, Enforcement{});
+  EXPECT_TRUE(hook.hook_eligible);
   EXPECT_NE(hook.explanation.find("bronze"), std::string::npos);
+  EXPECT_NE(hook.explanation.find("hook"), std::string::npos);
 
   const QosDecision none = DeriveQos(Nvidia(8, 0, false, false), false, false);
   EXPECT_EQ(none.level, QosLevel::kBronze);
@@ -100,7 +110,8 @@ TEST(DeriveQosTest, NoMigNoMpsIsBronze) {
 TEST(DeriveQosTest, PreVoltaGpuIsBronzeWithHook) {
   const QosDecision d = DeriveQos(Nvidia(5, 2, false, false), false, true);
   EXPECT_EQ(d.level, QosLevel::kBronze);
-  EXPECT_EQ(d.enforcement, Enforcement{"hook"});
+  EXPECT_EQ(d.enforcement, Enforcement{});
+  EXPECT_TRUE(d.hook_eligible);
 }
 
 TEST(DeriveQosTest, ContainerizedNodeIsForcedToBronze) {
@@ -134,6 +145,7 @@ TEST(DeriveQosTest, NonNvidiaIsBronzeWithoutEnforcement) {
         const QosDecision d = DeriveQos(g, containerized, hook);
         EXPECT_EQ(d.level, QosLevel::kBronze) << vendor;
         EXPECT_EQ(d.enforcement, Enforcement{}) << vendor << " hook " << hook;
+        EXPECT_FALSE(d.hook_eligible) << vendor;
         EXPECT_FALSE(d.explanation.empty());
       }
     }
@@ -156,6 +168,14 @@ TEST(DeriveQosTest, EveryDecisionHasAnExplanationNamingItsLevel) {
       }
     }
   }
+}
+
+TEST(AddHookEnforcementTest, AppendsOnceAfterMpsAndNeverToMig) {
+  EXPECT_EQ(AddHookEnforcement({}), Enforcement{"hook"});
+  EXPECT_EQ(AddHookEnforcement({"mps"}), (Enforcement{"mps", "hook"}));
+  EXPECT_EQ(AddHookEnforcement({"mps", "hook"}), (Enforcement{"mps", "hook"}));
+  EXPECT_EQ(AddHookEnforcement({"hook"}), Enforcement{"hook"});
+  EXPECT_EQ(AddHookEnforcement({"mig"}), Enforcement{"mig"});
 }
 
 }  // namespace

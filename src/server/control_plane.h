@@ -152,10 +152,59 @@ struct NodeReport {
   std::vector<GpuReport> gpus;
 };
 
+// A task's hook region as its agent read it (heartbeat `tasks[].hook`,
+// docs/API.md): the counters of src/hook/region.h.
+struct HookReport {
+  bool attached = false;      // a process of the task loaded the hook
+  std::int64_t attaches = 0;  // processes that ever attached
+  int processes = 0;          // attached processes alive now
+  std::int64_t used_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::optional<std::int64_t> quota_bytes;  // none: no memory cap
+  std::int64_t quota_ooms = 0;              // allocations the quota refused
+  std::int64_t physical_ooms = 0;           // allocations the driver refused
+};
+
 struct RunningTask {
   RowId task_id = 0;
   std::string state;  // as the agent sees it: "running", ...
   std::vector<int> gpu_indices;
+  std::optional<HookReport> hook;  // the task runs with a hook region
+};
+
+// The hook usage last reported for a live slice. Kept in memory only (the
+// agent reports it every heartbeat); gone when the slice is released.
+struct HookUsage {
+  HookReport report;
+  RowId task_id = 0;
+  store::Millis reported_at = 0;
+};
+
+// The memory quota a running task's hook region must hold (the heartbeat
+// reply): the slice's memory_mb, none for a slice without a memory cap.
+struct QuotaDirective {
+  RowId task_id = 0;
+  RowId slice_id = 0;
+  std::optional<std::int64_t> memory_mib;
+};
+
+struct HeartbeatReply {
+  // One per reported running task whose live slice the hook may enforce
+  // (a slice that is neither gold nor whole GPUs).
+  std::vector<QuotaDirective> quotas;
+};
+
+// PATCH /api/v1/slices/{id} (dynamic quota, SPEC.md section 13).
+struct SliceResizeRequest {
+  std::int64_t memory_mib = 0;
+  std::string reason;
+};
+
+struct SliceResize {
+  store::SliceRow slice;
+  // For people: what the change may do (a lowered quota the task may
+  // already exceed, a limit that stays until the task restarts, ...).
+  std::vector<std::string> warnings;
 };
 
 struct TaskStateReport {
@@ -312,14 +361,30 @@ class ControlPlane {
                                         const SliceCreate& request);
   StatusOr<store::SliceRow> DeleteSlice(const Caller& caller, RowId id,
                                         const std::string& reason);
+  // Changes a live slice's memory quota (admin, or the slice's
+  // tenant-admin). memory_mib >= 32 and a multiple of 32 (InvalidArgument
+  // naming "memory_mb"). Gold (MIG) and whole-GPU slices, released ones, a
+  // raise the GPU's free memory cannot cover (the message names the free
+  // amount): FailedPrecondition (409). Persisted with a `slice_resized`
+  // history entry and the task's slice env; the agent learns it from its
+  // next heartbeat reply and sets it in the task's hook region.
+  StatusOr<SliceResize> ResizeSlice(const Caller& caller, RowId id,
+                                    const SliceResizeRequest& request);
+  // The hook usage last reported for slice `id`, if any.
+  std::optional<HookUsage> SliceHookUsage(RowId id);
   StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
       const Caller& caller, const store::SliceRequestFilter& f);
 
   // --- nodes and agents ---
   StatusOr<store::NodeRow> RegisterNode(const Caller& caller,
                                         const NodeReport& report);
-  Status Heartbeat(const Caller& caller, const NodeReport& report,
-                   const std::vector<RunningTask>& tasks);
+  // Also records the hook reports of the tasks (the first report of an
+  // attached hook adds "hook" to the slice's enforcement, with a
+  // `hook_attached` history entry) and returns the quotas the tasks' hook
+  // regions must hold.
+  StatusOr<HeartbeatReply> Heartbeat(const Caller& caller,
+                                     const NodeReport& report,
+                                     const std::vector<RunningTask>& tasks);
   StatusOr<Assignments> GetAssignments(const Caller& caller,
                                        const std::string& node);
   StatusOr<int> ReportTaskStates(const Caller& caller, const std::string& node,
@@ -427,6 +492,10 @@ class ControlPlane {
   // the history, once per device.
   Status NoteOrphanedMigDevicesLocked(const store::NodeRow& node,
                                       const NodeReport& report);
+  // The hook part of a heartbeat (see Heartbeat). Takes no mu_.
+  Status NoteHookReports(const store::NodeRow& node,
+                         const std::vector<RunningTask>& tasks,
+                         HeartbeatReply& reply);
 
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                         const std::string& node);
@@ -470,6 +539,9 @@ class ControlPlane {
   // Approvals that count in the ledger now, with their expiry.
   std::map<RowId, store::ApprovalRow> applied_approvals_;  // GUARDED_BY(mu_)
   std::set<std::string> orphans_noted_;  // MIG device UUIDs; GUARDED_BY(mu_)
+  // Hook usage by slice id (rendered without mu_, which bind commits hold).
+  std::mutex hook_mu_;
+  std::map<RowId, HookUsage> hook_usage_;  // GUARDED_BY(hook_mu_)
   store::Millis next_approval_expiry_ =
       std::numeric_limits<store::Millis>::max();  // GUARDED_BY(mu_)
   // GPU models per vendor, to turn a task's gpu_type into allowed models.

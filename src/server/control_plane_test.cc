@@ -769,5 +769,284 @@ TEST_F(ControlPlaneTest, ConcurrentClientsWithRunningLoops) {
   }
 }
 
+// ------------------------------------------------- dynamic quota (SPEC 13)
+
+class ResizeTest : public ControlPlaneTest {
+ protected:
+  // A bronze slice of `memory` MB for alice on n1's only GPU (80 GB), its
+  // task reported running.
+  TaskRow RunningSlice(std::int64_t memory, bool running = true) {
+    const Caller alice = TenantUser("alice");
+    const TaskRow t = Submit(alice, memory);
+    EXPECT_EQ(Bind(), 1);
+    if (running) {
+      EXPECT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                        {{t.id, TaskState::kRunning, {}, ""}})
+                      .ok());
+    }
+    return Get(t.id);
+  }
+
+  StatusOr<SliceResize> Resize(RowId slice, std::int64_t memory,
+                               const Caller* caller = nullptr) {
+    SliceResizeRequest r;
+    r.memory_mib = memory;
+    r.reason = "test";
+    return cp_->ResizeSlice(caller ? *caller : admin_, slice, r);
+  }
+
+  std::vector<store::HistoryRow> HistoryOf(RowId slice, const std::string& op) {
+    store::HistoryFilter f;
+    f.slice_id = slice;
+    auto page = cp_->History(admin_, f);
+    EXPECT_TRUE(page.ok());
+    std::vector<store::HistoryRow> out;
+    for (const auto& h : page->items) {
+      if (h.op == op) out.push_back(h);
+    }
+    return out;
+  }
+};
+
+TEST_F(ResizeTest, RaiseThatFitsIsPersistedAndSurvivesARestart) {
+  Register(Node("n1", {Gpu(0)}));
+  const TaskRow t = RunningSlice(4096, /*running=*/false);
+  const RowId id = *t.slice_id;
+  auto r = Resize(id, 8192);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->slice.memory_mib, 8192);
+  EXPECT_TRUE(r->warnings.empty()) << r->warnings.front();
+  EXPECT_EQ(SliceOf(Get(t.id)).memory_mib, 8192);
+  // The task's slice env names the new quota (it starts with it).
+  EXPECT_EQ(Get(t.id).env.at("HETEROFLOW_SLICE_MEMORY_MB"), "8192");
+  EXPECT_EQ(Get(t.id).env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=8192M");
+  // The task's request is what was asked; the slice holds the grant.
+  EXPECT_EQ(Get(t.id).memory_mib, 4096);
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 8192);
+  const auto history = HistoryOf(id, "slice_resized");
+  ASSERT_EQ(history.size(), 1u);
+  EXPECT_EQ(history[0].memory_mib, 8192);
+  EXPECT_EQ(history[0].reason, "memory_mb 4096 -> 8192: test");
+  EXPECT_EQ(history[0].actor, admin_.Actor());
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok());
+
+  // A restart rebuilds the ledger from the store: the new size holds.
+  Open();
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+      << cp_->CheckLedgerMatchesStore().ToString();
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 8192);
+  EXPECT_EQ(SliceOf(Get(t.id)).memory_mib, 8192);
+  // Same size again: nothing to do, nothing logged.
+  ASSERT_TRUE(Resize(id, 8192).ok());
+  EXPECT_EQ(HistoryOf(id, "slice_resized").size(), 1u);
+}
+
+TEST_F(ResizeTest, RaiseThatDoesNotFitIsAConflictNamingTheFreeMemory) {
+  Register(Node("n1", {Gpu(0)}));
+  const TaskRow t = RunningSlice(40960);
+  const TaskRow other = Submit(TenantUser("alice"), 30720);
+  ASSERT_EQ(Bind(), 1);  // 81920 - 40960 - 30720 = 10240 MB free
+  const RowId id = *t.slice_id;
+  auto r = Resize(id, 61440);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("has 10240 MB free"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(SliceOf(Get(t.id)).memory_mib, 40960);
+  EXPECT_EQ(Get(t.id).env.at("HETEROFLOW_SLICE_MEMORY_MB"), "40960");
+  EXPECT_TRUE(HistoryOf(id, "slice_resized").empty());
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 40960 + 30720);
+  // Exactly the free memory fits.
+  ASSERT_TRUE(Resize(id, 40960 + 10240).ok());
+  EXPECT_EQ(cp_->Stats(admin_)->free_memory_mib, 0);
+  (void)other;
+}
+
+TEST_F(ResizeTest, LoweringWarnsThatTheTaskMayHitOomAndFreesCapacity) {
+  Register(Node("n1", {Gpu(0)}));
+  const TaskRow t = RunningSlice(61440);
+  const TaskRow waiting = Submit(TenantUser("alice"), 40960);
+  EXPECT_EQ(Bind(), 0);  // does not fit next to 60 GB
+  auto r = Resize(*t.slice_id, 8192);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->slice.memory_mib, 8192);
+  ASSERT_FALSE(r->warnings.empty());
+  EXPECT_NE(r->warnings[0].find("may hit OOM"), std::string::npos)
+      << r->warnings[0];
+  // Nothing says the hook runs in this task: that is said too.
+  bool unenforced = false;
+  for (const std::string& w : r->warnings) {
+    unenforced |= w.find("the hook is not attached") != std::string::npos;
+  }
+  EXPECT_TRUE(unenforced);
+  // The freed memory takes the waiting task.
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(Get(waiting.id).state, TaskState::kScheduled);
+}
+
+TEST_F(ResizeTest, GoldAndWholeGpuSlicesCannotChangeSize) {
+  Register(Node("n1", {Gpu(0, 81920, true), Gpu(1)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow gold = Submit(alice, 4096);
+  const TaskRow whole = Submit(alice, std::nullopt, std::nullopt, 1);
+  Bind();
+  ASSERT_EQ(SliceOf(Get(gold.id)).qos_level, "gold");
+  auto r = Resize(*Get(gold.id).slice_id, 8192);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("a partition cannot change size"),
+            std::string::npos)
+      << r.status().message();
+  r = Resize(*Get(whole.id).slice_id, 8192);
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status().message().find("whole GPUs"), std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(ResizeTest, ValidationPermissionsAndReleasedSlices) {
+  Register(Node("n1", {Gpu(0)}));
+  const TaskRow t = RunningSlice(4096);
+  const RowId id = *t.slice_id;
+  for (std::int64_t bad : {0, 16, 100, -32}) {
+    auto r = Resize(id, bad);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(r.status().field(), "memory_mb") << bad;
+  }
+  const Caller user = TenantUser("alice");
+  EXPECT_EQ(Resize(id, 8192, &user).status().code(),
+            StatusCode::kPermissionDenied);
+  Caller own = user;
+  own.role = Role::kTenantAdmin;
+  Caller other = TenantUser("bob");
+  other.role = Role::kTenantAdmin;
+  EXPECT_EQ(Resize(id, 8192, &other).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(Resize(id, 8192, &own).ok());
+  EXPECT_EQ(HistoryOf(id, "slice_resized")[0].actor, own.Actor());
+  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                    {{t.id, TaskState::kSucceeded, 0, ""}})
+                  .ok());
+  EXPECT_EQ(Resize(id, 4096).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ResizeTest, AFailedWriteLeavesTheLedgerAsItWas) {
+  Register(Node("n1", {Gpu(0)}));
+  const TaskRow t = RunningSlice(4096);
+  store_->fail_writes = 1;
+  EXPECT_FALSE(Resize(*t.slice_id, 8192).ok());
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 4096);
+  store_->fail_writes = 1;
+  EXPECT_FALSE(Resize(*t.slice_id, 1024).ok());
+  EXPECT_EQ(cp_->Stats(admin_)->accounted_memory_mib, 4096);
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok());
+}
+
+// ------------------------------------------------------ hook enforcement
+
+TEST_F(ResizeTest, HookIsListedOnlyOnceTheAgentReportsItAttached) {
+  NodeReport node = Node("n1", {Gpu(0, 81920, false, true)});
+  node.hook_available = true;
+  Register(node);
+  const TaskRow t = RunningSlice(4096);
+  const RowId id = *t.slice_id;
+  // Bound with the hook available: MPS only, the hook is not proven yet.
+  EXPECT_EQ(SliceOf(t).enforcement, std::vector<std::string>{"mps"});
+  EXPECT_FALSE(cp_->SliceHookUsage(id).has_value());
+
+  HookReport hook;
+  hook.quota_bytes = std::int64_t{4096} << 20;
+  RunningTask running{t.id, "running", {0}, hook};
+  auto reply = cp_->Heartbeat(admin_, node, {running});
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  // The reply names the quota the task's region must hold.
+  ASSERT_EQ(reply->quotas.size(), 1u);
+  EXPECT_EQ(reply->quotas[0].task_id, t.id);
+  EXPECT_EQ(reply->quotas[0].slice_id, id);
+  EXPECT_EQ(reply->quotas[0].memory_mib, 4096);
+  // Not attached yet: usage is shown, enforcement unchanged.
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement, std::vector<std::string>{"mps"});
+  ASSERT_TRUE(cp_->SliceHookUsage(id).has_value());
+  EXPECT_FALSE(cp_->SliceHookUsage(id)->report.attached);
+
+  running.hook->attached = true;
+  running.hook->attaches = 2;
+  running.hook->used_bytes = 1 << 30;
+  running.hook->peak_bytes = 3 << 29;
+  running.hook->quota_ooms = 1;
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement,
+            (std::vector<std::string>{"mps", "hook"}));
+  const auto attached = HistoryOf(id, "hook_attached");
+  ASSERT_EQ(attached.size(), 1u);  // once, however often it is reported
+  EXPECT_EQ(attached[0].actor, "agent:n1");
+  const auto usage = cp_->SliceHookUsage(id);
+  ASSERT_TRUE(usage.has_value());
+  EXPECT_EQ(usage->report.used_bytes, 1 << 30);
+  EXPECT_EQ(usage->report.peak_bytes, 3 << 29);
+  EXPECT_EQ(usage->report.quota_ooms, 1);
+  EXPECT_EQ(usage->task_id, t.id);
+
+  // A resize now carries no "not enforced" warning, and the next reply
+  // names the new quota.
+  auto r = Resize(id, 8192);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const std::string& w : r->warnings) {
+    EXPECT_EQ(w.find("the hook is not attached"), std::string::npos) << w;
+  }
+  reply = cp_->Heartbeat(admin_, node, {running});
+  ASSERT_TRUE(reply.ok());
+  ASSERT_EQ(reply->quotas.size(), 1u);
+  EXPECT_EQ(reply->quotas[0].memory_mib, 8192);
+
+  // Persisted: a restart keeps "hook" (the usage comes with the next
+  // heartbeat).
+  Open();
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement,
+            (std::vector<std::string>{"mps", "hook"}));
+  EXPECT_FALSE(cp_->SliceHookUsage(id).has_value());
+  // The released slice forgets its usage.
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                    {{t.id, TaskState::kSucceeded, 0, ""}})
+                  .ok());
+  EXPECT_FALSE(cp_->SliceHookUsage(id).has_value());
+}
+
+TEST_F(ResizeTest, NoQuotaForGoldOrWholeGpusAndNoHookForWholeGpus) {
+  NodeReport node = Node("n1", {Gpu(0, 81920, true), Gpu(1), Gpu(2)});
+  node.hook_available = true;
+  Register(node);
+  const Caller alice = TenantUser("alice");
+  const TaskRow gold = Submit(alice, 4096);
+  const TaskRow whole = Submit(alice, std::nullopt, std::nullopt, 1);
+  // Another tenant: it cannot join alice's MIG GPU.
+  const TaskRow compute_only = Submit(TenantUser("bob"), std::nullopt, 30);
+  EXPECT_EQ(Bind(), 3);
+  ASSERT_EQ(SliceOf(Get(gold.id)).qos_level, "gold");
+  ASSERT_EQ(SliceOf(Get(compute_only.id)).qos_level, "bronze");
+  for (const TaskRow& t : {gold, whole, compute_only}) {
+    ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                      {{t.id, TaskState::kRunning, {}, ""}})
+                    .ok());
+  }
+  HookReport attached;
+  attached.attached = true;
+  attached.attaches = 1;
+  auto reply = cp_->Heartbeat(
+      admin_, node,
+      {{whole.id, "running", Get(whole.id).gpu_indices, attached},
+       {compute_only.id, "running", Get(compute_only.id).gpu_indices, attached},
+       {gold.id, "running", Get(gold.id).gpu_indices, std::nullopt}});
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  // Only the compute-only slice gets a quota, with no memory cap.
+  ASSERT_EQ(reply->quotas.size(), 1u);
+  EXPECT_EQ(reply->quotas[0].task_id, compute_only.id);
+  EXPECT_FALSE(reply->quotas[0].memory_mib.has_value());
+  // Whole GPUs have no quota for the hook to enforce.
+  EXPECT_EQ(std::count(SliceOf(Get(whole.id)).enforcement.begin(),
+                       SliceOf(Get(whole.id)).enforcement.end(), "hook"),
+            0);
+  EXPECT_EQ(SliceOf(Get(compute_only.id)).enforcement,
+            std::vector<std::string>{"hook"});
+}
+
 }  // namespace
 }  // namespace hf::server

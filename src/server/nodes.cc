@@ -229,27 +229,128 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
   return stored;
 }
 
-Status ControlPlane::Heartbeat(const Caller& caller, const NodeReport& report,
-                               const std::vector<RunningTask>& tasks) {
+StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
+    const Caller& caller, const NodeReport& report,
+    const std::vector<RunningTask>& tasks) {
   auto node = NodeForAgent(caller, report.name);
   if (!node.ok()) return node.status();
   auto stored = RegisterNode(caller, report);  // capabilities afresh
   if (!stored.ok()) return stored.status();
-  std::lock_guard lock(mu_);
-  for (const RunningTask& t : tasks) {
-    if (t.state != "running") continue;
-    Status s = CompensateLocked(*stored, t);
-    if (!s.ok()) {
-      spdlog::warn("compensation for task {} on {}: {}", t.task_id,
-                   stored->name, s.ToString());
+  {
+    std::lock_guard lock(mu_);
+    for (const RunningTask& t : tasks) {
+      if (t.state != "running") continue;
+      Status s = CompensateLocked(*stored, t);
+      if (!s.ok()) {
+        spdlog::warn("compensation for task {} on {}: {}", t.task_id,
+                     stored->name, s.ToString());
+      }
+    }
+    const Status orphans = NoteOrphanedMigDevicesLocked(*stored, report);
+    if (!orphans.ok()) {
+      spdlog::warn("MIG orphan check on {}: {}", stored->name,
+                   orphans.ToString());
     }
   }
-  const Status orphans = NoteOrphanedMigDevicesLocked(*stored, report);
-  if (!orphans.ok()) {
-    spdlog::warn("MIG orphan check on {}: {}", stored->name,
-                 orphans.ToString());
+  HeartbeatReply reply;
+  const Status hooks = NoteHookReports(*stored, tasks, reply);
+  if (!hooks.ok()) {
+    spdlog::warn("hook reports of {}: {}", stored->name, hooks.ToString());
   }
-  return Status::Ok();
+  return reply;
+}
+
+Status ControlPlane::NoteHookReports(const NodeRow& node,
+                                     const std::vector<RunningTask>& tasks,
+                                     HeartbeatReply& reply) {
+  // The live slice of each running task this node reports.
+  std::vector<std::pair<const RunningTask*, SliceRow>> live;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    live.clear();
+    for (const RunningTask& t : tasks) {
+      if (t.state != "running") continue;
+      auto task = txn.GetTask(t.task_id);
+      if (!task.ok() || task->node_id != node.id || !task->slice_id ||
+          store::IsTerminal(task->state)) {
+        continue;
+      }
+      auto slice = txn.GetSlice(*task->slice_id);
+      if (!slice.ok() || slice->state != store::SliceState::kAllocated ||
+          slice->task_id != t.task_id) {
+        continue;
+      }
+      live.emplace_back(&t, *slice);
+    }
+    return Status::Ok();
+  }));
+  const Millis now = clock_->NowMillis();
+  std::vector<std::pair<RowId, HookReport>> attached;  // "hook" to add
+  for (const auto& [t, slice] : live) {
+    // Whole GPUs have no quota; a MIG partition runs no hook.
+    const bool hook_enforceable = !slice.whole && slice.qos_level != "gold";
+    if (hook_enforceable) {
+      QuotaDirective q;
+      q.task_id = t->task_id;
+      q.slice_id = slice.id;
+      if (slice.memory_mib > 0) q.memory_mib = slice.memory_mib;
+      reply.quotas.push_back(q);
+    }
+    if (!t->hook) continue;
+    {
+      // Only while the ledger holds the slice: a release takes the slice
+      // out of the ledger before it drops the usage (ApplyReleasesLocked),
+      // so a report racing a release leaves nothing behind.
+      std::lock_guard lock(hook_mu_);
+      if (ledger_->GetAllocation(
+              SliceId(static_cast<std::uint64_t>(slice.id)))) {
+        hook_usage_[slice.id] = HookUsage{*t->hook, t->task_id, now};
+      }
+    }
+    if (hook_enforceable && t->hook->attached &&
+        scheduler::AddHookEnforcement(slice.enforcement) != slice.enforcement) {
+      attached.emplace_back(slice.id, *t->hook);
+    }
+  }
+  if (attached.empty()) return Status::Ok();
+  return store_->Write([&](Txn& txn) -> Status {
+    for (const auto& [id, hook] : attached) {
+      auto current = txn.GetSlice(id);
+      if (!current.ok() || current->state != store::SliceState::kAllocated) {
+        continue;
+      }
+      SliceRow s = *current;
+      std::vector<std::string> enforcement =
+          scheduler::AddHookEnforcement(s.enforcement);
+      if (enforcement == s.enforcement) continue;  // another report won
+      s.enforcement = std::move(enforcement);
+      HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      store::HistoryRow h = HistoryFor(s, "hook_attached");
+      h.at = now;
+      h.actor = "agent:" + node.name;
+      h.reason =
+          "the hook is loaded in " + std::to_string(hook.attaches) +
+          " process(es) of task " + std::to_string(s.task_id.value_or(0)) +
+          ": the memory quota (" +
+          (hook.quota_bytes ? std::to_string(*hook.quota_bytes >> 20) + " MiB"
+                            : std::string("no cap")) +
+          ") is a hard limit now";
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+      std::string listed;
+      for (const std::string& e : s.enforcement) {
+        listed += (listed.empty() ? "" : ",") + e;
+      }
+      spdlog::info("slice {}: the hook is attached (enforcement now {})", s.id,
+                   listed);
+    }
+    return Status::Ok();
+  });
+}
+
+std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
+  std::lock_guard lock(hook_mu_);
+  auto it = hook_usage_.find(id);
+  if (it == hook_usage_.end()) return std::nullopt;
+  return it->second;
 }
 
 Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,

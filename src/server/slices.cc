@@ -415,6 +415,150 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   return out;
 }
 
+StatusOr<SliceResize> ControlPlane::ResizeSlice(
+    const Caller& caller, RowId id, const SliceResizeRequest& request) {
+  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
+    return Status::PermissionDenied(
+        "resizing slices needs an admin or tenant-admin token");
+  }
+  const std::int64_t memory = request.memory_mib;
+  if (memory < ledger::kMinSliceMemoryMib || memory % 32 != 0 ||
+      memory > (std::int64_t{1} << 40)) {
+    return Status::InvalidArgument(
+        "must be at least 32 and a multiple of 32 (MB), got " +
+            std::to_string(memory),
+        "memory_mb");
+  }
+  auto visible = GetSlice(caller, id);  // 404 for another tenant's slice
+  if (!visible.ok()) return visible.status();
+  const std::string why = request.reason.substr(0, 1024);
+  std::lock_guard lock(mu_);
+  SliceRow current;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto s = txn.GetSlice(id);
+    if (!s.ok()) return s.status();
+    current = *s;
+    return Status::Ok();
+  }));
+  const std::string name = "slice " + std::to_string(id);
+  if (current.state != store::SliceState::kAllocated) {
+    return Status::FailedPrecondition(
+        name + " is " + std::string(store::SliceStateName(current.state)) +
+        ": only a live slice can be resized");
+  }
+  if (current.whole) {
+    return Status::FailedPrecondition(
+        name +
+        " holds whole GPUs: they are not sliced and have no memory quota "
+        "to change");
+  }
+  if (current.qos_level == "gold") {
+    return Status::FailedPrecondition(
+        name + " is a gold slice, a MIG partition" +
+        (current.mig_device_id.empty() ? ""
+                                       : " (" + current.mig_device_id + ")") +
+        ": a partition cannot change size; run the task again with the new "
+        "gpu_memory_mb to get a partition of that size");
+  }
+  const std::int64_t old = current.memory_mib;
+  if (memory == old) return SliceResize{current, {}};
+  const SliceId ledger_id(static_cast<std::uint64_t>(id));
+  // Like a placement, a raise takes the capacity first (undone if the write
+  // fails); like a release, a lowering gives it back after the commit.
+  if (memory > old) {
+    auto raised = ledger_->ResizeSlice(ledger_id, memory);
+    if (!raised.ok()) {
+      if (raised.status().code() == StatusCode::kFailedPrecondition) {
+        return Status::FailedPrecondition("cannot raise " + name + " to " +
+                                          std::to_string(memory) +
+                                          " MB: " + raised.status().message());
+      }
+      return raised.status();
+    }
+  } else {
+    auto a = ledger_->GetAllocation(ledger_id);
+    if (!a || a->kind != ledger::RequestKind::kSlice) {
+      return Status::Internal(name + " is not a slice in the ledger");
+    }
+  }
+  const Millis now = clock_->NowMillis();
+  SliceResize out;
+  bool task_running = false;
+  Status written = store_->Write([&](Txn& txn) -> Status {
+    task_running = false;
+    auto s = txn.GetSlice(id);
+    if (!s.ok()) return s.status();
+    SliceRow slice = *s;
+    slice.memory_mib = memory;
+    HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
+    store::HistoryRow h = HistoryFor(slice, "slice_resized");
+    h.at = now;
+    h.actor = caller.Actor();
+    h.reason = "memory_mb " + std::to_string(old) + " -> " +
+               std::to_string(memory) + (why.empty() ? "" : ": " + why);
+    HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+    if (slice.task_id) {
+      auto t = txn.GetTask(*slice.task_id);
+      if (t.ok() && t->slice_id == slice.id && !store::IsTerminal(t->state)) {
+        // The task's slice env names the new quota (a task that starts
+        // later gets it; a running one gets it through its hook region).
+        store::TaskRow task = *t;
+        ApplySliceEnv(SliceEnvFor(slice), task.env);
+        task.updated_at = now;
+        HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+        task_running = task.state == store::TaskState::kRunning;
+      }
+    }
+    out.slice = slice;
+    return Status::Ok();
+  });
+  if (!written.ok()) {
+    if (memory > old) (void)ledger_->ResizeSlice(ledger_id, old);
+    return written;
+  }
+  if (memory < old) {
+    auto lowered = ledger_->ResizeSlice(ledger_id, memory);
+    if (!lowered.ok()) {
+      spdlog::error("ledger resize of slice {} failed: {}", id,
+                    lowered.status().ToString());
+    }
+    BumpGeneration();
+    WakeScheduler();
+  }
+  std::vector<std::string>& warnings = out.warnings;
+  if (memory < old) {
+    warnings.push_back(
+        "the quota was lowered from " + std::to_string(old) + " to " +
+        std::to_string(memory) +
+        " MB: a task already using more keeps what it holds, but its next "
+        "allocations fail with CUDA out-of-memory errors until its usage "
+        "drops below the new quota (the task may hit OOM)");
+  }
+  std::string listed;
+  bool hooked = false;
+  for (const std::string& e : out.slice.enforcement) {
+    listed += (listed.empty() ? "" : ",") + e;
+    hooked |= e == "hook";
+  }
+  if (task_running && !hooked) {
+    warnings.push_back(
+        "the hook is not attached to this slice's task (enforcement: " +
+        (listed.empty() ? std::string("none") : listed) +
+        "): the ledger accounts the new quota, but nothing enforces it "
+        "inside the running task");
+  }
+  if (task_running && out.slice.qos_level == "silver") {
+    warnings.push_back(
+        "MPS fixed the pinned-memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT) "
+        "of the task's processes when they started; they keep it until the "
+        "task restarts" +
+        std::string(memory > old
+                        ? ", so they may not reach the raised quota before"
+                        : ""));
+  }
+  return out;
+}
+
 StatusOr<Page<store::SliceRequestRow>> ControlPlane::ListSliceRequests(
     const Caller& caller, const store::SliceRequestFilter& filter) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));

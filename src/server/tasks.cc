@@ -401,6 +401,10 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
       spdlog::error("ledger release of slice {} failed: {}", id, s.ToString());
     }
   }
+  {
+    std::lock_guard lock(hook_mu_);
+    for (RowId id : released) hook_usage_.erase(id);
+  }
   BumpGeneration();
   WakeScheduler();
 }

@@ -10,7 +10,10 @@
 //   - tasks run as processes with their slice's environment (read back
 //     through the task's log), exit codes and all their output reach the
 //     server, slices are released; whole-GPU tasks are pinned; the hook is
-//     preloaded into every slice but a MIG partition;
+//     preloaded into every slice but a MIG partition, with the slice's hook
+//     region, whose usage reaches the server, whose quota follows PATCH
+//     without a restart of the task, which a restarted agent reopens (never
+//     recreates) and which goes when the task has ended;
 //   - gold: the MIG partition is created before the task runs and destroyed
 //     after it, and a failing create puts the task back to be bound again;
 //   - cancel stops the task's whole process group;
@@ -22,6 +25,9 @@
 // Tasks that must outlive a step wait for a file the test creates, so no
 // test sleeps for a fixed time. The suite takes about 20 s on an idle
 // 2-core machine; the lost-GPU test alone waits for its fault's 6 s window.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -29,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "hook/region.h"
 #include "tests/e2e/agent_harness.h"
 
 namespace hf::e2e {
@@ -465,17 +472,125 @@ TEST_F(AgentE2eTest, HookIsPreloadedIntoEverySliceButMigPartitions) {
   ASSERT_EQ(g["status"], "succeeded") << g.dump() << Logs(agent);
   EXPECT_EQ(s["qos_level"], "silver");
   EXPECT_EQ(g["qos_level"], "gold");
+  // The file is no hook: nothing ever attached, so "hook" is not listed.
   EXPECT_EQ(
       api_->GetSlice(s["slice_id"].get<std::int64_t>(), user_)["enforcement"],
-      json({"mps", "hook"}));
+      json({"mps"}));
   EXPECT_EQ(
       api_->GetSlice(g["slice_id"].get<std::int64_t>(), user_)["enforcement"],
       json({"mig"}));
   const auto silver_env = ParseEnvLines(TaskLog(silver));
   ASSERT_TRUE(silver_env.contains("LD_PRELOAD")) << TaskLog(silver);
   EXPECT_EQ(silver_env.at("LD_PRELOAD"), hook);
-  EXPECT_FALSE(ParseEnvLines(TaskLog(gold)).contains("LD_PRELOAD"))
-      << TaskLog(gold);
+  const fs::path region =
+      agent.state_dir() / "hook" /
+      ("slice-" + std::to_string(s["slice_id"].get<std::int64_t>()) +
+       ".region");
+  ASSERT_TRUE(silver_env.contains("HETEROFLOW_HOOK_REGION")) << TaskLog(silver);
+  EXPECT_EQ(fs::path(silver_env.at("HETEROFLOW_HOOK_REGION")),
+            fs::absolute(region));
+  const auto gold_env = ParseEnvLines(TaskLog(gold));
+  EXPECT_FALSE(gold_env.contains("LD_PRELOAD")) << TaskLog(gold);
+  EXPECT_FALSE(gold_env.contains("HETEROFLOW_HOOK_REGION")) << TaskLog(gold);
+  // Both tasks ended: their regions are gone.
+  EXPECT_TRUE(WaitFor([&] { return fs::is_empty(agent.state_dir() / "hook"); }))
+      << Logs(agent);
+}
+
+// The agent's side of the hook (src/hook/region.h), with this test process
+// standing in for a process of the task that loaded the hook: it attaches
+// to the task's region and holds memory in it.
+TEST_F(AgentE2eTest, HookRegionCarriesUsageAndLiveQuotaAcrossAgentRestarts) {
+  AgentProcess& agent = NewAgent("region", {A100(40960)});
+  agent.options().flags = {"--hook-library",
+                           (agent.dir() / "libhfhook.so").string()};
+  ASSERT_TRUE(StartAndRegister(agent));
+  const fs::path go = agent.dir() / "go";
+  const std::int64_t id = CreateId({{"name", "hooked"},
+                                    {"command", WaitForFileCommand(go, "env")},
+                                    {"gpu_memory_mb", 4096},
+                                    {"gpu_compute_ratio", 0.3}});
+  json t = WaitStatus(id, "running");
+  ASSERT_EQ(t["status"], "running") << t.dump() << Logs(agent);
+  const std::int64_t slice = t["slice_id"].get<std::int64_t>();
+  const std::string path = "/api/v1/slices/" + std::to_string(slice);
+  const fs::path file = agent.state_dir() / "hook" /
+                        ("slice-" + std::to_string(slice) + ".region");
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(file); })) << Logs(agent);
+  constexpr std::uint64_t kMib = std::uint64_t{1} << 20;
+
+  hook::Region region;
+  const char* error = "";
+  ASSERT_TRUE(region.Open(file.c_str(), 0, 0, &error)) << error;
+  // The agent created it with the slice's quota and compute share.
+  EXPECT_EQ(region.quota(), 4096 * kMib);
+  EXPECT_EQ(region.compute_percent(), 30u);
+  // Not attached yet: bound without "hook", and none appears.
+  EXPECT_EQ(api_->GetSlice(slice, user_)["enforcement"], json({"mps"}));
+
+  region.Attach(getpid(), hook::Region::ProcessStartTicks(getpid()));
+  ASSERT_EQ(region.Reserve(512 * kMib), hook::ReserveResult::kOk);
+  EXPECT_EQ(region.Reserve(4096 * kMib), hook::ReserveResult::kOverQuota);
+  json s;
+  ASSERT_TRUE(WaitFor([&] {
+    s = api_->GetSlice(slice, user_);
+    return s["enforcement"] == json({"mps", "hook"}) && s["hook"].is_object() &&
+           s["hook"]["used_bytes"] == 512 * kMib;
+  })) << s.dump()
+      << Logs(agent);
+  EXPECT_EQ(s["hook"]["attached"], true);
+  EXPECT_EQ(s["hook"]["quota_bytes"], 4096 * kMib);
+  EXPECT_EQ(s["hook"]["quota_ooms"], 1);
+  EXPECT_EQ(s["hook"]["processes"], 1);
+
+  // Dynamic quota: the agent sets it in the region; the task runs on.
+  HttpReply r = api_->http().Patch(path, {{"memory_mb", 8192}}, api_->admin());
+  ASSERT_EQ(r.status, 200) << r.Describe();
+  ASSERT_TRUE(WaitFor([&] { return region.quota() == 8192 * kMib; }))
+      << region.quota() << Logs(agent);
+  EXPECT_EQ(region.Reserve(4096 * kMib), hook::ReserveResult::kOk);
+
+  // A killed agent's successor reopens the same region: usage kept.
+  struct stat before {};
+  ASSERT_EQ(stat(file.c_str(), &before), 0);
+  // A region no task uses (its task ended while no agent ran) goes.
+  const fs::path stale = agent.state_dir() / "hook" / "slice-999999.region";
+  Touch(stale);
+  ASSERT_TRUE(agent.Restart(/*kill=*/true));
+  ASSERT_TRUE(agent.WaitForLog("reopened its hook region")) << Logs(agent);
+  EXPECT_TRUE(WaitFor([&] { return !fs::exists(stale); })) << Logs(agent);
+  struct stat after {};
+  ASSERT_EQ(stat(file.c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the region was recreated";
+  EXPECT_EQ(region.used(), 4608 * kMib);
+  r = api_->http().Patch(path, {{"memory_mb", 2048}}, api_->admin());
+  ASSERT_EQ(r.status, 200) << r.Describe();
+  EXPECT_TRUE(JsonMentions(r.body["warnings"], "may hit OOM")) << r.raw;
+  ASSERT_TRUE(WaitFor([&] { return region.quota() == 2048 * kMib; }))
+      << region.quota() << Logs(agent);
+  // Lowered below the usage: held memory stays, new allocations fail.
+  EXPECT_EQ(region.Reserve(kMib), hook::ReserveResult::kOverQuota);
+  ASSERT_TRUE(WaitFor([&] {
+    s = api_->GetSlice(slice, user_);
+    return s["hook"].is_object() && s["hook"]["used_bytes"] == 4608 * kMib &&
+           s["hook"]["quota_bytes"] == 2048 * kMib;
+  })) << s.dump()
+      << Logs(agent);
+  region.Detach();
+
+  // The task (started once, never restarted) ends; its region goes.
+  Touch(go);
+  t = WaitTerminal(id);
+  ASSERT_EQ(t["status"], "succeeded") << t.dump() << Logs(agent);
+  const auto env = ParseEnvLines(TaskLog(id));
+  ASSERT_TRUE(env.contains("HETEROFLOW_HOOK_REGION")) << TaskLog(id);
+  EXPECT_EQ(fs::path(env.at("HETEROFLOW_HOOK_REGION")), fs::absolute(file));
+  // The env the task started with: the quota of that moment.
+  EXPECT_EQ(env.at("HETEROFLOW_SLICE_MEMORY_MB"), "4096");
+  EXPECT_TRUE(WaitFor([&] { return !fs::exists(file); })) << Logs(agent);
+  const std::string log = agent.Log(1 << 20);
+  const std::string started = "task " + std::to_string(id) + " started";
+  EXPECT_EQ(log.find(started), log.rfind(started)) << log;
 }
 
 // --------------------------------------------------------------- gold

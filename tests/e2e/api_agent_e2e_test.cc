@@ -123,10 +123,10 @@ TEST_F(AgentValidationTest, RegisterHeartbeatAndNodeViews) {
   for (const json& n : nodes) listed = listed || n["node_id"] == node.name();
   EXPECT_TRUE(listed) << nodes.dump();
 
-  // Heartbeats: 200 {"ok": true}; the path names the node.
+  // Heartbeats: 200 {"ok": true, "quotas": [...]}; the path names the node.
   HttpReply hb = node.Heartbeat();
   ASSERT_TRUE(HasStatus(hb, 200));
-  EXPECT_EQ(hb.body, json({{"ok", true}}));
+  EXPECT_EQ(hb.body, json({{"ok", true}, {"quotas", json::array()}}));
   json mismatch = node.ReportBody();
   mismatch["node_id"] = "someone-else";
   EXPECT_TRUE(
@@ -153,6 +153,19 @@ TEST_F(AgentValidationTest, RegisterHeartbeatAndNodeViews) {
       IsInvalid(api_->http().Post("/api/v1/nodes/" + node.name() + "/heartbeat",
                                   bad_tasks, node_token_),
                 "tasks[0].task_id"));
+  bad_tasks["tasks"] = {
+      {{"task_id", 1}, {"state", "running"}, {"hook", {{"attached", 1}}}}};
+  EXPECT_TRUE(
+      IsInvalid(api_->http().Post("/api/v1/nodes/" + node.name() + "/heartbeat",
+                                  bad_tasks, node_token_),
+                "tasks[0].hook.attached"));
+  bad_tasks["tasks"] = {{{"task_id", 1},
+                         {"state", "running"},
+                         {"hook", {{"attached", true}, {"used_bytes", -1}}}}};
+  EXPECT_TRUE(
+      IsInvalid(api_->http().Post("/api/v1/nodes/" + node.name() + "/heartbeat",
+                                  bad_tasks, node_token_),
+                "tasks[0].hook.used_bytes"));
   // A running task the server does not know is ignored.
   EXPECT_TRUE(HasStatus(
       node.Heartbeat(
@@ -369,6 +382,158 @@ TEST_F(AgentFlowTest, RunningTaskWithoutSliceGetsACompensationSlice) {
   ASSERT_TRUE(HasStatus(node.ReportState(id, "succeeded", 0), 200));
   EXPECT_EQ(api_->GetSlice(s["id"].get<std::int64_t>(), user_)["state"],
             "released");
+}
+
+// The hook is listed in a slice's enforcement only once the agent reports
+// it attached; the reported usage is shown on the slice; PATCH changes the
+// quota (SPEC.md section 13) and the next heartbeat reply names it.
+TEST_F(AgentFlowTest, HookReportsAndDynamicQuota) {
+  SimNode node(*api_, "n1", {SimGpu{.index = 0}, MigGpu(1)});
+  node.hook_available = true;
+  ASSERT_TRUE(node.Register());
+  json t = Bound({{"name", "hooked"}, {"gpu_memory_mb", 4096}});
+  const std::int64_t id = t["id"].get<std::int64_t>();
+  const std::int64_t slice = t["slice_id"].get<std::int64_t>();
+  const std::string path = "/api/v1/slices/" + std::to_string(slice);
+  ASSERT_TRUE(HasStatus(node.ReportState(id, "running"), 200));
+  json s = api_->GetSlice(slice, user_);
+  EXPECT_EQ(s["qos_level"], "silver");
+  EXPECT_EQ(s["enforcement"], json({"mps"})) << s.dump();
+  EXPECT_TRUE(s["hook"].is_null()) << s.dump();
+
+  constexpr std::int64_t kMib = std::int64_t{1} << 20;
+  json hook = {{"attached", false}, {"attaches", 0},
+               {"processes", 0},    {"used_bytes", 0},
+               {"peak_bytes", 0},   {"quota_bytes", 4096 * kMib},
+               {"quota_ooms", 0},   {"physical_ooms", 0}};
+  const auto running = [&] {
+    return json::array({{{"task_id", id},
+                         {"state", "running"},
+                         {"gpu_indices", {0}},
+                         {"hook", hook}}});
+  };
+  HttpReply hb = node.Heartbeat(running());
+  ASSERT_TRUE(HasStatus(hb, 200));
+  EXPECT_EQ(hb.body["quotas"],
+            json::parse(R"([{"task_id": )" + std::to_string(id) +
+                        R"(, "slice_id": )" + std::to_string(slice) +
+                        R"(, "memory_mb": 4096}])"))
+      << hb.raw;
+  s = api_->GetSlice(slice, user_);
+  EXPECT_EQ(s["enforcement"], json({"mps"})) << s.dump();
+  ASSERT_TRUE(s["hook"].is_object()) << s.dump();
+  EXPECT_EQ(s["hook"]["attached"], false);
+
+  hook["attached"] = true;
+  hook["attaches"] = 1;
+  hook["processes"] = 1;
+  hook["used_bytes"] = 3072 * kMib;
+  hook["peak_bytes"] = 3072 * kMib;
+  hook["quota_ooms"] = 2;
+  ASSERT_TRUE(HasStatus(node.Heartbeat(running()), 200));
+  s = api_->GetSlice(slice, user_);
+  EXPECT_EQ(s["enforcement"], json({"mps", "hook"})) << s.dump();
+  EXPECT_EQ(s["hook"]["used_bytes"], 3072 * kMib) << s.dump();
+  EXPECT_EQ(s["hook"]["quota_bytes"], 4096 * kMib);
+  EXPECT_EQ(s["hook"]["quota_ooms"], 2);
+  EXPECT_EQ(s["hook"]["physical_ooms"], 0);
+  EXPECT_TRUE(s["hook"]["reported_at"].is_string());
+  EXPECT_TRUE(
+      HasOp(History("?slice_id=" + std::to_string(slice)), "hook_attached"));
+
+  // PATCH: validation, roles.
+  EXPECT_TRUE(
+      IsInvalid(api_->http().Patch(path, {{"memory_mb", 16}}, api_->admin()),
+                "memory_mb"));
+  EXPECT_TRUE(
+      IsInvalid(api_->http().Patch(path, {{"memory_mb", 4100}}, api_->admin()),
+                "memory_mb"));
+  EXPECT_TRUE(IsInvalid(
+      api_->http().Patch(path, {{"memory_mb", "8 GB"}}, api_->admin()),
+      "memory_mb"));
+  EXPECT_TRUE(IsInvalid(api_->http().Patch(path, json::object(), api_->admin()),
+                        "memory_mb"));
+  EXPECT_TRUE(
+      IsInvalid(api_->http().Patch(path, {{"memory_mb", 8192}, {"qos", "gold"}},
+                                   api_->admin()),
+                "qos"));
+  EXPECT_TRUE(IsApiError(api_->http().Patch(path, {{"memory_mb", 8192}}, user_),
+                         403, "permission_denied"));
+  const std::string other_admin =
+      api_->CreateToken("tenant-admin", api_->NewTenant("other"));
+  EXPECT_TRUE(
+      IsApiError(api_->http().Patch(path, {{"memory_mb", 8192}}, other_admin),
+                 404, "not_found"));
+  EXPECT_TRUE(
+      IsApiError(api_->http().Patch("/api/v1/slices/987654",
+                                    {{"memory_mb", 8192}}, api_->admin()),
+                 404, "not_found"));
+
+  // Raise (the tenant's own tenant-admin may): no warning.
+  const std::string tenant_admin = api_->CreateToken("tenant-admin", tenant_);
+  HttpReply raised = api_->http().Patch(
+      path, {{"memory_mb", 8192}, {"reason", "bigger batch"}}, tenant_admin);
+  ASSERT_TRUE(HasStatus(raised, 200));
+  EXPECT_EQ(raised.body["memory_mb"], 8192);
+  EXPECT_EQ(raised.body["id"], slice);
+  ASSERT_TRUE(raised.body["warnings"].is_array()) << raised.raw;
+  // Silver: MPS's limit stays until the task restarts, and says so.
+  ASSERT_EQ(raised.body["warnings"].size(), 1u) << raised.raw;
+  EXPECT_TRUE(JsonMentions(raised.body["warnings"], "MPS")) << raised.raw;
+  hb = node.Heartbeat(running());
+  ASSERT_TRUE(HasStatus(hb, 200));
+  EXPECT_EQ(hb.body["quotas"][0]["memory_mb"], 8192) << hb.raw;
+  json history = History("?slice_id=" + std::to_string(slice));
+  bool resized = false;
+  for (const json& h : history) {
+    if (h["op"] != "slice_resized") continue;
+    resized = true;
+    EXPECT_EQ(h["memory_mb"], 8192);
+    EXPECT_EQ(h["reason"], "memory_mb 4096 -> 8192: bigger batch");
+  }
+  EXPECT_TRUE(resized) << history.dump();
+  EXPECT_EQ(api_->GetTask(id, user_)["env"]["HETEROFLOW_SLICE_MEMORY_MB"],
+            "8192");
+
+  // A raise past the GPU's free memory: 409 naming it, nothing changes.
+  HttpReply too_big =
+      api_->http().Patch(path, {{"memory_mb", 90000 / 32 * 32}}, api_->admin());
+  EXPECT_TRUE(IsApiError(too_big, 409, "conflict"));
+  json other_task = Bound({{"name", "filler"}, {"gpu_memory_mb", 65536}});
+  ASSERT_EQ(other_task["gpu_indices"], json({0})) << other_task.dump();
+  // 8192 MB free: 16384 would fit exactly, 16416 does not.
+  too_big = api_->http().Patch(path, {{"memory_mb", 16416}}, api_->admin());
+  EXPECT_TRUE(IsApiError(too_big, 409, "conflict"));
+  EXPECT_TRUE(JsonMentions(too_big.body, "8192 MB free")) << too_big.raw;
+  EXPECT_EQ(api_->GetSlice(slice, user_)["memory_mb"], 8192);
+
+  // Lowering warns that the task may hit OOM.
+  HttpReply lowered =
+      api_->http().Patch(path, {{"memory_mb", 1024}}, api_->admin());
+  ASSERT_TRUE(HasStatus(lowered, 200));
+  EXPECT_EQ(lowered.body["memory_mb"], 1024);
+  EXPECT_TRUE(JsonMentions(lowered.body["warnings"], "may hit OOM"))
+      << lowered.raw;
+
+  // A gold slice cannot change size.
+  json gold = Bound({{"name", "gold"}, {"gpu_memory_mb", 50000}});
+  ASSERT_EQ(gold["qos_level"], "gold") << gold.dump();
+  HttpReply partition = api_->http().Patch(
+      "/api/v1/slices/" + std::to_string(gold["slice_id"].get<std::int64_t>()),
+      {{"memory_mb", 8192}}, api_->admin());
+  EXPECT_TRUE(IsApiError(partition, 409, "conflict"));
+  EXPECT_TRUE(JsonMentions(partition.body, "a partition cannot change size"))
+      << partition.raw;
+
+  // A restart rebuilds the ledger from the store: the quota and "hook"
+  // stay.
+  ASSERT_TRUE(server_->Restart());
+  s = api_->GetSlice(slice, user_);
+  EXPECT_EQ(s["memory_mb"], 1024);
+  EXPECT_EQ(s["enforcement"], json({"mps", "hook"})) << s.dump();
+  HttpReply stats = api_->http().Get("/api/v1/slices/stats", api_->admin());
+  EXPECT_EQ(stats.body["gpus"][0]["accounted_memory_mb"], 1024 + 65536)
+      << stats.raw;
 }
 
 TEST_F(AgentFlowTest, AssignmentsAndTaskStates) {

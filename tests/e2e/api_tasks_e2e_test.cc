@@ -544,13 +544,25 @@ TEST_F(TaskPlacementTest, QosTiersFollowTheGpuAndTheNode) {
             true);
   auto [t2, s2] = BindOne(*api_, user_);
   EXPECT_EQ(s2["qos_level"], "bronze");
-  EXPECT_EQ(s2["enforcement"], json({"hook"}));
-  // MPS daemon up: silver, MPS and the hook.
+  // The hook enforces nothing until it is loaded in the task: "hook" is
+  // listed once the agent reports it attached.
+  EXPECT_EQ(s2["enforcement"], json::array());
+  const std::int64_t id2 = t2["id"].get<std::int64_t>();
+  ASSERT_TRUE(HasStatus(node.ReportState(id2, "running"), 200));
+  ASSERT_TRUE(HasStatus(
+      node.Heartbeat({{{"task_id", id2},
+                       {"state", "running"},
+                       {"gpu_indices", {0}},
+                       {"hook", {{"attached", true}, {"attaches", 1}}}}}),
+      200));
+  EXPECT_EQ(api_->GetSlice(s2["id"].get<std::int64_t>(), user_)["enforcement"],
+            json({"hook"}));
+  // MPS daemon up: silver, MPS at once (the hook once it attaches).
   node.gpus()[0].mps_capable = true;
   ASSERT_TRUE(HasStatus(node.Heartbeat(), 200));
   auto [t3, s3] = BindOne(*api_, user_);
   EXPECT_EQ(s3["qos_level"], "silver");
-  EXPECT_EQ(s3["enforcement"], json({"mps", "hook"}));
+  EXPECT_EQ(s3["enforcement"], json({"mps"}));
   // A containerized node is always bronze, even with MIG and MPS.
   node.containerized = true;
   node.hook_available = false;

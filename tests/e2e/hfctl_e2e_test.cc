@@ -298,13 +298,30 @@ TEST_F(HfctlTest, AdminMutations) {
   EXPECT_EQ(slice.Json()["origin"], "admin");
   EXPECT_EQ(slice.Json()["gpu_index"], 1);
   const std::string id = slice.Json()["id"].dump();
+  // Dynamic quota: raise, lower (warned), refuse a bad size.
+  CliResult raised = Admin(
+      {"slices", "resize", id, "--memory-mb", "4096", "--reason", "more"});
+  ASSERT_EQ(raised.exit_code, 0) << raised.Describe();
+  EXPECT_NE(raised.out.find("4096MB"), std::string::npos) << raised.out;
+  EXPECT_EQ(raised.err, "") << raised.Describe();
+  CliResult lowered = Admin({"slices", "resize", id, "--memory-mb", "1024"});
+  ASSERT_EQ(lowered.exit_code, 0) << lowered.Describe();
+  EXPECT_NE(lowered.err.find("warning: "), std::string::npos)
+      << lowered.Describe();
+  CliResult odd = Admin({"slices", "resize", id, "--memory-mb", "1000"});
+  EXPECT_EQ(odd.exit_code, 1) << odd.Describe();
+  EXPECT_NE(odd.err.find("(field: memory_mb)"), std::string::npos)
+      << odd.Describe();
   CliResult gone = Admin({"slices", "delete", id, "--reason", "cli done"});
   ASSERT_EQ(gone.exit_code, 0) << gone.Describe();
   EXPECT_NE(gone.out.find("released"), std::string::npos) << gone.out;
   CliResult history = Admin({"-o", "json", "slices", "history", "--slice", id});
   ASSERT_EQ(history.exit_code, 0) << history.Describe();
-  ASSERT_EQ(history.Json()["items"].size(), 2u) << history.out;
-  EXPECT_EQ(history.Json()["items"][1]["reason"], "cli done");
+  ASSERT_EQ(history.Json()["items"].size(), 4u) << history.out;
+  EXPECT_EQ(history.Json()["items"][1]["op"], "slice_resized");
+  EXPECT_EQ(history.Json()["items"][1]["reason"],
+            "memory_mb 2048 -> 4096: more");
+  EXPECT_EQ(history.Json()["items"][3]["reason"], "cli done");
 
   // Token revocation.
   CliResult token = Admin(
