@@ -384,8 +384,8 @@ TEST_F(HookTest, TwoHundredProcessesStartTogether) {
   Region& r = OpenRegion(4096);
   std::vector<std::unique_ptr<Probe>> probes;
   for (int i = 0; i < 200; ++i) {
-    probes.push_back(std::make_unique<Probe>(Args("dlsym", {"fill", "16"}),
-                                             SliceEnv(4096)));
+    probes.push_back(
+        std::make_unique<Probe>(Args("dlsym", {"fill", "16"}), SliceEnv(4096)));
   }
   uint64_t allocated = 0;
   for (auto& p : probes) {

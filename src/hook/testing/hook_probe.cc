@@ -133,55 +133,56 @@ void Set(T& field, void* p) {
   field = reinterpret_cast<T>(p);
 }
 
+// The exported names, for linking and for dlsym.
+// clang-format off
+#define HF_PROBE_NAMES(X) \
+  X(cuInit) \
+  X(cuDeviceGet) \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuCtxSetCurrent) \
+  X(cuCtxSynchronize) \
+  X(cuMemAlloc_v2) \
+  X(cuMemFree_v2) \
+  X(cuMemGetInfo_v2) \
+  X(cuDeviceTotalMem_v2) \
+  X(cuMemAllocManaged) \
+  X(cuMemAllocPitch_v2) \
+  X(cuMemAllocAsync) \
+  X(cuMemFreeAsync) \
+  X(cuMemAllocFromPoolAsync) \
+  X(cuDeviceGetDefaultMemPool) \
+  X(cuMemGetAllocationGranularity) \
+  X(cuMemCreate) \
+  X(cuMemRelease) \
+  X(cuArrayCreate_v2) \
+  X(cuArray3DCreate_v2) \
+  X(cuArrayDestroy) \
+  X(cuMipmappedArrayCreate) \
+  X(cuMipmappedArrayDestroy) \
+  X(cuMemAllocHost_v2) \
+  X(cuMemFreeHost) \
+  X(cuModuleLoadData) \
+  X(cuModuleGetFunction) \
+  X(cuLaunchKernel) \
+  X(cuLaunchKernel_ptsz) \
+  X(cuLaunchKernelEx) \
+  X(cuLaunchCooperativeKernel) \
+  X(cuGraphCreate) \
+  X(cuGraphInstantiateWithFlags) \
+  X(cuGraphLaunch) \
+  X(cuGetErrorName)
+// clang-format on
+
 void ResolveLinked() {
 #ifdef HF_PROBE_LINKED
 #define HF_LINK(name) g.name = &::name;
-  HF_LINK(cuInit)
-  HF_LINK(cuDeviceGet)
-  HF_LINK(cuDevicePrimaryCtxRetain) HF_LINK(cuCtxSetCurrent) HF_LINK(
-      cuCtxSynchronize) HF_LINK(cuMemAlloc_v2) HF_LINK(cuMemFree_v2)
-      HF_LINK(cuMemGetInfo_v2) HF_LINK(cuDeviceTotalMem_v2) HF_LINK(
-          cuMemAllocManaged) HF_LINK(cuMemAllocPitch_v2)
-          HF_LINK(cuMemAllocAsync) HF_LINK(cuMemFreeAsync) HF_LINK(
-              cuMemAllocFromPoolAsync) HF_LINK(cuDeviceGetDefaultMemPool)
-              HF_LINK(cuMemGetAllocationGranularity) HF_LINK(
-                  cuMemCreate) HF_LINK(cuMemRelease) HF_LINK(cuArrayCreate_v2)
-                  HF_LINK(cuArray3DCreate_v2) HF_LINK(cuArrayDestroy) HF_LINK(
-                      cuMipmappedArrayCreate) HF_LINK(cuMipmappedArrayDestroy)
-                      HF_LINK(cuMemAllocHost_v2) HF_LINK(cuMemFreeHost) HF_LINK(
-                          cuModuleLoadData) HF_LINK(cuModuleGetFunction)
-                          HF_LINK(cuLaunchKernel) HF_LINK(cuLaunchKernel_ptsz)
-                              HF_LINK(cuLaunchKernelEx)
-                                  HF_LINK(cuLaunchCooperativeKernel)
-                                      HF_LINK(cuGraphCreate)
-                                          HF_LINK(cuGraphInstantiateWithFlags)
-                                              HF_LINK(cuGraphLaunch)
-                                                  HF_LINK(cuGetErrorName)
-                                                      HF_LINK(hfFakeCudaBusyNs)
+  HF_PROBE_NAMES(HF_LINK)
+  HF_LINK(hfFakeCudaBusyNs)
 #undef HF_LINK
 #else
   Die("this build is not linked against libcuda (use hook_probe_linked)");
 #endif
 }
-
-// The exported names, for dlsym.
-#define HF_PROBE_NAMES(X)                                                      \
-  X(cuInit)                                                                    \
-  X(cuDeviceGet)                                                               \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(        \
-      cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) \
-      X(cuMemAllocManaged) X(cuMemAllocPitch_v2) X(cuMemAllocAsync)            \
-          X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync) X(                      \
-              cuDeviceGetDefaultMemPool) X(cuMemGetAllocationGranularity)      \
-              X(cuMemCreate) X(cuMemRelease) X(cuArrayCreate_v2) X(            \
-                  cuArray3DCreate_v2) X(cuArrayDestroy)                        \
-                  X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) X(      \
-                      cuMemAllocHost_v2) X(cuMemFreeHost) X(cuModuleLoadData)  \
-                      X(cuModuleGetFunction) X(cuLaunchKernel)                 \
-                          X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)           \
-                              X(cuLaunchCooperativeKernel) X(cuGraphCreate)    \
-                                  X(cuGraphInstantiateWithFlags)               \
-                                      X(cuGraphLaunch) X(cuGetErrorName)
 
 void ResolveDlsym(void* lib) {
 #define HF_DLSYM(name) Set(g.name, dlsym(lib, #name));
@@ -202,61 +203,45 @@ void ResolveProcAddress(void* lib) {
     return p;
   };
 #define HF_PROC(field, base) Set(g.field, proc(base));
+  // clang-format off
   HF_PROC(cuInit, "cuInit")
   HF_PROC(cuDeviceGet, "cuDeviceGet")
-  HF_PROC(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") HF_PROC(
-      cuCtxSetCurrent,
-      "cuCtxSetCurrent") HF_PROC(cuMemAlloc_v2,
-                                 "cuMemAlloc") HF_PROC(cuMemFree_v2,
-                                                       "cuMemFree")
-      HF_PROC(cuMemGetInfo_v2, "cuMemGetInfo") HF_PROC(
-          cuDeviceTotalMem_v2, "cuDeviceTotalMem") HF_PROC(cuMemAllocManaged,
-                                                           "cuMemAllocManaged")
-          HF_PROC(cuMemAllocPitch_v2, "cuMemAllocPitch") HF_PROC(
-              cuMemAllocAsync, "cuMemAllocAsync") HF_PROC(cuMemFreeAsync,
-                                                          "cuMemFreeAsync")
-              HF_PROC(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync") HF_PROC(
-                  cuDeviceGetDefaultMemPool,
-                  "cuDeviceGetDefaultMemPoo"
-                  "l") HF_PROC(cuMemGetAllocationGranularity,
-                               "cuMemGetAllocationGranularity")
-                  HF_PROC(cuMemCreate, "cuMemCreate") HF_PROC(
-                      cuMemRelease, "cuMemRelease") HF_PROC(cuArrayCreate_v2,
-                                                            "cuArrayCreate")
-                      HF_PROC(cuArray3DCreate_v2, "cuArray3DCreate") HF_PROC(
-                          cuArrayDestroy,
-                          "cuArrayDestroy") HF_PROC(cuMipmappedArrayCreate,
-                                                    "cuMipmappedArrayCreate")
-                          HF_PROC(cuMipmappedArrayDestroy,
-                                  "cuMipmappedArr"
-                                  "ayDestroy") HF_PROC(cuMemAllocHost_v2,
-                                                       "cuMemAllocHost")
-                              HF_PROC(cuMemFreeHost, "cuMemFreeHost") HF_PROC(
-                                  cuModuleLoadData, "cuModuleLoadData")
-                                  HF_PROC(cuModuleGetFunction,
-                                          "cuModuleGetFunction")
-                                      HF_PROC(cuLaunchKernel, "cuLaunchKernel")
-                                          HF_PROC(cuLaunchKernelEx,
-                                                  "cuLaunchKernelEx")
-                                              HF_PROC(
-                                                  cuLaunchCooperativeKernel,
-                                                  "cuLaunchCooperativeKerne"
-                                                  "l") HF_PROC(cuGraphCreate,
-                                                               "cuGraphCrea"
-                                                               "te")
-                                                  HF_PROC(
-                                                      cuGraphInstantiateWithFlags,
-                                                      "cuGraphInstantiateWithFl"
-                                                      "ags")
-                                                      HF_PROC(cuGraphLaunch,
-                                                              "cuGraphLaunch")
-                                                          HF_PROC(
-                                                              cuGetErrorName,
-                                                              "cuGetErrorName")
+  HF_PROC(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")
+  HF_PROC(cuCtxSetCurrent, "cuCtxSetCurrent")
+  HF_PROC(cuMemAlloc_v2, "cuMemAlloc")
+  HF_PROC(cuMemFree_v2, "cuMemFree")
+  HF_PROC(cuMemGetInfo_v2, "cuMemGetInfo")
+  HF_PROC(cuDeviceTotalMem_v2, "cuDeviceTotalMem")
+  HF_PROC(cuMemAllocManaged, "cuMemAllocManaged")
+  HF_PROC(cuMemAllocPitch_v2, "cuMemAllocPitch")
+  HF_PROC(cuMemAllocAsync, "cuMemAllocAsync")
+  HF_PROC(cuMemFreeAsync, "cuMemFreeAsync")
+  HF_PROC(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")
+  HF_PROC(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")
+  HF_PROC(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity")
+  HF_PROC(cuMemCreate, "cuMemCreate")
+  HF_PROC(cuMemRelease, "cuMemRelease")
+  HF_PROC(cuArrayCreate_v2, "cuArrayCreate")
+  HF_PROC(cuArray3DCreate_v2, "cuArray3DCreate")
+  HF_PROC(cuArrayDestroy, "cuArrayDestroy")
+  HF_PROC(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")
+  HF_PROC(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")
+  HF_PROC(cuMemAllocHost_v2, "cuMemAllocHost")
+  HF_PROC(cuMemFreeHost, "cuMemFreeHost")
+  HF_PROC(cuModuleLoadData, "cuModuleLoadData")
+  HF_PROC(cuModuleGetFunction, "cuModuleGetFunction")
+  HF_PROC(cuLaunchKernel, "cuLaunchKernel")
+  HF_PROC(cuLaunchKernelEx, "cuLaunchKernelEx")
+  HF_PROC(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel")
+  HF_PROC(cuGraphCreate, "cuGraphCreate")
+  HF_PROC(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")
+  HF_PROC(cuGraphLaunch, "cuGraphLaunch")
+  HF_PROC(cuGetErrorName, "cuGetErrorName")
+  // clang-format on
 #undef HF_PROC
-      // CUDA 13 gave cuCtxSynchronize a context argument (cuCtxSynchronize_v2);
-      // ask for the CUDA 12 one, which the probe calls.
-      Set(g.cuCtxSynchronize, proc("cuCtxSynchronize", 0, 12080));
+  // CUDA 13 gave cuCtxSynchronize a context argument (cuCtxSynchronize_v2);
+  // ask for the CUDA 12 one, which the probe calls.
+  Set(g.cuCtxSynchronize, proc("cuCtxSynchronize", 0, 12080));
   Set(g.cuLaunchKernel_ptsz,
       proc("cuLaunchKernel", CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
 }
