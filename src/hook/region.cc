@@ -17,6 +17,11 @@ namespace {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
+// How long one wait for the region lock lasts before it is tried afresh.
+// The lock is held for well under a microsecond; a wait this long means a
+// preempted holder or a lost wake-up (see Region::Lock).
+constexpr long kLockStallNs = 20'000'000;
+
 uint32_t OwnerPid(uint64_t owner) { return static_cast<uint32_t>(owner); }
 
 void SleepMillis(long ms) {
@@ -130,7 +135,25 @@ bool Region::Initialise(uint64_t quota_bytes, uint32_t compute_percent) {
 }
 
 bool Region::Lock() {
-  int rc = pthread_mutex_lock(&layout_->lock);
+  // Never an unbounded wait. A robust mutex repairs an owner that died
+  // holding it (EOWNERDEAD below), but not one killed inside unlock after
+  // the lock word was cleared and before the waiters were woken: if a
+  // third process takes the free lock in that gap, the "waiters" bit is
+  // gone and a sleeping waiter is never woken (seen here: a storm survivor
+  // asleep on a free lock). So a wait that lasts kLockStallNs gives up and
+  // tries again; the uncontended path stays one compare-and-swap.
+  int rc = pthread_mutex_trylock(&layout_->lock);
+  while (rc == EBUSY || rc == ETIMEDOUT) {
+    timespec deadline{};
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_nsec += kLockStallNs;
+    if (deadline.tv_nsec >= 1'000'000'000) {
+      deadline.tv_sec += 1;
+      deadline.tv_nsec -= 1'000'000'000;
+    }
+    rc = pthread_mutex_timedlock(&layout_->lock, &deadline);
+    if (rc == ETIMEDOUT) layout_->lock_stalls.fetch_add(1, kRelaxed);
+  }
   if (rc == EOWNERDEAD) {
     // A process died holding the lock, maybe half-way through an update:
     // the slots are the truth, the totals are derived from them.
@@ -298,6 +321,7 @@ RegionStats Region::Stats() const {
   s.attaches = layout_->attaches.load(kRelaxed);
   s.reclaimed_bytes = layout_->reclaimed_bytes.load(kRelaxed);
   s.recoveries = layout_->recoveries.load(kRelaxed);
+  s.lock_stalls = layout_->lock_stalls.load(kRelaxed);
   // Slots held, not a liveness check: the reader (the agent) may live in
   // another pid namespace than the task, where the pids mean nothing. A
   // dead process holds its slot until the hook reclaims it.

@@ -34,7 +34,7 @@
 namespace hf::hook {
 
 inline constexpr uint32_t kRegionMagic = 0x48465231;  // "HFR1"
-inline constexpr uint32_t kRegionVersion = 1;
+inline constexpr uint32_t kRegionVersion = 2;
 inline constexpr int kRegionSlots = 1024;
 // Slot 0 is shared by processes that found no free slot: its usage is never
 // reclaimed (fail closed: leaked quota, never oversold memory).
@@ -72,6 +72,7 @@ struct RegionLayout {
   std::atomic<uint64_t> reclaimed_bytes;  // taken back from dead processes
   std::atomic<uint64_t> recoveries;       // EOWNERDEAD repairs
   std::atomic<uint64_t> claims;           // slot claim counter
+  std::atomic<uint64_t> lock_stalls;      // lock waits that timed out
   RegionSlot slots[kRegionSlots];
 };
 
@@ -88,6 +89,7 @@ struct RegionStats {
   uint64_t attaches = 0;
   uint64_t reclaimed_bytes = 0;
   uint64_t recoveries = 0;
+  uint64_t lock_stalls = 0;
   int live_processes = 0;  // slots held (dead holders until reclaimed)
 };
 

@@ -4,12 +4,18 @@
 // owner.
 #include "hook/region.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/futex.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -199,6 +205,74 @@ TEST_F(RegionTest, KilledLockHoldersNeverWedgeTheRegion) {
   // Not an assertion (timing decides), but worth seeing in the log.
   std::printf("lock repairs after kills: %llu\n",
               static_cast<unsigned long long>(r.Stats().recoveries));
+}
+
+// The hole a robust mutex leaves: an owner killed inside unlock, after the
+// lock word was cleared and before it woke the waiters, while a third
+// process took the free lock (dropping the "waiters" bit). The waiter
+// sleeps on a free lock and nobody will wake it. Here a child plays that
+// owner: it clears the word and never wakes anyone. The waiter must still
+// get the lock, and the stall is counted.
+TEST_F(RegionTest, AWaiterWhoseWakeUpIsLostStillGetsTheLock) {
+  Region r;
+  ASSERT_TRUE(Open(r, 1 << 20));
+  int fd = open(path_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* mapped = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE,
+                      MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto* layout = static_cast<RegionLayout*>(mapped);
+  // glibc keeps the futex word first in pthread_mutex_t.
+  auto* word = reinterpret_cast<std::atomic<int>*>(&layout->lock);
+  int to_child[2];
+  int from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    char c = 0;
+    pthread_mutex_lock(&layout->lock);
+    if (write(from_child[1], "l", 1) != 1) _exit(3);
+    if (read(to_child[0], &c, 1) != 1) _exit(4);
+    word->store(0);  // "unlocked", and the wake never comes
+    if (write(from_child[1], "u", 1) != 1) _exit(5);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(from_child[0], &c, 1), 1);
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    EXPECT_EQ(r.Reserve(1), ReserveResult::kOk);
+    done = true;
+  });
+  // Wait until the waiter is asleep on the lock (it sets the waiters bit).
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((word->load() & FUTEX_WAITERS) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    usleep(1000);
+  }
+  usleep(20'000);
+  ASSERT_EQ(write(to_child[1], "d", 1), 1);
+  ASSERT_EQ(read(from_child[0], &c, 1), 1);
+  while (!done && std::chrono::steady_clock::now() < deadline) usleep(1000);
+  const bool got_it = done;
+  if (!got_it) {
+    // Unstick it so that the test can report instead of hanging.
+    syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+  }
+  waiter.join();
+  EXPECT_TRUE(got_it) << "the waiter slept on a free lock";
+  EXPECT_GE(r.Stats().lock_stalls, 1u);
+  EXPECT_EQ(r.used(), 1u);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  munmap(mapped, sizeof(RegionLayout));
+  for (int f : {to_child[0], to_child[1], from_child[0], from_child[1]}) {
+    close(f);
+  }
 }
 
 TEST_F(RegionTest, APidThatStartedLaterIsNotTheOwner) {
