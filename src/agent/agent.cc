@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "gpu/mig_profiles.h"
+#include "hook/config.h"
 
 namespace hf::agent {
 
@@ -81,31 +82,26 @@ std::optional<std::uint64_t> ParseUnsigned(std::string_view text) {
 
 constexpr std::uint64_t kMib = std::uint64_t{1} << 20;
 
-// The hook region's quota for a slice env: HETEROFLOW_SLICE_MEMORY_MB MiB,
-// or no cap when the slice has none. A value that cannot be read fails
-// closed (quota 0), as the hook itself does (docs/HOOK.md).
-std::uint64_t QuotaBytesFromEnv(const runtime::StringMap& env) {
-  auto it = env.find("HETEROFLOW_SLICE_MEMORY_MB");
-  if (it == env.end()) return hook::kUnlimited;
-  const auto mib = ParseUnsigned(it->second);
-  if (!mib || *mib > (hook::kUnlimited >> 20)) {
-    spdlog::error(
-        "HETEROFLOW_SLICE_MEMORY_MB='{}' cannot be read: the hook region's "
-        "quota is 0 (every allocation is refused)",
-        it->second);
-    return 0;
+// The hook region's quota and compute share for a slice env, read exactly
+// as the hook reads them (hook::ReadConfig): a memory value that cannot be
+// read fails closed (quota 0), a compute share that cannot be read or is
+// 100 means no throttle.
+hook::HookConfig SliceHookConfig(const runtime::StringMap& env) {
+  hook::HookConfig config = hook::ReadConfig(
+      [](const char* name, void* ctx) -> const char* {
+        const auto& vars = *static_cast<const runtime::StringMap*>(ctx);
+        auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+      },
+      const_cast<runtime::StringMap*>(&env));
+  if (config.bad_variable != nullptr) {
+    spdlog::error("{}='{}' {}: the hook region's {}", config.bad_variable,
+                  env.at(config.bad_variable), config.bad_reason,
+                  config.quota_bytes == 0
+                      ? "quota is 0 (every allocation is refused)"
+                      : "value is ignored");
   }
-  return *mib * kMib;
-}
-
-// HETEROFLOW_SLICE_COMPUTE_PERCENT, 1..99; 0 (no throttle) when absent, 100
-// or unreadable (the hook reads the variable itself as well).
-std::uint32_t ComputePercentFromEnv(const runtime::StringMap& env) {
-  auto it = env.find("HETEROFLOW_SLICE_COMPUTE_PERCENT");
-  if (it == env.end()) return 0;
-  const auto percent = ParseUnsigned(it->second);
-  if (!percent || *percent >= 100) return 0;
-  return static_cast<std::uint32_t>(*percent);
+  return config;
 }
 
 std::string DescribeQuota(std::uint64_t bytes) {
@@ -293,8 +289,9 @@ StatusOr<std::shared_ptr<hook::Region>> Agent::OpenRegionForStart(
     return Status::Internal("cannot create " + path.parent_path().string() +
                             ": " + ec.message());
   }
-  const std::uint64_t quota = QuotaBytesFromEnv(env);
-  const std::uint32_t compute = ComputePercentFromEnv(env);
+  const hook::HookConfig config = SliceHookConfig(env);
+  const std::uint64_t quota = config.quota_bytes;
+  const std::uint32_t compute = config.compute_percent;
   auto region = std::make_shared<hook::Region>();
   const char* error = "";
   if (!region->Open(text.c_str(), quota, compute, &error)) {

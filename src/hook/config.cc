@@ -29,7 +29,8 @@ bool ParseUnsigned(const char* text, uint64_t* value) {
   return true;
 }
 
-HookConfig ReadConfig(const char* (*get_env)(const char*)) {
+HookConfig ReadConfig(EnvLookup lookup, void* ctx) {
+  auto get_env = [lookup, ctx](const char* name) { return lookup(name, ctx); };
   HookConfig c;
   const char* disable = get_env(kEnvDisable);
   if (disable != nullptr && std::strcmp(disable, "1") == 0) return c;

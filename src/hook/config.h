@@ -42,10 +42,13 @@ struct HookConfig {
   const char* bad_reason = nullptr;
 };
 
-// Reads the configuration through `get_env` (getenv in the hook; a map in
-// tests). A bad memory value fails closed: quota 0, every allocation
-// refused, and `bad_variable` says which variable and why.
-HookConfig ReadConfig(const char* (*get_env)(const char*));
+// Reads the configuration through `get_env(name, ctx)`: getenv in the hook,
+// the slice's environment map in the agent (which sizes the slice region
+// from the same variables, so both read them one way) and in tests. A bad
+// memory value fails closed: quota 0, every allocation refused, and
+// `bad_variable` says which variable and why.
+using EnvLookup = const char* (*)(const char* name, void* ctx);
+HookConfig ReadConfig(EnvLookup get_env, void* ctx);
 
 // Parses a decimal unsigned integer with no sign, spaces or suffix.
 bool ParseUnsigned(const char* text, uint64_t* value);

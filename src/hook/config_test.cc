@@ -11,14 +11,14 @@ namespace {
 
 std::map<std::string, std::string> g_env;
 
-const char* FakeEnv(const char* name) {
+const char* FakeEnv(const char* name, void* /*ctx*/) {
   auto it = g_env.find(name);
   return it == g_env.end() ? nullptr : it->second.c_str();
 }
 
 HookConfig Read(std::map<std::string, std::string> env) {
   g_env = std::move(env);
-  return ReadConfig(&FakeEnv);
+  return ReadConfig(&FakeEnv, nullptr);
 }
 
 TEST(HookConfigTest, NoSliceVariablesMeansInactive) {

@@ -21,7 +21,7 @@ std::atomic<HookState*> g_hook{nullptr};
 std::atomic<int> g_state{static_cast<int>(State::kNew)};
 thread_local bool t_initialising = false;
 
-const char* GetEnv(const char* name) { return getenv(name); }
+const char* GetEnv(const char* name, void* /*ctx*/) { return getenv(name); }
 
 void ResolveReal(HookState& s) {
   s.libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
@@ -54,7 +54,7 @@ void AfterForkInChild() {
 
 void Initialise(HookState& s) {
   ResolveReal(s);
-  s.config = ReadConfig(&GetEnv);
+  s.config = ReadConfig(&GetEnv, nullptr);
   SetLogLevel(s.config.log_level);
   if (s.config.bad_variable != nullptr) {
     Log(LogLevel::kError, nullptr, "%s %s; %s", s.config.bad_variable,
