@@ -37,14 +37,14 @@ test: build
 # The concurrency tests again under ThreadSanitizer (label "tsan").
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) $(GENERATOR) -DHF_SANITIZE=thread \
-	    -DHF_BUILD_BENCH=OFF >/dev/null
+	    -DHF_BUILD_BENCH=OFF -DHF_BUILD_CONSOLE=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) --target tsan_tests
 	cd $(TSAN_BUILD) && ctest --output-on-failure -L tsan
 
 # The core (ledger, scheduler) tests under ASan + UBSan (label "core").
 test-asan: deps
 	@cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DHF_SANITIZE=address \
-	    -DHF_BUILD_BENCH=OFF >/dev/null
+	    -DHF_BUILD_BENCH=OFF -DHF_BUILD_CONSOLE=OFF >/dev/null
 	@cmake --build $(ASAN_BUILD) --target core_tests
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L core --timeout 1800
 

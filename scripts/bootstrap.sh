@@ -14,9 +14,19 @@ packages=(
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev strace
   # code style
   clang-format clang-tidy
+  # the web console: built with npm, tested in Debian's Chromium
+  nodejs chromium
+  # the PostgreSQL store's tests start a real server (initdb, pg_ctl)
+  postgresql-15
 )
 
 missing=()
+# Debian's own nodejs ships npm as a separate package (NodeSource's
+# includes it): ask for it only where npm is missing.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(npm)
+fi
+
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
     missing+=("$p")

@@ -37,7 +37,8 @@ fi
 admin=$(cat "$token_file")
 
 "$server_bin" --listen "$listen" --db "sqlite:$var/heteroflow.db" \
-  --admin-token-file "$token_file" > "$var/server.log" 2>&1 &
+  --admin-token-file "$token_file" --console-dir "$build/web/dist" \
+  > "$var/server.log" 2>&1 &
 server_pid=$!
 agent_pid=""
 cleanup() {
@@ -124,7 +125,7 @@ cat <<MSG
 
 HeteroFlow is running.
   API:          $url   (OpenAPI: $url/api/v1/openapi.json)
-  console:      $url/   (the web console is issue 7; until it lands, use hfctl)
+  console:      $url/   (sign in with the admin token below)
   admin token:  $admin   (also in $token_file)
   local node:   $node, $gpus
   logs:         $var/server.log, $var/agent.log

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <functional>
 #include <regex>
 #include <set>
@@ -893,7 +894,7 @@ std::vector<RouteInfo> ServedRoutes() {
 
 ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
                      ApiOptions options)
-    : cp_(control_plane), clock_(clock), options_(options) {
+    : cp_(control_plane), clock_(clock), options_(std::move(options)) {
   http_.set_payload_max_length(options_.max_body_bytes);
   http_.set_keep_alive_max_count(100000);
   // httplib writes a response's headers and its body in separate send()
@@ -944,9 +945,36 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
     WriteJson(res, 500, ErrorBody(Status::Internal("internal error")));
   });
   RegisterRoutes();
+  ServeConsole();
 }
 
 ApiServer::~ApiServer() { Stop(); }
+
+void ApiServer::ServeConsole() {
+  std::error_code ec;
+  const bool built =
+      !options_.console_dir.empty() &&
+      std::filesystem::is_regular_file(
+          std::filesystem::path(options_.console_dir) / "index.html", ec);
+  if (built) {
+    // httplib looks at mount points before the handlers, so / is the
+    // console's index.html and /assets/... its bundle, while every API
+    // path (no such file there) falls through to the routes.
+    http_.set_mount_point("/", options_.console_dir);
+    return;
+  }
+  const std::string why =
+      options_.console_dir.empty()
+          ? "this hf-server was started without a console (--console-dir)"
+          : "no built console in --console-dir " + options_.console_dir;
+  http_.Get("/", [why](const httplib::Request&, httplib::Response& res) {
+    res.set_content(
+        "<!doctype html><title>HeteroFlow</title><h1>HeteroFlow</h1><p>" + why +
+            ". Build it with <code>make</code> (it needs node and npm), or "
+            "use the REST API at <code>/api/v1/</code>.</p>",
+        "text/html; charset=utf-8");
+  });
+}
 
 void ApiServer::RegisterRoutes() {
   for (Route& route : BuildRoutes(cp_, *clock_)) {

@@ -36,6 +36,9 @@ struct ApiOptions {
   // mostly wait on the store, so a generous pool keeps clients from
   // starving behind idle connections.
   int threads = 128;
+  // The built web console (index.html and its assets), served at /. Empty
+  // or missing: / says how to build it.
+  std::string console_dir;
 };
 
 int HttpStatusFor(StatusCode code);
@@ -56,6 +59,7 @@ class ApiServer {
 
  private:
   void RegisterRoutes();
+  void ServeConsole();  // the web console at /, or a note where none is built
 
   server::ControlPlane* const cp_;
   const Clock* const clock_;

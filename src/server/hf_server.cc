@@ -28,6 +28,11 @@ namespace {
 struct Flags {
   std::string listen = "127.0.0.1:3333";
   std::string db = "sqlite:./var/heteroflow.db";
+#ifdef HF_DEFAULT_CONSOLE_DIR
+  std::string console_dir = HF_DEFAULT_CONSOLE_DIR;
+#else
+  std::string console_dir;
+#endif
   std::string admin_token_file;
   std::string policy = "best-fit";
   int default_compute_percent = 50;
@@ -114,6 +119,11 @@ int Main(int argc, char** argv) {
                  "Seconds between agent heartbeats (told to agents)")
       ->envname("HF_HEARTBEAT_INTERVAL")
       ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_option("--console-dir", f.console_dir,
+                 "Directory of the built web console, served at / (make builds "
+                 "it; empty: no console)")
+      ->envname("HF_CONSOLE_DIR")
       ->capture_default_str();
   app.add_option("--http-threads", f.http_threads, "HTTP worker threads")
       ->envname("HF_HTTP_THREADS")
@@ -203,6 +213,7 @@ int Main(int argc, char** argv) {
 
   hf::api::ApiOptions api_options;
   api_options.threads = f.http_threads;
+  api_options.console_dir = f.console_dir;
   hf::api::ApiServer api(cp->get(), &clock, api_options);
   if (auto s = api.Bind(host, port); !s.ok()) {
     std::fprintf(stderr, "hf-server: --listen: %s\n", s.message().c_str());

@@ -2,9 +2,13 @@
 // docs/API.md "Identity", "Tenants, groups, tokens", "Operations") through
 // the real hf-server binary: authentication failures, role checks, whoami,
 // tenants, groups, tokens (secret shown once, revocation), and the public
-// endpoints (/healthz, /metrics, /api/v1/openapi.json).
+// endpoints (/healthz, /metrics, /api/v1/openapi.json, the console at /).
 //
 // One server is shared by the suite; each test makes its own tenants.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/e2e/server_harness.h"
@@ -517,6 +521,43 @@ TEST_F(AdminApiTest, PublicEndpointsNeedNoToken) {
         "/api/v1/slices/stats", "/api/v1/nodes/register", "/healthz"}) {
     EXPECT_TRUE(openapi.body["paths"].contains(path)) << path;
   }
+}
+
+// The web console's files are served at / (and only where they exist:
+// every API path still reaches the API); without a built console, / says
+// how to get one.
+TEST_F(AdminApiTest, TheConsoleIsServedAtTheRootAndTheApiStaysJson) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("hf-console-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "assets");
+  std::ofstream(dir / "index.html") << "<!doctype html><p>console-marker</p>";
+  std::ofstream(dir / "assets" / "app.js") << "console.log('hi');";
+
+  ServerProcess with({.flags = {"--console-dir", dir.string()}});
+  ASSERT_TRUE(with.Start());
+  HttpClient http = with.client();
+  HttpReply index = http.Get("/");
+  ASSERT_TRUE(HasStatus(index, 200));
+  EXPECT_NE(index.raw.find("console-marker"), std::string::npos) << index.raw;
+  EXPECT_NE(index.content_type.find("text/html"), std::string::npos);
+  HttpReply script = http.Get("/assets/app.js");
+  ASSERT_TRUE(HasStatus(script, 200));
+  EXPECT_NE(script.content_type.find("javascript"), std::string::npos)
+      << script.content_type;
+  EXPECT_TRUE(IsApiError(http.Get("/api/v1/nope"), 404, "not_found"));
+  EXPECT_TRUE(IsApiError(http.Get("/assets/nope.js"), 404, "not_found"));
+  EXPECT_TRUE(IsApiError(http.Get("/api/v1/whoami"), 401, "unauthenticated"));
+  EXPECT_TRUE(HasStatus(http.Get("/healthz"), 200));
+  EXPECT_TRUE(with.Stop());
+
+  ServerProcess without({.flags = {"--console-dir", ""}});
+  ASSERT_TRUE(without.Start());
+  HttpReply note = without.client().Get("/");
+  ASSERT_TRUE(HasStatus(note, 200));
+  EXPECT_NE(note.raw.find("without a console"), std::string::npos) << note.raw;
+  EXPECT_TRUE(without.Stop());
+  fs::remove_all(dir);
 }
 
 TEST_F(AdminApiTest, UnknownRoutesAndQueryParameters) {

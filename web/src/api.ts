@@ -1,0 +1,263 @@
+// The console's only way to the platform: the public REST API under
+// /api/v1 (same origin), with the user's Bearer token kept in
+// sessionStorage (gone when the tab closes; never in localStorage or a
+// cookie). Errors come back as ApiError carrying the API's error JSON
+// ({"error", "message", "field"}, docs/API.md) so forms can put a server
+// 400 next to the field it names.
+
+const TOKEN_KEY = "heteroflow.token";
+
+export function getToken(): string | null {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+export function setToken(token: string | null): void {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+export class ApiError extends Error {
+  constructor(
+    public status: number,
+    public code: string,
+    message: string,
+    public field: string | null,
+  ) {
+    super(message);
+  }
+  /** A sentence for people: the HTTP meaning first, then the server's words. */
+  describe(): string {
+    if (this.status === 401) return "token not accepted";
+    if (this.status === 403) return `not allowed for this token: ${this.message}`;
+    if (this.status === 0) return `cannot reach the server: ${this.message}`;
+    return this.field ? `${this.field}: ${this.message}` : this.message;
+  }
+}
+
+/** Called on any 401 after sign-in (token revoked): the app signs out. */
+let onUnauthorized: (() => void) | null = null;
+export function setUnauthorizedHandler(fn: (() => void) | null): void {
+  onUnauthorized = fn;
+}
+
+export async function api<T>(
+  method: string,
+  path: string,
+  body?: unknown,
+  token: string | null = getToken(),
+): Promise<T> {
+  let res: Response;
+  try {
+    res = await fetch(`api/v1${path}`, {
+      method,
+      headers: {
+        ...(token ? { Authorization: `Bearer ${token}` } : {}),
+        ...(body === undefined ? {} : { "Content-Type": "application/json" }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(0, "unavailable", String(e), null);
+  }
+  const text = await res.text();
+  let json: unknown = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!res.ok) {
+    const j = (json ?? {}) as { error?: string; message?: string; field?: string };
+    if (res.status === 401 && onUnauthorized) onUnauthorized();
+    throw new ApiError(res.status, j.error ?? "error", j.message ?? (text || res.statusText), j.field ?? null);
+  }
+  return json as T;
+}
+
+export interface List<T> {
+  items: T[];
+  next_cursor: string | null;
+}
+
+export interface WhoAmI {
+  role: "admin" | "tenant-admin" | "user" | "node";
+  tenant: string | null;
+  token_id: number;
+}
+
+export interface Task {
+  id: number;
+  name: string;
+  tenant: string;
+  image: string;
+  command: string | string[];
+  gpu_type: string;
+  gpu_required: number;
+  gpu_memory_mb: number | null;
+  gpu_compute_ratio: number | null;
+  gpu_compute_percent: number | null;
+  preemptible: boolean;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  status: string;
+  pending_reason: string | null;
+  slice_id: number | null;
+  node_id: string | null;
+  gpu_indices: number[];
+  qos_level: string | null;
+  exit_code: number | null;
+  message: string;
+  cancel_requested: boolean;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface HookReport {
+  attached: boolean;
+  processes: number;
+  used_bytes: number;
+  peak_bytes: number;
+  quota_bytes: number | null;
+  quota_ooms: number;
+  physical_ooms: number;
+  reported_at: string;
+}
+
+export interface Slice {
+  id: number;
+  task_id: number | null;
+  tenant: string;
+  node_id: string;
+  gpu_index: number;
+  gpu_indices: number[];
+  gpu_uuid: string;
+  memory_mb: number;
+  compute_percent: number;
+  compute_defaulted: boolean;
+  kind: "slice" | "whole";
+  qos_level: string;
+  enforcement: string[];
+  state: string;
+  origin: string;
+  mig_device_id: string | null;
+  created_at: string;
+  released_at: string | null;
+  hook: HookReport | null;
+}
+
+export interface Gpu {
+  index: number;
+  uuid: string;
+  vendor: string;
+  model: string;
+  memory_mb: number;
+  compute_capability: string;
+  mig_capable: boolean;
+  mps_capable: boolean;
+  health: string;
+}
+
+export interface NodeInfo {
+  node_id: string;
+  containerized: boolean;
+  hook_available: boolean;
+  cpu_milli: number;
+  host_memory_mb: number;
+  agent_version: string;
+  last_heartbeat_at: string | null;
+  heartbeat_age_s: number | null;
+  registered_at: string;
+  gpus: Gpu[];
+}
+
+export interface StatsGpu {
+  node_id: string;
+  gpu_index: number;
+  gpu_uuid: string;
+  model: string;
+  vendor: string;
+  health: string;
+  mig_capable: boolean;
+  mps_capable: boolean;
+  qos_level: string;
+  tenants: string[];
+  accounted_memory_mb: number;
+  accounted_compute_percent: number;
+  total_memory_mb?: number;
+  free_memory_mb?: number;
+  free_compute_percent?: number;
+  slices?: number;
+  whole_gpu_task?: boolean;
+}
+
+export interface Stats {
+  scope: "cluster" | "tenant";
+  tenant: string | null;
+  totals: {
+    nodes: number;
+    gpus: number;
+    live_slices: number;
+    accounted_memory_mb: number;
+    total_memory_mb?: number;
+    free_memory_mb?: number;
+    pending_tasks?: number;
+  };
+  nodes: { node_id: string; gpus: number; accounted_memory_mb: number; total_memory_mb?: number; free_memory_mb?: number }[];
+  gpus: StatsGpu[];
+  fragmentation: {
+    fragmentation_ratio: number;
+    free_memory_mb: number;
+    largest_placeable_slice_mb: number;
+    stranded_memory_mb: number;
+  } | null;
+}
+
+export interface HistoryEntry {
+  id: number;
+  at: string;
+  op: string;
+  slice_id: number | null;
+  task_id: number | null;
+  tenant: string | null;
+  node_id: string | null;
+  gpu_index: number | null;
+  memory_mb: number | null;
+  compute_percent: number | null;
+  actor: string;
+  reason: string;
+}
+
+export interface Tenant {
+  name: string;
+  shared_group: string | null;
+  created_at: string;
+}
+export interface Group {
+  name: string;
+  tenants: string[];
+}
+export interface TokenInfo {
+  id: number;
+  role: string;
+  tenant: string | null;
+  node: string | null;
+  description: string;
+  created_at: string;
+  revoked_at: string | null;
+  token?: string;
+}
+export interface SliceRequest {
+  id: number;
+  node_id: string;
+  slice_id: number | null;
+  task_id: number | null;
+  action: string;
+  gpu_index: number;
+  gpu_uuid: string;
+  profile: string;
+  state: string;
+  device_id: string | null;
+  error: string | null;
+  created_at: string;
+  claimed_at: string | null;
+  finished_at: string | null;
+}

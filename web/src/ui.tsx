@@ -1,0 +1,134 @@
+// Shared pieces of the console: polling hook, formatting, the QoS tier
+// vocabulary (one place for what each tier promises), small components.
+import type { ComponentChildren } from "preact";
+import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { ApiError } from "./api";
+
+/** Loads `fn` now and every `everyMs` (0: once); `reload` reloads now. */
+export function usePoll<T>(fn: () => Promise<T>, deps: unknown[], everyMs = 0) {
+  const [data, setData] = useState<T | null>(null);
+  const [error, setError] = useState<string | null>(null);
+  const alive = useRef(true);
+  const load = useCallback(async () => {
+    try {
+      const d = await fn();
+      if (alive.current) {
+        setData(d);
+        setError(null);
+      }
+    } catch (e) {
+      if (alive.current) setError(e instanceof ApiError ? e.describe() : String(e));
+    }
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, deps);
+  useEffect(() => {
+    alive.current = true;
+    void load();
+    const t = everyMs > 0 ? setInterval(() => void load(), everyMs) : undefined;
+    return () => {
+      alive.current = false;
+      if (t) clearInterval(t);
+    };
+  }, [load, everyMs]);
+  return { data, error, reload: load };
+}
+
+export function fmtMb(mb: number | null | undefined): string {
+  if (mb === null || mb === undefined) return "—";
+  if (mb >= 10240) return `${(mb / 1024).toFixed(1)} GB`;
+  return `${mb} MB`;
+}
+export function fmtBytes(b: number | null | undefined): string {
+  if (b === null || b === undefined) return "—";
+  return fmtMb(Math.round(b / (1024 * 1024)));
+}
+export function fmtTime(s: string | null | undefined): string {
+  if (!s) return "—";
+  return s.replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+
+/** What each tier's enforcement does and does not promise (SPEC.md 3). */
+export const ENFORCEMENT_TEXT: Record<string, string> = {
+  mig: "MIG partition: memory and compute isolated by the hardware.",
+  mps: "MPS: compute share and pinned memory limited by the MPS daemon, no fault isolation.",
+  hook: "Memory quota enforced by the HeteroFlow hook in the task's process; compute share is a soft limit.",
+  none: "Accounted only: nothing stops a task from using more.",
+};
+
+/** The enforcement a GPU of `tier` gives, refined by what its slices report. */
+export function gpuEnforcement(tier: string, sliceEnforcements: string[][]): string {
+  const seen = new Set(sliceEnforcements.flat());
+  if (tier === "gold") return "mig";
+  if (tier === "silver") return "mps";
+  return seen.has("hook") ? "hook" : "none";
+}
+
+export function Tier({ level }: { level: string | null | undefined }) {
+  if (!level) return <span class="muted">—</span>;
+  return <span class={`tier tier-${level}`}>{level}</span>;
+}
+
+export function Status({ status }: { status: string }) {
+  return <span class={`status status-${status}`}>{status}</span>;
+}
+
+/** An error region screen readers announce. */
+export function ErrorNote({ error }: { error: string | null | undefined }) {
+  return (
+    <div role="alert" aria-live="assertive" class={error ? "error-note" : "sr-only"}>
+      {error ?? ""}
+    </div>
+  );
+}
+
+export function Page({ title, actions, children }: { title: string; actions?: ComponentChildren; children: ComponentChildren }) {
+  useEffect(() => {
+    document.title = `${title} · HeteroFlow`;
+  }, [title]);
+  return (
+    <section class="page" aria-labelledby="page-title">
+      <div class="page-head">
+        <h1 id="page-title" tabIndex={-1}>
+          {title}
+        </h1>
+        {actions && <div class="page-actions">{actions}</div>}
+      </div>
+      {children}
+    </section>
+  );
+}
+
+/** Horizontally scrollable table wrapper with a caption for screen readers. */
+export function Table({ caption, children }: { caption: string; children: ComponentChildren }) {
+  return (
+    <div class="table-wrap" tabIndex={0} role="region" aria-label={caption}>
+      <table>
+        <caption class="sr-only">{caption}</caption>
+        {children}
+      </table>
+    </div>
+  );
+}
+
+export function KeyValues({ entries, label }: { entries: Record<string, string>; label: string }) {
+  const keys = Object.keys(entries).sort();
+  if (keys.length === 0) return <p class="muted">none</p>;
+  return (
+    <Table caption={label}>
+      <thead>
+        <tr>
+          <th scope="col">name</th>
+          <th scope="col">value</th>
+        </tr>
+      </thead>
+      <tbody>
+        {keys.map((k) => (
+          <tr key={k}>
+            <td class="mono">{k}</td>
+            <td class="mono wrap">{entries[k]}</td>
+          </tr>
+        ))}
+      </tbody>
+    </Table>
+  );
+}

@@ -1,0 +1,341 @@
+// Browser tests of the console (issue 7): the REAL hf-server and hf-agent
+// (harness.mjs), Chromium through playwright-core. One platform for the
+// file; each test opens its own browser context (sessionStorage is per
+// context, so each is a fresh sign-in).
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { openBrowser, screenshot, startPlatform, waitFor } from "./harness.mjs";
+
+let p;
+let browser;
+let userA; // user of tenant "ta"
+let userB; // user of tenant "tb"
+const sliceTaskName = "form-slice-task";
+
+before(async () => {
+  p = await startPlatform();
+  await p.tenant("ta");
+  await p.tenant("tb");
+  userA = await p.token("user", "ta");
+  userB = await p.token("user", "tb");
+  ({ browser } = await openBrowser());
+});
+
+after(async () => {
+  await browser?.close();
+  await p?.stop();
+});
+
+// A fresh context and page; `errors` collects console and page errors.
+// `expectedStatus` lists HTTP statuses whose "Failed to load resource"
+// console line Chromium prints for a fetch the test provokes on purpose.
+async function newPage({ width = 1366, height = 768, expectedStatus = [] } = {}) {
+  const context = await browser.newContext({ viewport: { width, height } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("console", (msg) => {
+    if (msg.type() !== "error") return;
+    const text = msg.text();
+    if (expectedStatus.some((s) => text.includes(`status of ${s}`))) return;
+    errors.push(`console: ${text}`);
+  });
+  page.on("pageerror", (err) => errors.push(`page: ${err.message}`));
+  return { context, page, errors };
+}
+
+async function signIn(page, token) {
+  await page.goto(p.url + "/");
+  await page.fill("#signin-token", token);
+  await page.click("button[type=submit]");
+  await page.waitForSelector("[data-testid=whoami]");
+}
+
+async function go(page, hash) {
+  await page.evaluate((h) => (location.hash = h), hash);
+  await page.waitForFunction((h) => location.hash === h, hash);
+  await page.waitForSelector("#page-title");
+}
+
+// The tier a GPU gives (SPEC.md section 3), from the node's own report.
+async function tierOf(nodeId, index) {
+  const node = await p.api("GET", `/api/v1/nodes/${nodeId}`);
+  const g = node.gpus.find((x) => x.index === index);
+  if (node.containerized) return "bronze";
+  return g.mig_capable ? "gold" : g.mps_capable ? "silver" : "bronze";
+}
+
+async function taskCount(token) {
+  return (await p.api("GET", "/api/v1/tasks?limit=1000", undefined, token)).items.length;
+}
+
+test("sign in: a bad token is refused, admin and user see who they are", async () => {
+  const { context, page, errors } = await newPage({ expectedStatus: [401] });
+  await page.goto(p.url + "/");
+  await screenshot(page, "signin");
+  await page.fill("#signin-token", "not-a-real-token");
+  await page.click("button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#signin-error")?.textContent?.includes("token not accepted"));
+  await page.fill("#signin-token", p.adminToken);
+  await page.click("button[type=submit]");
+  const who = await page.waitForSelector("[data-testid=whoami]");
+  assert.match(await who.textContent(), /admin/);
+  assert.ok(await page.$("nav a[href='#/admin']"), "admin sees the Admin entry");
+  // Sign out returns to the sign-in form.
+  await page.click("text=Sign out");
+  await page.waitForSelector("#signin-token");
+  await context.close();
+  assert.deepEqual(errors, []);
+
+  const u = await newPage();
+  await signIn(u.page, userA);
+  const text = await u.page.textContent("[data-testid=whoami]");
+  assert.match(text, /user/);
+  assert.match(text, /tenant ta/);
+  assert.equal(await u.page.$("nav a[href='#/admin']"), null, "a user sees no Admin entry");
+  assert.equal(await u.page.$("nav a[href='#/nodes']"), null, "a user sees no Nodes entry");
+  await u.context.close();
+  assert.deepEqual(u.errors, []);
+});
+
+test("invalid slice inputs are refused next to the field; nothing is created", async () => {
+  const { context, page, errors } = await newPage();
+  await signIn(page, userA);
+  await go(page, "#/tasks/new");
+  const before = await taskCount(userA);
+  await page.fill("#task-name", "invalid");
+  await page.fill("#task-command", "sleep 1");
+  const cases = [
+    ["memory", "0", /at least 32/],
+    ["memory", "31", /at least 32/],
+    ["memory", "33", /multiple of 32/],
+    ["compute", "0", /between 1 and 100/],
+    ["compute", "101", /between 1 and 100/],
+    ["compute", "50.5", /whole percent/],
+  ];
+  for (const [field, value, msg] of cases) {
+    await page.fill("#task-memory", field === "memory" ? value : "4096");
+    await page.fill("#task-compute", field === "compute" ? value : "50");
+    await page.locator(`#task-${field}`).blur();
+    // Shown before submit, on input/blur.
+    const shown = await page.textContent(`#task-${field}-error`);
+    assert.match(shown, msg, `${field}=${value} explained before submit`);
+    assert.equal(await page.getAttribute(`#task-${field}`, "aria-invalid"), "true");
+    const other = field === "memory" ? "compute" : "memory";
+    assert.equal((await page.textContent(`#task-${other}-error`)).trim(), "", `${other} is valid`);
+    await page.click("button[type=submit]");
+    await page.waitForFunction(() => document.querySelector("#task-form-error")?.textContent?.includes("Not submitted"));
+    assert.equal(await page.evaluate(() => location.hash), "#/tasks/new", `${field}=${value} not submitted`);
+    assert.match(await page.textContent(`#task-${field}-error`), msg);
+  }
+  await screenshot(page, "task-create");
+  assert.equal(await taskCount(userA), before, "no task was created");
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
+test("a server-side 400 is shown next to the field it names", async () => {
+  const { context, page, errors } = await newPage({ expectedStatus: [400] });
+  await signIn(page, userA);
+  await go(page, "#/tasks/new");
+  const before = await taskCount(userA);
+  await page.fill("#task-name", "reserved-env");
+  await page.fill("#task-command", "sleep 1");
+  await page.fill("#task-memory", "1024");
+  // The form does not know the server's reserved variable names; the
+  // server refuses them with {"error":"invalid_argument","field":"env.CUDA_VISIBLE_DEVICES"}.
+  await page.fill("#task-env", "CUDA_VISIBLE_DEVICES=0");
+  assert.equal((await page.textContent("#task-env-error")).trim(), "", "the client lets it through");
+  await page.click("button[type=submit]");
+  await page.waitForFunction(() => document.querySelector("#task-env-error")?.textContent?.includes("env.CUDA_VISIBLE_DEVICES"));
+  assert.equal(await page.getAttribute("#task-env", "aria-invalid"), "true");
+  assert.equal((await page.textContent("#task-memory-error")).trim(), "");
+  assert.equal(await taskCount(userA), before);
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
+test("a slice task created through the form is allocated with its GPU's tier", async () => {
+  const { context, page, errors } = await newPage();
+  await signIn(page, userA);
+  await go(page, "#/tasks");
+  await page.click("a[href='#/tasks/new']");
+  await page.waitForSelector("#task-name");
+  await page.check("#mode-slice");
+  await page.fill("#task-name", sliceTaskName);
+  await page.fill("#task-command", "sleep 60");
+  await page.fill("#task-memory", "4096");
+  await page.fill("#task-compute", "50");
+  await page.click("button[type=submit]");
+  await page.waitForFunction(() => /^#\/tasks\/\d+$/.test(location.hash));
+  const id = Number((await page.evaluate(() => location.hash)).split("/")[2]);
+  const task = await waitFor("the task bound to a slice", async () => {
+    const t = await p.api("GET", `/api/v1/tasks/${id}`);
+    return t.slice_id ? t : null;
+  });
+  assert.equal(task.gpu_memory_mb, 4096);
+  assert.equal(task.gpu_compute_percent, 50);
+  assert.equal(task.tenant, "ta");
+  const expected = await tierOf(task.node_id, task.gpu_indices[0]);
+  await go(page, "#/slices");
+  const row = page.locator(`tr[data-task-id="${id}"]`);
+  await row.waitFor();
+  assert.equal((await row.locator(".tier-cell").textContent()).trim(), expected);
+  assert.match(await row.locator(".gpu-cell").textContent(), new RegExp(`${task.node_id} / ${task.gpu_indices[0]}`));
+  // The GPU's card shows the same tier.
+  const card = page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`);
+  assert.equal((await card.locator(".tier").textContent()).trim(), expected);
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
+test("a tenant user sees only its own tenant's slices", async () => {
+  const b = await p.api("POST", "/api/v1/tasks", { name: "tb-task", command: "sleep 60", gpu_memory_mb: 1024 }, userB);
+  await waitFor("tb's slice", async () => (await p.api("GET", `/api/v1/tasks/${b.id}`)).slice_id);
+  const a = (await p.api("GET", "/api/v1/tasks?limit=1000", undefined, userA)).items.find((t) => t.name === sliceTaskName);
+  assert.ok(a, "tenant ta's task exists");
+  for (const [token, mine, theirs, tenant] of [
+    [userA, a.id, b.id, "ta"],
+    [userB, b.id, a.id, "tb"],
+  ]) {
+    const { context, page, errors } = await newPage();
+    await signIn(page, token);
+    await go(page, "#/slices");
+    await page.locator(`tr[data-task-id="${mine}"]`).waitFor();
+    assert.equal(await page.locator(`tr[data-task-id="${theirs}"]`).count(), 0, `${tenant} does not see the other's slice`);
+    const tenants = await page.locator("td.tenant-cell").allTextContents();
+    assert.ok(tenants.length > 0);
+    assert.deepEqual([...new Set(tenants.map((t) => t.trim()))], [tenant]);
+    const cardTenants = await page.locator(".gpu-card").allTextContents();
+    for (const c of cardTenants) assert.doesNotMatch(c, new RegExp(`tenants: .*${tenant === "ta" ? "tb" : "ta"}`));
+    await context.close();
+    assert.deepEqual(errors, []);
+  }
+});
+
+test("whole-GPU mode: a task through the form runs on a whole GPU", async () => {
+  const { context, page, errors } = await newPage();
+  await signIn(page, userA);
+  await go(page, "#/tasks/new");
+  await page.check("#mode-whole");
+  await page.waitForSelector("#task-gpus");
+  assert.equal(await page.$("#task-memory"), null, "no slice fields in whole-GPU mode");
+  await page.fill("#task-name", "form-whole-task");
+  await page.fill("#task-command", "echo hello from heteroflow; sleep 60");
+  await page.fill("#task-gpus", "1");
+  await page.fill("#task-env", "GREETING=hi");
+  await page.click("button[type=submit]");
+  await page.waitForFunction(() => /^#\/tasks\/\d+$/.test(location.hash));
+  const id = Number((await page.evaluate(() => location.hash)).split("/")[2]);
+  const task = await waitFor("the whole-GPU task running", async () => {
+    const t = await p.api("GET", `/api/v1/tasks/${id}`);
+    return t.status === "running" ? t : null;
+  });
+  assert.equal(task.gpu_required, 1);
+  assert.equal(task.gpu_indices.length, 1);
+  const slice = await p.api("GET", `/api/v1/slices/${task.slice_id}`);
+  assert.equal(slice.kind, "whole");
+  assert.equal(task.env.GREETING, "hi");
+  // The detail page shows the state, env and (after a refresh) the logs.
+  await page.waitForFunction(() => document.querySelector(".status")?.textContent === "running");
+  await waitFor("the task's output in the logs", async () => {
+    await page.click("text=Refresh logs");
+    await new Promise((r) => setTimeout(r, 300));
+    return (await page.textContent("[data-testid=logs]")).includes("hello from heteroflow");
+  });
+  assert.match(await page.textContent("main"), /GREETING/);
+  await screenshot(page, "task-detail");
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
+test("the MIG GPU's card (GPU 0, the H100) shows gold with its promise", async () => {
+  const { context, page, errors } = await newPage();
+  await signIn(page, p.adminToken);
+  await go(page, "#/slices");
+  const card = page.locator('[data-gpu="local/0"]');
+  await card.waitFor();
+  assert.equal((await card.locator(".tier").textContent()).trim(), "gold");
+  const text = await card.textContent();
+  assert.match(text, /H100/);
+  assert.match(text, /enforcement: mig/);
+  assert.match(text, /isolated by the hardware/);
+  const p100 = await page.locator('[data-gpu="local/2"]').textContent();
+  assert.match(p100, /bronze/i);
+  const a100 = await page.locator('[data-gpu="local/1"]').textContent();
+  assert.match(a100, /silver/i);
+  assert.match(a100, /no fault isolation/);
+  // Filters narrow the table and cards.
+  await page.fill("#slice-gpu", "0");
+  await page.waitForFunction(() => document.querySelectorAll(".gpu-card").length === 1);
+  await page.fill("#slice-gpu", "");
+  await page.waitForFunction(() => document.querySelectorAll(".gpu-card").length === 3);
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
+const PAGES = [
+  ["tasks", "#/tasks"],
+  ["slices", "#/slices"],
+  ["nodes", "#/nodes"],
+  ["stats", "#/stats"],
+  ["history", "#/history"],
+  ["admin", "#/admin"],
+];
+
+test("every page renders without console errors at 1366x768 and 390x844", async () => {
+  const desk = await newPage({ width: 1366, height: 768 });
+  await signIn(desk.page, p.adminToken);
+  for (const [name, hash] of PAGES) {
+    await go(desk.page, hash);
+    await desk.page.waitForLoadState("networkidle");
+    if (name === "stats") await desk.page.waitForSelector("canvas");
+    if (name === "history") await desk.page.waitForSelector("tr[data-history-id]");
+    if (name === "nodes") await desk.page.waitForSelector("[data-node=local]");
+    if (name === "admin") await desk.page.waitForSelector("text=MIG commands");
+    assert.ok((await desk.page.textContent("#page-title")).length > 0, name);
+    await screenshot(desk.page, name);
+  }
+  // History paginates: next and back.
+  await go(desk.page, "#/history");
+  await desk.page.selectOption("#history-limit", "10");
+  await desk.page.waitForSelector("tr[data-history-id]");
+  const first = await desk.page.locator("tr[data-history-id]").first().getAttribute("data-history-id");
+  if (!(await desk.page.isDisabled("text=Next →"))) {
+    await desk.page.click("text=Next →");
+    await desk.page.waitForFunction((f) => document.querySelector("tr[data-history-id]")?.getAttribute("data-history-id") !== f, first);
+    await desk.page.click("text=← Previous");
+    await desk.page.waitForFunction((f) => document.querySelector("tr[data-history-id]")?.getAttribute("data-history-id") === f, first);
+  }
+  await desk.context.close();
+  assert.deepEqual(desk.errors, []);
+
+  const phone = await newPage({ width: 390, height: 844 });
+  await signIn(phone.page, p.adminToken);
+  for (const [name, hash] of PAGES) {
+    await go(phone.page, hash);
+    await phone.page.waitForLoadState("networkidle");
+    if (name === "slices" || name === "tasks") await screenshot(phone.page, `${name}-phone`);
+  }
+  // The nav collapses behind the menu button.
+  assert.equal(await phone.page.isVisible("#primary-nav a[href='#/stats']"), false);
+  await phone.page.click(".menu-toggle");
+  assert.equal(await phone.page.isVisible("#primary-nav a[href='#/stats']"), true);
+  // The page itself never scrolls sideways; wide tables scroll in their box.
+  const overflow = await phone.page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, `no horizontal page overflow (${overflow}px)`);
+  await phone.context.close();
+  assert.deepEqual(phone.errors, []);
+
+  // A tenant user on every page it has: nothing forbidden is called.
+  const user = await newPage();
+  await signIn(user.page, userA);
+  for (const [name, hash] of PAGES) {
+    await go(user.page, hash);
+    await user.page.waitForLoadState("networkidle");
+    if (name === "nodes" || name === "admin") {
+      assert.equal(await user.page.textContent("#page-title"), "Not available");
+    }
+  }
+  await user.context.close();
+  assert.deepEqual(user.errors, []);
+});
