@@ -1,10 +1,13 @@
 #include "agent/agent.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -296,6 +299,13 @@ StatusOr<std::shared_ptr<hook::Region>> Agent::OpenRegionForStart(
   const char* error = "";
   if (!region->Open(text.c_str(), quota, compute, &error)) {
     return Status::Internal(text + ": " + error);
+  }
+  // A container may run as any user (the image's USER): every process of
+  // the slice must be able to map the region, or its hook falls back to a
+  // quota of its own. The file is bind-mounted into that one container
+  // only, and the state directory above it is the agent's.
+  if (::chmod(text.c_str(), 0666) != 0) {
+    spdlog::warn("{}: chmod 0666: {}", text, std::strerror(errno));
   }
   // A file that already existed (the runtime still held the task) keeps
   // its usage; the quota is the slice's as the server says now.

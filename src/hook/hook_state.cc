@@ -68,19 +68,30 @@ void Initialise(HookState& s) {
         "libcuda.so.1 cannot be loaded (%s); nothing to enforce", dlerror());
   }
   const char* error = nullptr;
-  const bool opened =
-      s.config.region_path[0] != '\0'
-          ? s.region.Open(s.config.region_path, s.config.quota_bytes,
-                          s.config.compute_percent, &error)
-          : s.region.OpenPrivate(s.config.quota_bytes, s.config.compute_percent,
-                                 &error);
+  const bool shared_wanted = s.config.region_path[0] != '\0';
+  bool opened = s.config.region_path[0] != '\0'
+                    ? s.region.Open(s.config.region_path, s.config.quota_bytes,
+                                    s.config.compute_percent, &error)
+                    : s.region.OpenPrivate(s.config.quota_bytes,
+                                           s.config.compute_percent, &error);
+  if (!opened && shared_wanted) {
+    // Never fail open: without the slice's shared region (a file this
+    // user may not open, say), this process still gets the slice's quota,
+    // only not shared with the slice's other processes.
+    Log(LogLevel::kError, nullptr,
+        "%s (%s): this process enforces the slice's quota on its own, not "
+        "shared with the slice's other processes",
+        error, s.config.region_path);
+    s.config.region_path[0] = '\0';
+    opened = s.region.OpenPrivate(s.config.quota_bytes,
+                                  s.config.compute_percent, &error);
+  }
   if (!opened) {
     Log(LogLevel::kError, nullptr,
-        "%s (%s): memory and compute are NOT enforced in this process", error,
-        s.config.region_path[0] != '\0' ? s.config.region_path : "private");
+        "%s: memory and compute are NOT enforced in this process", error);
     return;
   }
-  if (s.config.region_path[0] == '\0') {
+  if (!shared_wanted) {
     Log(LogLevel::kInfo, nullptr,
         "no %s or %s: this process and its forked children share a quota "
         "of their own",

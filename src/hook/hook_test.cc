@@ -304,6 +304,18 @@ TEST_F(HookTest, AnUnreadableQuotaFailsClosedAndSaysWhy) {
   EXPECT_NE(err.find("HETEROFLOW_SLICE_MEMORY_MB"), std::string::npos) << err;
 }
 
+// A region this process cannot open (here: its directory does not exist;
+// in production, a container user the file does not admit) never means no
+// enforcement: the process keeps the slice's quota on its own.
+TEST_F(HookTest, AnUnopenableRegionStillLeavesTheQuotaInForce) {
+  Env env = SliceEnv(16);
+  env["HETEROFLOW_HOOK_REGION"] = (dir_ / "missing" / "x.region").string();
+  std::string err;
+  json fill = Run("dlsym", {"fill", "1"}, env, nullptr, &err);
+  EXPECT_EQ(fill["allocated_mb"], 16);
+  EXPECT_NE(err.find("on its own"), std::string::npos) << err;
+}
+
 // The heart of it: processes of one slice allocating at once never hold
 // more than the quota together (the probes add what they hold to a shared
 // counter after each successful allocation and take it off before each

@@ -167,6 +167,13 @@ TEST_F(HookE2eTest, TaskSeesItsQuotaAndAResizeWithoutARestart) {
       << TaskLog(id) << Logs();
   ASSERT_TRUE(s["hook"].is_object()) << s.dump();
   EXPECT_EQ(s["hook"]["attached"], true);
+  // Any user may map it: a container's USER need not be the agent's.
+  const fs::path region = agent_->state_dir() / "hook" /
+                          ("slice-" + std::to_string(slice) + ".region");
+  EXPECT_EQ(fs::status(region).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write |
+                fs::perms::group_read | fs::perms::group_write |
+                fs::perms::others_read | fs::perms::others_write);
   EXPECT_EQ(s["hook"]["quota_bytes"], 4096 * kMib) << s.dump();
   bool attached_logged = false;
   for (const json& h : api_->ListAll(
