@@ -80,7 +80,9 @@ int Main(int argc, char** argv) {
       "environment variable shown, or from a config file (--config, "
       "TOML/INI: key = value with the long option names)."};
   app.set_config("--config", "", "Read options from this file");
-  app.add_option("--server", f.server, "Control plane URL (http://HOST:PORT)")
+  app.add_option("--server", f.server,
+                 "Control plane URL (http://HOST:PORT); several instances "
+                 "separated by commas fail over")
       ->envname("HF_AGENT_SERVER");
   app.add_option("--token-file", f.token_file,
                  "File holding a node token (POST /api/v1/tokens, role node)")

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 
 #include <utility>
 
@@ -42,6 +43,33 @@ Status FromHttp(int status, const json& body, const std::string& what) {
   }
 }
 
+// A client of one instance, from "http://HOST:PORT".
+StatusOr<std::unique_ptr<httplib::Client>> ClientFor(const std::string& url) {
+  constexpr std::string_view kScheme = "http://";
+  if (!url.starts_with(kScheme) || url.size() == kScheme.size()) {
+    return Status::InvalidArgument(
+        "must be http://HOST:PORT, or several separated by commas (got '" +
+            url + "')",
+        "server");
+  }
+  std::string host = url.substr(kScheme.size());
+  while (!host.empty() && host.back() == '/') host.pop_back();
+  if (host.find('/') != std::string::npos) {
+    return Status::InvalidArgument(
+        "must be http://HOST:PORT without a path (got '" + url + "')",
+        "server");
+  }
+  auto client = std::make_unique<httplib::Client>(std::string(kScheme) + host);
+  if (!client->is_valid()) {
+    return Status::InvalidArgument("is not a usable URL: " + url, "server");
+  }
+  client->set_connection_timeout(5, 0);
+  client->set_read_timeout(30, 0);
+  client->set_write_timeout(30, 0);
+  client->set_keep_alive(true);
+  return client;
+}
+
 }  // namespace
 
 std::string EncodeBase64(std::string_view bytes) {
@@ -56,60 +84,80 @@ std::string EncodeBase64(std::string_view bytes) {
 
 StatusOr<std::unique_ptr<ServerClient>> ServerClient::Create(
     const std::string& server, std::string token) {
-  constexpr std::string_view kScheme = "http://";
-  if (!server.starts_with(kScheme) || server.size() == kScheme.size()) {
-    return Status::InvalidArgument(
-        "must be http://HOST:PORT (got '" + server + "')", "server");
-  }
-  std::string host = server.substr(kScheme.size());
-  while (!host.empty() && host.back() == '/') host.pop_back();
-  if (host.find('/') != std::string::npos) {
-    return Status::InvalidArgument(
-        "must be http://HOST:PORT without a path (got '" + server + "')",
-        "server");
-  }
   if (token.empty()) {
     return Status::InvalidArgument("the node token is empty", "token_file");
   }
-  auto client = std::make_unique<httplib::Client>(std::string(kScheme) + host);
-  if (!client->is_valid()) {
-    return Status::InvalidArgument("is not a usable URL: " + server, "server");
-  }
-  client->set_connection_timeout(5, 0);
-  client->set_read_timeout(30, 0);
-  client->set_write_timeout(30, 0);
-  client->set_keep_alive(true);
+  std::vector<std::unique_ptr<httplib::Client>> clients;
+  std::vector<std::string> urls;
+  std::size_t start = 0;
+  do {
+    const std::size_t comma = server.find(',', start);
+    std::string one = server.substr(
+        start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? server.size() + 1 : comma + 1;
+    auto client = ClientFor(one);
+    if (!client.ok()) return client.status();
+    clients.push_back(std::move(*client));
+    urls.push_back(std::move(one));
+  } while (start <= server.size());
   return std::unique_ptr<ServerClient>(
-      new ServerClient(std::move(client), std::move(token)));
+      new ServerClient(std::move(clients), std::move(urls), std::move(token)));
 }
 
-ServerClient::ServerClient(std::unique_ptr<httplib::Client> client,
-                           std::string token)
-    : client_(std::move(client)), token_(std::move(token)) {}
+ServerClient::ServerClient(
+    std::vector<std::unique_ptr<httplib::Client>> clients,
+    std::vector<std::string> urls, std::string token)
+    : clients_(std::move(clients)),
+      urls_(std::move(urls)),
+      token_(std::move(token)) {}
 
 ServerClient::~ServerClient() = default;
 
 StatusOr<json> ServerClient::Send(const std::string& method,
                                   const std::string& path, const json* body) {
   const std::string what = method + " " + path;
-  httplib::Headers headers = {{"Authorization", "Bearer " + token_}};
-  httplib::Result result =
-      method == "GET" ? client_->Get(path, headers)
-                      : client_->Post(path, headers,
-                                      body ? body->dump() : std::string("{}"),
-                                      "application/json");
-  if (!result) {
-    return Status::Unavailable(what + ": " +
-                               httplib::to_string(result.error()));
+  const httplib::Headers headers = {{"Authorization", "Bearer " + token_}};
+  const std::string payload = body ? body->dump() : std::string("{}");
+  std::string unreachable;
+  for (std::size_t tried = 0; tried < clients_.size(); ++tried) {
+    httplib::Client& client = *clients_[current_];
+    httplib::Result result =
+        method == "GET"
+            ? client.Get(path, headers)
+            : client.Post(path, headers, payload, "application/json");
+    if (!result) {
+      const std::string why =
+          urls_[current_] + ": " + httplib::to_string(result.error());
+      const bool never_sent = result.error() == httplib::Error::Connection;
+      if (clients_.size() > 1) {
+        spdlog::warn("control plane instance {}: {}", urls_[current_],
+                     never_sent ? "unreachable, trying the next one"
+                                : "reply lost; the next call goes to the "
+                                  "next instance");
+      }
+      current_ = (current_ + 1) % clients_.size();
+      if (!never_sent) return Status::Unavailable(what + ": " + why);
+      if (!unreachable.empty()) unreachable += "; ";
+      unreachable += why;
+      continue;
+    }
+    json parsed =
+        json::parse(result->body, nullptr, /*allow_exceptions=*/false);
+    if (result->status >= 502 && result->status <= 504) {
+      // An instance that cannot serve now (a follower without a leader):
+      // the agent's next call tries another one.
+      current_ = (current_ + 1) % clients_.size();
+    }
+    if (result->status < 200 || result->status >= 300) {
+      return FromHttp(result->status, parsed, what);
+    }
+    if (parsed.is_discarded()) {
+      return Status::Unavailable(what + ": the reply is not JSON");
+    }
+    return parsed;
   }
-  json parsed = json::parse(result->body, nullptr, /*allow_exceptions=*/false);
-  if (result->status < 200 || result->status >= 300) {
-    return FromHttp(result->status, parsed, what);
-  }
-  if (parsed.is_discarded()) {
-    return Status::Unavailable(what + ": the reply is not JSON");
-  }
-  return parsed;
+  return Status::Unavailable(what + ": no control plane instance reachable (" +
+                             unreachable + ")");
 }
 
 StatusOr<json> ServerClient::Register(const json& report) {

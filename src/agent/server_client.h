@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 
@@ -24,10 +25,14 @@ namespace hf::agent {
 
 using nlohmann::json;
 
+// The agent's HTTP client of the control plane: one instance, or several
+// that fail over (the first that answers is used until it stops answering).
 class ServerClient {
  public:
-  // `server` is "http://host:port" (https is refused: put TLS in front of
-  // both ends). InvalidArgument naming `server` otherwise.
+  // `server` is "http://host:port", or several separated by commas: the
+  // instances of one control plane (docs/OPERATIONS.md, "Several
+  // instances"). https is refused: put TLS in front of both ends.
+  // InvalidArgument naming `server` otherwise.
   static StatusOr<std::unique_ptr<ServerClient>> Create(
       const std::string& server, std::string token);
   ~ServerClient();
@@ -46,11 +51,21 @@ class ServerClient {
                                  std::int64_t offset, std::string_view data);
 
  private:
-  ServerClient(std::unique_ptr<httplib::Client> client, std::string token);
+  ServerClient(std::vector<std::unique_ptr<httplib::Client>> clients,
+               std::vector<std::string> urls, std::string token);
+  // Sends to the current instance. When it cannot be reached (no
+  // connection: nothing was sent, so any instance may take the request)
+  // the next ones are tried at once; when it answers 502/503/504 or the
+  // reply is lost, the call fails (the agent's loop retries) and the next
+  // call goes to the next instance.
   StatusOr<json> Send(const std::string& method, const std::string& path,
                       const json* body);
 
-  std::unique_ptr<httplib::Client> client_;
+  // One client per instance, in the order given. Used from the agent's one
+  // loop thread only (httplib clients are not shared between threads).
+  std::vector<std::unique_ptr<httplib::Client>> clients_;
+  std::vector<std::string> urls_;
+  std::size_t current_ = 0;
   std::string token_;
 };
 

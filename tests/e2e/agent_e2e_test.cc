@@ -235,6 +235,26 @@ TEST_F(AgentE2eTest, RegistersItsGpusWithCapabilitiesFromTheInventory) {
   })) << Logs(agent);
 }
 
+// `--server` with several control plane instances: one that is down is
+// skipped (nothing was sent to it), and the agent works through the next.
+TEST_F(AgentE2eTest, SeveralServerUrlsFailOverToOneThatAnswers) {
+  AgentProcess& agent = NewAgent("failover", {A100()});
+  const std::string dead = "http://127.0.0.1:" + std::to_string(PickFreePort());
+  agent.set_server_url(dead + "," + server_->url());
+  ASSERT_TRUE(StartAndRegister(agent));
+  const std::string first = NodeView("failover")["last_heartbeat_at"];
+  EXPECT_TRUE(WaitFor([&] {
+    return NodeView("failover")["last_heartbeat_at"] != first;
+  })) << Logs(agent);
+  const std::int64_t id = CreateId({{"name", "through-failover"},
+                                    {"command", "echo ok"},
+                                    {"gpu_memory_mb", 1024}});
+  ASSERT_NE(id, 0);
+  EXPECT_EQ(WaitStatus(id, "succeeded")["status"], "succeeded") << Logs(agent);
+  EXPECT_TRUE(agent.LogContains("unreachable, trying the next one"))
+      << agent.Log();
+}
+
 TEST_F(AgentE2eTest, WithoutAnMpsDaemonNothingIsSilver) {
   AgentProcess& agent =
       NewAgent("nomps", {A100()}, /*mps_daemon_can_start=*/false);
