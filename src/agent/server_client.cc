@@ -136,7 +136,12 @@ StatusOr<json> ServerClient::Send(const std::string& method,
                                   "next instance");
       }
       current_ = (current_ + 1) % clients_.size();
-      if (!never_sent) return Status::Unavailable(what + ": " + why);
+      if (!never_sent) {
+        std::string message = what;
+        message += " to ";
+        message += why;
+        return Status::Unavailable(message);
+      }
       if (!unreachable.empty()) unreachable += "; ";
       unreachable += why;
       continue;
