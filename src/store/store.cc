@@ -12,6 +12,7 @@
 #include <system_error>
 #include <utility>
 
+#include "store/postgres_store.h"
 #include "store/sqlite_store.h"
 
 namespace hf::store {
@@ -116,12 +117,17 @@ StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& url,
                                            const StoreOptions& options) {
   const std::string_view view(url);
   if (view.starts_with("postgres://") || view.starts_with("postgresql://")) {
-    return BadUrl("postgres:// is not supported yet; use sqlite:PATH");
+    // The URL may hold a password: it is not repeated in messages.
+    StatusOr<std::unique_ptr<PostgresStore>> postgres =
+        PostgresStore::Open(url, options);
+    if (!postgres.ok()) return postgres.status();
+    return std::unique_ptr<Store>(std::move(postgres).value());
   }
   if (!view.starts_with(kSqlitePrefix)) {
-    return BadUrl("unknown database URL \"" + url +
-                  "\": expected sqlite:PATH (e.g. sqlite:/var/lib/heteroflow/"
-                  "hf.db)");
+    return BadUrl(
+        "unknown database URL \"" + url +
+        "\": expected sqlite:PATH (e.g. sqlite:/var/lib/heteroflow/hf.db) or "
+        "postgres://USER[:PASSWORD]@HOST[:PORT]/DBNAME");
   }
   const std::string path(view.substr(kSqlitePrefix.size()));
   if (path.empty()) {

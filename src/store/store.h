@@ -3,8 +3,9 @@
 // (`agent_slice_requests`).
 //
 // `Store` is the seam between the server and its database. SQLite is the
-// embedded implementation (sqlite_store.h); PostgreSQL comes later and must
-// pass the same contract tests (store_contract_test.h). All work happens in
+// embedded implementation (sqlite_store.h); PostgreSQL (postgres_store.h)
+// serves several server instances sharing one database. Both pass the same
+// contract tests (store_contract_test.h). All work happens in
 // transactions: `Write` runs a function against a `Txn` and returns only once
 // its changes are durable (or rolled back); `Read` runs against a consistent
 // snapshot.
@@ -362,23 +363,30 @@ class Store {
   // fails, its changes are rolled back and its Status is returned. A commit
   // failure is returned as Unavailable/Internal and nothing of `fn` is kept.
   // `fn` may run on another thread than the caller's (group commit) and must
-  // not call Write or Read itself.
+  // not call Write or Read itself. `fn` may also run more than once (a
+  // backend reruns a transaction that lost a serialization conflict), so it
+  // must set, not accumulate, what it hands out.
   virtual Status Write(const std::function<Status(Txn&)>& fn) = 0;
 
-  // Runs `fn` against a consistent read-only snapshot.
+  // Runs `fn` against a consistent read-only snapshot. As with Write, `fn`
+  // may run more than once (again on a new connection when the first broke).
   virtual Status Read(const std::function<Status(Txn&)>& fn) = 0;
 
   virtual StoreInfo info() const = 0;
 };
 
 struct StoreOptions {
-  int read_connections = 4;  // SQLite: connections for concurrent readers
+  int read_connections = 4;  // connections for concurrent readers
   int max_batch = 256;       // group commit: most Write calls per commit
 };
 
 // Opens the store named by `url`: "sqlite:PATH" (created and migrated when
-// new). The schema is migrated to the newest version on open; a database
-// from a newer version of HeteroFlow is refused (FailedPrecondition).
+// new) or a PostgreSQL connection URI, "postgres://USER[:PASSWORD]@HOST
+// [:PORT]/DBNAME" ("postgresql://" too; the database must exist). The
+// schema is migrated to the newest version on open; a database from a newer
+// version of HeteroFlow is refused (FailedPrecondition). A malformed URL is
+// InvalidArgument with field "db"; a server that cannot be reached is
+// Unavailable (naming host and port, never the password).
 StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& url,
                                            const StoreOptions& options = {});
 
