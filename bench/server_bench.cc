@@ -56,6 +56,13 @@
 //       Counters: requests_per_s, p50_ms, p99_ms, response_bytes, and
 //       in-process means of ControlPlane::Stats (stats_core_ms) and of
 //       building, dumping and freeing its JSON (render_ms).
+//   BM_CreateTasksOn/clients:16/backend:B and BM_BindPendingOnceOn/backend:B
+//       the same load generators as BM_CreateTasks and BM_BindPendingOnce
+//       (binds of kBackendBindTasks), on SQLite (B = 0) and on PostgreSQL
+//       (B = 1: a real throwaway server, src/store/testing/pg_server.h,
+//       started once for the binary with fsync off, a fresh database per
+//       case), to compare the two stores under one load. Counters as
+//       above, plus `backend`.
 //
 // Each case also prints a one-line summary to stderr. The whole binary runs
 // in about a minute on a 2-core machine.
@@ -93,6 +100,7 @@
 #include "common/status.h"
 #include "server/control_plane.h"
 #include "store/store.h"
+#include "store/testing/pg_server.h"
 
 namespace hf {
 namespace {
@@ -114,6 +122,10 @@ constexpr int kStatsSlices = 10000;
 constexpr int kFillThreads = 32;
 constexpr int kBreakdownRounds = 20;
 constexpr int kCommitFloorWrites = 300;
+constexpr int kBackendBindTasks = 5000;
+
+// Which store a BenchServer runs on.
+enum class Backend { kSqlite = 0, kPostgres = 1 };
 
 void Check(const Status& status, const std::string& what) {
   if (!status.ok()) {
@@ -282,16 +294,24 @@ server::TaskCreate SliceTask() {
   return task;
 }
 
+// The PostgreSQL server of the PostgreSQL cases: started on first use,
+// stopped when the binary exits.
+store::pg_testing::PgServer& Postgres() {
+  static const std::unique_ptr<store::pg_testing::PgServer> server =
+      CheckValue(store::pg_testing::PgServer::Start(), "start PostgreSQL");
+  return *server;
+}
+
 // One hf-server, in-process, in its own directory. Destroying it stops the
 // HTTP server, the scheduler and the store and removes the directory.
 // REQUIRES: every client of the server is gone before it is destroyed (a
 // live keep-alive connection holds up the HTTP server's stop).
 class BenchServer {
  public:
-  BenchServer(int nodes, bool start_scheduler) {
-    store_ = std::make_unique<TimedStore>(CheckValue(
-        store::OpenStore("sqlite:" + (dir_.path() / "hf.db").string()),
-        "open"));
+  BenchServer(int nodes, bool start_scheduler,
+              Backend backend = Backend::kSqlite) {
+    store_ = std::make_unique<TimedStore>(
+        CheckValue(store::OpenStore(StoreUrl(backend)), "open"));
     cp_ = CheckValue(server::ControlPlane::Create(
                          store_.get(), &clock_, server::ControlPlaneOptions{}),
                      "create the control plane");
@@ -383,6 +403,18 @@ class BenchServer {
   }
 
  private:
+  // A fresh SQLite file in this server's directory, or a fresh database on
+  // the PostgreSQL server.
+  std::string StoreUrl(Backend backend) const {
+    if (backend == Backend::kSqlite) {
+      return "sqlite:" + (dir_.path() / "hf.db").string();
+    }
+    static std::atomic<int> databases{0};
+    const std::string name = "server_bench_" + std::to_string(databases++);
+    Check(Postgres().CreateDatabase(name), "create database " + name);
+    return Postgres().Url(name);
+  }
+
   void WaitUntilServing() const {
     httplib::Client client(kHost, port());
     for (int attempt = 0; attempt < 500; ++attempt) {
@@ -597,10 +629,11 @@ BENCHMARK(BM_StoreCommitFloor)
 
 enum class CreatePath { kHttp, kHttpNoScheduler, kDirect };
 
-void RunCreateTasks(benchmark::State& state, CreatePath path) {
+void RunCreateTasks(benchmark::State& state, CreatePath path,
+                    Backend backend = Backend::kSqlite) {
   const int clients = static_cast<int>(state.range(0));
   const bool scheduler = path != CreatePath::kHttpNoScheduler;
-  BenchServer server(kSmallClusterNodes, scheduler);
+  BenchServer server(kSmallClusterNodes, scheduler, backend);
   const server::Caller user = CheckValue(
       server.cp().Authenticate(server.user_token()), "the user token");
   std::function<Request()> clients_of;
@@ -644,12 +677,15 @@ void RunCreateTasks(benchmark::State& state, CreatePath path) {
     }
     static constexpr const char* kPathNames[] = {
         "HTTP", "HTTP, no scheduler", "ControlPlane::CreateTask, no HTTP"};
+    state.counters["backend"] = static_cast<double>(backend);
     std::fprintf(
         stderr,
-        "server_bench: create (%s) clients=%d: %.0f creates/s, p50 %.2f ms, "
+        "server_bench: create (%s, %s) clients=%d: %.0f creates/s, p50 %.2f "
+        "ms, "
         "p99 %.2f ms, max %.2f ms, errors %lld; Store::Write p50 %.2f ms "
         "p99 %.2f ms; writer SQL %.0f%%; drain %.0f ms\n",
-        kPathNames[static_cast<int>(path)], clients, rate,
+        kPathNames[static_cast<int>(path)],
+        backend == Backend::kSqlite ? "SQLite" : "PostgreSQL", clients, rate,
         Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
         r.latency_ms.empty() ? 0 : r.latency_ms.back(),
         static_cast<long long>(r.errors), Percentile(store_totals.write_ms, 50),
@@ -690,9 +726,9 @@ BENCHMARK(BM_CreateTasksDirect)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 
-void BM_BindPendingOnce(benchmark::State& state) {
-  BenchServer server(kLargeClusterNodes, /*start_scheduler=*/false);
-  const double fill_rate = server.CreateDirect(kBindTasks);
+void RunBindPendingOnce(benchmark::State& state, Backend backend, int tasks) {
+  BenchServer server(kLargeClusterNodes, /*start_scheduler=*/false, backend);
+  const double fill_rate = server.CreateDirect(tasks);
   (void)server.store().TakeTotals();
   for (auto _ : state) {
     const auto start = SteadyClock::now();
@@ -707,10 +743,10 @@ void BM_BindPendingOnce(benchmark::State& state) {
     const double seconds = Seconds(SteadyClock::now() - start);
     const TimedStore::Totals t = server.store().TakeTotals();
     state.SetIterationTime(seconds);
-    if (bound != kBindTasks) {
-      state.SkipWithError(("bound " + std::to_string(bound) + " of " +
-                           std::to_string(kBindTasks))
-                              .c_str());
+    if (bound != tasks) {
+      state.SkipWithError(
+          ("bound " + std::to_string(bound) + " of " + std::to_string(tasks))
+              .c_str());
       return;
     }
     const double rate = bound / seconds;
@@ -721,16 +757,47 @@ void BM_BindPendingOnce(benchmark::State& state) {
     state.counters["store_write_share"] = t.write_s / seconds;
     state.counters["store_read_share"] = t.read_s / seconds;
     state.counters["direct_creates_per_s"] = fill_rate;
+    state.counters["backend"] = static_cast<double>(backend);
     std::fprintf(stderr,
-                 "server_bench: BindPendingOnce: %d tasks in %.0f ms = %.0f "
+                 "server_bench: BindPendingOnce (%s): %d tasks in %.0f ms = "
+                 "%.0f "
                  "binds/s, %d batches of %.1f ms (Store::Write %.0f%%, "
                  "reads %.0f%% of it); setup: %.0f direct creates/s\n",
-                 bound, 1000 * seconds, rate, batches, 1000 * seconds / batches,
+                 backend == Backend::kSqlite ? "SQLite" : "PostgreSQL", bound,
+                 1000 * seconds, rate, batches, 1000 * seconds / batches,
                  100 * t.write_s / seconds, 100 * t.read_s / seconds,
                  fill_rate);
   }
 }
+void BM_BindPendingOnce(benchmark::State& state) {
+  RunBindPendingOnce(state, Backend::kSqlite, kBindTasks);
+}
 BENCHMARK(BM_BindPendingOnce)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// SQLite against PostgreSQL, one load generator.
+void BM_CreateTasksOn(benchmark::State& state) {
+  RunCreateTasks(state, CreatePath::kHttp,
+                 static_cast<Backend>(state.range(1)));
+}
+BENCHMARK(BM_CreateTasksOn)
+    ->ArgNames({"clients", "backend"})
+    ->Args({16, static_cast<int>(Backend::kSqlite)})
+    ->Args({16, static_cast<int>(Backend::kPostgres)})
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_BindPendingOnceOn(benchmark::State& state) {
+  RunBindPendingOnce(state, static_cast<Backend>(state.range(0)),
+                     kBackendBindTasks);
+}
+BENCHMARK(BM_BindPendingOnceOn)
+    ->ArgName("backend")
+    ->Arg(static_cast<int>(Backend::kSqlite))
+    ->Arg(static_cast<int>(Backend::kPostgres))
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
