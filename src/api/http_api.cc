@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "api/codec.h"
+#include "api/forward.h"
 
 namespace hf::api {
 
@@ -43,7 +44,40 @@ struct Route {
   bool auth = true;
   std::vector<std::string> query;  // allowed query parameters
   HandlerFn fn;
+  bool leader_only = false;  // see LeaderOnly
 };
+
+// The routes that need the ledger (or the leader's memory, or that change
+// what the ledger mirrors): with several instances, a follower forwards them
+// to the leader. Everything else is answered from the database alone by any
+// instance. The table and its reasons are in docs/OPERATIONS.md ("Several
+// instances").
+bool LeaderOnly(std::string_view method, std::string_view path) {
+  static const std::set<std::pair<std::string_view, std::string_view>> kTable =
+      {
+          {"GET", "/metrics"},
+          {"GET", "/api/v1/slices/stats"},
+          {"POST", "/api/v1/tasks/{id}/cancel"},
+          {"POST", "/api/v1/slices"},
+          {"PATCH", "/api/v1/slices/{id}"},
+          {"DELETE", "/api/v1/slices/{id}"},
+          {"POST", "/api/v1/slice-requests/{id}/result"},
+          {"POST", "/api/v1/tenants"},
+          {"PATCH", "/api/v1/tenants/{name}"},
+          {"POST", "/api/v1/groups"},
+          {"DELETE", "/api/v1/groups/{name}"},
+          {"POST", "/api/v1/sharing-approvals"},
+          {"DELETE", "/api/v1/sharing-approvals/{id}"},
+          {"POST", "/api/v1/nodes/register"},
+          {"POST", "/api/v1/nodes/{node}/heartbeat"},
+          {"GET", "/api/v1/nodes/{node}/assignments"},
+          {"POST", "/api/v1/nodes/{node}/task-states"},
+          {"POST", "/api/v1/nodes/{node}/slice-requests/claim"},
+          {"GET", "/api/v1/nodes"},
+          {"GET", "/api/v1/nodes/{node}"},
+      };
+  return kTable.contains({method, path});
+}
 
 Reply Ok(json body, int status = 200) {
   Reply r;
@@ -160,13 +194,15 @@ std::string PathRegex(const std::string& path) {
   return std::regex_replace(escaped, kParam, "([^/]+)");
 }
 
-std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
+std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
+                               const server::Leadership* leadership) {
   std::vector<Route> r;
   auto add = [&](std::string method, std::string path,
                  std::vector<std::string> query, HandlerFn fn,
                  bool auth = true) {
+    const bool leader_only = LeaderOnly(method, path);
     r.push_back(Route{std::move(method), std::move(path), auth,
-                      std::move(query), std::move(fn)});
+                      std::move(query), std::move(fn), leader_only});
   };
 
   // ---- public
@@ -227,6 +263,37 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock) {
         return reply;
       },
       false);
+
+  // ---- several instances (issue 8): who is there, who leads
+  add("GET", "/api/v1/cluster", {},
+      [cpp, leadership](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        if (!c.caller.admin()) {
+          return Status::PermissionDenied("this needs a platform admin token");
+        }
+        auto cluster = server::ReadCluster(*cp.store());
+        if (!cluster.ok()) return cluster.status();
+        const std::string leader_id =
+            cluster->leader ? cluster->leader->id : std::string();
+        json instances = json::array();
+        for (const server::InstanceInfo& i : cluster->instances) {
+          instances.push_back({{"id", i.id},
+                               {"url", i.url},
+                               {"leader", i.id == leader_id},
+                               {"last_seen", FormatTime(i.last_seen)}});
+        }
+        json leader = nullptr;
+        if (cluster->leader) {
+          leader = {{"id", cluster->leader->id},
+                    {"url", cluster->leader->url},
+                    {"term", cluster->leader->term},
+                    {"since", FormatTime(cluster->leader->since)}};
+        }
+        return Ok({{"instances", std::move(instances)},
+                   {"leader", std::move(leader)},
+                   {"this", leadership != nullptr ? json(leadership->id())
+                                                  : json(nullptr)}});
+      });
 
   // ---- identity
   add("GET", "/api/v1/whoami", {}, [](Ctx& c) -> StatusOr<Reply> {
@@ -886,15 +953,18 @@ std::vector<RouteInfo> ServedRoutes() {
   // The handlers are not run; a ControlPlane reference is only captured.
   std::vector<RouteInfo> out;
   SystemClock clock;
-  for (const Route& r : BuildRoutes(nullptr, clock)) {
-    out.push_back({r.method, r.path});
+  for (const Route& r : BuildRoutes(nullptr, clock, nullptr)) {
+    out.push_back({r.method, r.path, r.leader_only});
   }
   return out;
 }
 
 ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
-                     ApiOptions options)
-    : cp_(control_plane), clock_(clock), options_(std::move(options)) {
+                     ApiOptions options, const server::Leadership* leadership)
+    : cp_(control_plane),
+      clock_(clock),
+      leadership_(leadership),
+      options_(std::move(options)) {
   http_.set_payload_max_length(options_.max_body_bytes);
   http_.set_keep_alive_max_count(100000);
   // httplib writes a response's headers and its body in separate send()
@@ -977,9 +1047,14 @@ void ApiServer::ServeConsole() {
 }
 
 void ApiServer::RegisterRoutes() {
-  for (Route& route : BuildRoutes(cp_, *clock_)) {
+  for (Route& route : BuildRoutes(cp_, *clock_, leadership_)) {
     auto handler = [this, route](const httplib::Request& req,
                                  httplib::Response& res) {
+      if (route.leader_only && leadership_ != nullptr &&
+          !leadership_->Serving()) {
+        RouteToLeader(req, res);
+        return;
+      }
       // Only the URL's query counts (httplib also puts form bodies in
       // params, and curl -d sends JSON as a form by default).
       for (const std::string& name : QueryNames(req.target)) {
@@ -1034,6 +1109,33 @@ void ApiServer::RegisterRoutes() {
       http_.Put(pattern, handler);
     }
   }
+}
+
+// A request for the ledger on an instance that does not serve it.
+void ApiServer::RouteToLeader(const httplib::Request& req,
+                              httplib::Response& res) const {
+  const std::string self = leadership_->id();
+  if (leadership_->IsLeader()) {
+    WriteNoLeader(res, "instance " + self +
+                           " is becoming the leader (rebuilding its ledger); "
+                           "retry shortly");
+    return;
+  }
+  if (req.has_header(kForwardedHeader)) {
+    // Forwarded by an instance that thought this one leads: stop here.
+    WriteNoLeader(
+        res, "instance " + self + " is not the leader (forwarded by " +
+                 req.get_header_value(kForwardedHeader) + "); retry shortly");
+    return;
+  }
+  const std::optional<server::Lease> leader = leadership_->KnownLeader();
+  if (!leader || leader->id == self || leader->url.empty()) {
+    WriteNoLeader(res, "no leader yet: instance " + self +
+                           " is a follower and no instance holds the "
+                           "leader lease; retry shortly");
+    return;
+  }
+  ForwardToLeader(req, ForwardTarget{leader->id, leader->url, self}, res);
 }
 
 Status ApiServer::Bind(const std::string& host, int port) {

@@ -16,12 +16,16 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/control_plane.h"
+#include "server/leadership.h"
 
 namespace hf::api {
 
 struct RouteInfo {
   std::string method;  // "GET", "POST", ...
   std::string path;    // OpenAPI style: /api/v1/tasks/{id}
+  // Needs the ledger: a follower instance forwards it to the leader
+  // (docs/OPERATIONS.md, "Several instances").
+  bool leader_only = false;
 };
 
 // Every route hf-server serves.
@@ -46,8 +50,11 @@ std::string ErrorCodeFor(StatusCode code);
 
 class ApiServer {
  public:
+  // `leadership` (may be null: the only instance, which serves every
+  // route) decides whether the ledger's routes are served here or
+  // forwarded to the leader. Both must outlive the ApiServer.
   ApiServer(server::ControlPlane* control_plane, const Clock* clock,
-            ApiOptions options);
+            ApiOptions options, const server::Leadership* leadership = nullptr);
   ~ApiServer();
 
   // Binds the listening socket; port 0 picks a free one (see port()).
@@ -59,10 +66,14 @@ class ApiServer {
 
  private:
   void RegisterRoutes();
+  // Forwards `req` to the leader, or answers 503 (leadership_ is set and
+  // this instance does not serve the ledger).
+  void RouteToLeader(const httplib::Request& req, httplib::Response& res) const;
   void ServeConsole();  // the web console at /, or a note where none is built
 
   server::ControlPlane* const cp_;
   const Clock* const clock_;
+  const server::Leadership* const leadership_;
   const ApiOptions options_;
   httplib::Server http_;
   int port_ = 0;

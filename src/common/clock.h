@@ -26,6 +26,18 @@ class SystemClock final : public Clock {
   }
 };
 
+// A monotonic clock: NowMillis is milliseconds since an arbitrary origin,
+// never going back. Only comparable with itself (leases measure durations
+// on it, so a wall-clock step cannot shorten or stretch them).
+class SteadyClock final : public Clock {
+ public:
+  std::int64_t NowMillis() const override {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+};
+
 class FakeClock final : public Clock {
  public:
   explicit FakeClock(std::int64_t start_millis = 0) : now_(start_millis) {}

@@ -105,7 +105,7 @@ StatusOr<ApprovalRow> ControlPlane::CreateApproval(
   }
   ApprovalRow out;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const auto find = [&](const std::string& name,
                           const char* field) -> StatusOr<RowId> {
       auto t = txn.FindTenant(name);
@@ -162,7 +162,7 @@ StatusOr<ApprovalRow> ControlPlane::RevokeApproval(const Caller& caller,
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   ApprovalRow out;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const Millis now = clock_->NowMillis();
     auto row = txn.GetApproval(id);
     if (!row.ok()) return row.status();

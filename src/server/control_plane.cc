@@ -89,17 +89,20 @@ Status RequireAdmin(const Caller& caller) {
 ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
                            ControlPlaneOptions options,
                            std::unique_ptr<ledger::Ledger> ledger,
-                           const ledger::PlacementPolicy* policy)
+                           const ledger::PlacementPolicy* policy,
+                           const WriteFence* fence)
     : store_(store),
       clock_(clock),
       options_(std::move(options)),
+      fence_(fence),
       ledger_(std::move(ledger)),
       policy_(policy) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
 StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
-    store::Store* store, const Clock* clock, ControlPlaneOptions options) {
+    store::Store* store, const Clock* clock, ControlPlaneOptions options,
+    const WriteFence* fence) {
   if (options.default_compute_percent < 1 ||
       options.default_compute_percent > kFullComputePercent) {
     return Status::InvalidArgument("must be 1..100", "default_compute_percent");
@@ -120,10 +123,28 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   auto ledger = ledger::Ledger::Create(ledger_options);
   if (!ledger.ok()) return ledger.status();
   std::unique_ptr<ControlPlane> cp(new ControlPlane(
-      store, clock, std::move(options), std::move(*ledger), *policy));
+      store, clock, std::move(options), std::move(*ledger), *policy, fence));
   HF_RETURN_IF_ERROR(cp->EnsureDefaultTenant());
-  HF_RETURN_IF_ERROR(cp->Recover());
+  if (!cp->options_.defer_recovery) HF_RETURN_IF_ERROR(cp->Recover());
   return cp;
+}
+
+Status ControlPlane::Promote() {
+  HF_RETURN_IF_ERROR(Recover().WithContext("rebuilding the ledger"));
+  Start();
+  return Status::Ok();
+}
+
+Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
+  if (fence_ == nullptr) return store_->Write(fn);
+  if (!fence_->MayAct()) {
+    return Status::Unavailable(
+        "this hf-server instance is not the leader; retry on the leader");
+  }
+  return store_->Write([&](Txn& txn) -> Status {
+    HF_RETURN_IF_ERROR(fence_->CheckInTxn(txn));
+    return fn(txn);
+  });
 }
 
 void ControlPlane::Start() {
@@ -266,7 +287,7 @@ Status ControlPlane::Recover() {
         spdlog::warn("recovery: slice {} names unknown tenant {}; now {}",
                      slice.id, slice.tenant_id, owner);
         slice.tenant_id = owner;
-        HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+        HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
           HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
           store::HistoryRow h = HistoryFor(slice, "normalise_tenant");
           h.at = clock_->NowMillis();
@@ -298,6 +319,7 @@ Status ControlPlane::Recover() {
     std::lock_guard sched(sched_mu_);
     resync_ = true;
   }
+  recovered_.store(true);
   return Status::Ok();
 }
 
@@ -474,9 +496,25 @@ std::string ControlPlane::GroupName(RowId id) {
 }
 
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {
-  std::lock_guard lock(names_mu_);
-  auto it = gpu_uuids_.find(GpuKey{node_id, index});
-  return it == gpu_uuids_.end() ? "" : it->second;
+  {
+    std::lock_guard lock(names_mu_);
+    auto it = gpu_uuids_.find(GpuKey{node_id, index});
+    if (it != gpu_uuids_.end()) return it->second;
+  }
+  // A follower's ledger is empty: the store's inventory says which card it
+  // is. (Only there: the leader calls this inside write transactions, where
+  // a store read must not run, and its ledger knows every card.)
+  if (recovered_.load()) return "";
+  std::string uuid;
+  (void)store_->Read([&](Txn& txn) -> Status {
+    auto gpus = txn.ListGpus(node_id);
+    if (!gpus.ok()) return gpus.status();
+    for (const store::GpuRow& g : *gpus) {
+      if (g.index == index) uuid = g.uuid;
+    }
+    return Status::Ok();
+  });
+  return uuid;
 }
 
 // --------------------------------------------------------------- identity
@@ -609,7 +647,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
   TenantRow out;
   std::optional<GroupRow> new_group;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     TenantRow row;
     row.name = name;
@@ -678,7 +716,7 @@ StatusOr<TenantRow> ControlPlane::SetTenantGroup(
   TenantRow out;
   std::optional<GroupRow> new_group;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     auto t = txn.FindTenant(name);
     if (!t.ok()) {
@@ -708,7 +746,7 @@ StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
   HF_RETURN_IF_ERROR(ValidateName(name, "name"));
   GroupRow out;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     GroupRow row;
     row.name = name;
     row.created_at = clock_->NowMillis();
@@ -745,7 +783,7 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
   GroupRow deleted;
   std::vector<RowId> members;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     members.clear();
     auto g = txn.FindGroup(name);
     if (!g.ok()) {

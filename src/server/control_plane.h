@@ -35,6 +35,7 @@
 #include "ledger/ledger.h"
 #include "ledger/placement_policy.h"
 #include "scheduler/qos.h"
+#include "server/leadership.h"
 #include "server/slice_env.h"
 #include "store/store.h"
 
@@ -51,6 +52,12 @@ struct ControlPlaneOptions {
   int heartbeat_interval_s = 5;            // told to agents at registration
   int bind_batch = 512;                    // most tasks bound per store commit
   std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
+  // Every pending task is re-read from the store this often (tasks that
+  // other paths or other server instances created).
+  std::int64_t resync_interval_ms = 30'000;
+  // Several instances (issue 8): Create does not rebuild the ledger; the
+  // instance is a follower until Promote() (after it won the lease).
+  bool defer_recovery = false;
 };
 
 // Who is calling, resolved from a Bearer token.
@@ -287,10 +294,16 @@ struct NodeView {
 
 class ControlPlane {
  public:
-  // `store` and `clock` must outlive the ControlPlane. Rebuilds the ledger
-  // from the store (restart recovery) before returning.
+  // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
+  // the ledger from the store (restart recovery) before returning, unless
+  // options.defer_recovery. With a `fence` (several instances), every write
+  // that changes the ledger or does leader work (bind, release, GC, MIG
+  // commands, inventory, tenancy) first asks fence->MayAct() and runs
+  // fence->CheckInTxn inside its transaction, so a stale leader's write
+  // aborts (Unavailable). Without one, this instance is the only one.
   static StatusOr<std::unique_ptr<ControlPlane>> Create(
-      store::Store* store, const Clock* clock, ControlPlaneOptions options);
+      store::Store* store, const Clock* clock, ControlPlaneOptions options,
+      const WriteFence* fence = nullptr);
   ~ControlPlane();
 
   ControlPlane(const ControlPlane&) = delete;
@@ -299,6 +312,11 @@ class ControlPlane {
   // Starts / stops the scheduler and GC threads. Stop is idempotent.
   void Start();
   void Stop();
+  // This instance won the leader lease: rebuilds the ledger from the store
+  // (restart recovery, SPEC.md section 5), then Start(). Nothing is bound
+  // before the rebuild is complete. REQUIRES: created with
+  // options.defer_recovery; called at most once (a demoted leader exits).
+  Status Promote();
 
   // --- identity ---
   // Unauthenticated for an unknown or revoked token.
@@ -440,7 +458,12 @@ class ControlPlane {
   ControlPlane(store::Store* store, const Clock* clock,
                ControlPlaneOptions options,
                std::unique_ptr<ledger::Ledger> ledger,
-               const ledger::PlacementPolicy* policy);
+               const ledger::PlacementPolicy* policy, const WriteFence* fence);
+
+  // store_->Write for leader work: fenced when there is a fence (see
+  // Create); Unavailable without running `fn` when this instance may not
+  // act.
+  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn);
 
   Status Recover();  // REQUIRES: called once, before any other use
   Status EnsureDefaultTenant();
@@ -526,6 +549,10 @@ class ControlPlane {
   store::Store* const store_;
   const Clock* const clock_;
   const ControlPlaneOptions options_;
+  const WriteFence* const fence_;  // null: the only instance
+  // The ledger holds the store's state (recovered): a follower's is empty,
+  // and a follower queues no created task for a scheduler it does not run.
+  std::atomic<bool> recovered_{false};
 
   std::mutex mu_;  // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;

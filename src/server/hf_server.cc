@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include "common/main_guard.h"
 #include "scheduler/policy/registry.h"
 #include "server/control_plane.h"
+#include "server/leadership.h"
 #include "store/store.h"
 
 namespace {
@@ -42,7 +44,29 @@ struct Flags {
   int heartbeat_interval_s = 5;
   int http_threads = 128;
   std::string log_level = "info";
+  // Several instances on one database (issue 8).
+  std::string advertise_url;  // empty: from --listen
+  std::string instance_id;    // empty: hostname:port
+  double leader_lease_s = 6;
 };
+
+std::string HostName() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "localhost";
+  return name.data();
+}
+
+// `url` with the password of a "scheme://user:password@host" URL masked,
+// for logs (a PostgreSQL URL may carry one).
+std::string WithoutPassword(const std::string& url) {
+  const auto scheme = url.find("://");
+  if (scheme == std::string::npos) return url;
+  const auto at = url.find('@', scheme + 3);
+  if (at == std::string::npos) return url;
+  const auto colon = url.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return url;
+  return url.substr(0, colon + 1) + "***" + url.substr(at);
+}
 
 bool SplitListen(const std::string& listen, std::string& host, int& port) {
   const auto colon = listen.rfind(':');
@@ -73,7 +97,8 @@ int Main(int argc, char** argv) {
       ->envname("HF_LISTEN")
       ->capture_default_str();
   app.add_option("--db", f.db,
-                 "Database URL: sqlite:PATH (embedded; created when new)")
+                 "Database URL: sqlite:PATH (embedded; created when new) or "
+                 "postgres://USER[:PASSWORD]@HOST:PORT/DB (several instances)")
       ->envname("HF_DB")
       ->capture_default_str();
   app.add_option("--admin-token-file", f.admin_token_file,
@@ -128,6 +153,22 @@ int Main(int argc, char** argv) {
   app.add_option("--http-threads", f.http_threads, "HTTP worker threads")
       ->envname("HF_HTTP_THREADS")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--advertise-url", f.advertise_url,
+                 "URL other hf-server instances use to reach this one "
+                 "(forwarded requests); default: http://HOST:PORT of --listen "
+                 "(the host name when listening on all addresses)")
+      ->envname("HF_ADVERTISE_URL");
+  app.add_option("--instance-id", f.instance_id,
+                 "This instance's name among the servers sharing the "
+                 "database (default: hostname:port)")
+      ->envname("HF_INSTANCE_ID");
+  app.add_option("--leader-lease", f.leader_lease_s,
+                 "Seconds of the leader lease: the leader renews it every "
+                 "third of it; a follower takes over after it passes "
+                 "unrenewed")
+      ->envname("HF_LEADER_LEASE")
+      ->check(CLI::Range(0.3, 3600.0))
       ->capture_default_str();
   app.add_option("--log-level", f.log_level,
                  "trace, debug, info, warn, error or off")
@@ -185,7 +226,26 @@ int Main(int argc, char** argv) {
     return 1;
   }
   hf::SystemClock clock;
+  hf::SteadyClock steady;
+  const bool listens_everywhere =
+      host == "0.0.0.0" || host == "::" || host.empty();
+  hf::server::LeadershipOptions leader_options;
+  leader_options.instance_id = f.instance_id.empty()
+                                   ? HostName() + ":" + std::to_string(port)
+                                   : f.instance_id;
+  leader_options.ttl_ms = static_cast<std::int64_t>(f.leader_lease_s * 1000);
+  // SQLite is locked to one process: alone, whatever id the last run had.
+  leader_options.exclusive_store = (*store)->info().backend == "sqlite";
+  hf::server::Leadership leadership(store->get(), &clock, &steady,
+                                    leader_options);
   hf::server::ControlPlaneOptions options;
+  // The ledger is rebuilt when this instance wins the lease (at once when
+  // it is alone), not before.
+  options.defer_recovery = true;
+  if ((*store)->info().backend == "postgres") {
+    // Followers create tasks the leader learns of only from the store.
+    options.resync_interval_ms = 1'000;
+  }
   options.policy = f.policy;
   options.default_compute_percent = f.default_compute_percent;
   options.gc_interval_ms = static_cast<std::int64_t>(f.gc_interval_s * 1000);
@@ -193,7 +253,8 @@ int Main(int argc, char** argv) {
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
   options.heartbeat_interval_s = f.heartbeat_interval_s;
-  auto cp = hf::server::ControlPlane::Create(store->get(), &clock, options);
+  auto cp = hf::server::ControlPlane::Create(store->get(), &clock, options,
+                                             &leadership);
   if (!cp.ok()) {
     std::fprintf(stderr, "hf-server: %s\n", cp.status().ToString().c_str());
     return 1;
@@ -214,14 +275,39 @@ int Main(int argc, char** argv) {
   hf::api::ApiOptions api_options;
   api_options.threads = f.http_threads;
   api_options.console_dir = f.console_dir;
-  hf::api::ApiServer api(cp->get(), &clock, api_options);
+  hf::api::ApiServer api(cp->get(), &clock, api_options, &leadership);
   if (auto s = api.Bind(host, port); !s.ok()) {
     std::fprintf(stderr, "hf-server: --listen: %s\n", s.message().c_str());
     return 1;
   }
-  (*cp)->Start();
-  std::printf("hf-server listening on http://%s:%d (db %s)\n", host.c_str(),
-              api.port(), f.db.c_str());
+  std::string url_host = listens_everywhere ? HostName() : host;
+  if (url_host.find(':') != std::string::npos) url_host = "[" + url_host + "]";
+  leadership.SetUrl(f.advertise_url.empty() ? "http://" + url_host + ":" +
+                                                  std::to_string(api.port())
+                                            : f.advertise_url);
+  hf::server::ControlPlane* control_plane = cp->get();
+  hf::server::Leadership::Callbacks callbacks;
+  callbacks.on_elected = [control_plane] { return control_plane->Promote(); };
+  callbacks.on_lost = [&leadership](const std::string& why) {
+    // Crash-only demotion: the database is the truth, so nothing needs
+    // unwinding; a supervisor restarts this process as a follower.
+    spdlog::critical(
+        "hf-server: instance {} is no longer the leader ({}); exiting with "
+        "code {} so that it restarts as a follower",
+        leadership.id(), why, hf::server::kExitLeadershipLost);
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(hf::server::kExitLeadershipLost);
+  };
+  leadership.Start(std::move(callbacks));
+  // Alone on a database (or the first): leader and ledger rebuilt before
+  // the API answers, as with a single instance.
+  leadership.WaitSettled(600'000);
+  std::printf("hf-server listening on http://%s:%d (db %s; instance %s, %s)\n",
+              host.c_str(), api.port(), WithoutPassword(f.db).c_str(),
+              leadership.id().c_str(),
+              leadership.IsLeader() ? "leader" : "follower");
   std::fflush(stdout);
 
   std::thread waiter([&] {
@@ -234,6 +320,7 @@ int Main(int argc, char** argv) {
   // Serve returns after Stop (or on error): wake the waiter if needed.
   if (!served.ok()) ::kill(::getpid(), SIGTERM);
   waiter.join();
+  leadership.Stop();
   (*cp)->Stop();
   cp->reset();
   store->reset();

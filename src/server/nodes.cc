@@ -148,7 +148,7 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
       });
     }
   }
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     gpus.clear();
     NodeRow row;
     auto existing = txn.FindNode(report.name);
@@ -312,7 +312,7 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
     }
   }
   if (attached.empty()) return Status::Ok();
-  return store_->Write([&](Txn& txn) -> Status {
+  return LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [id, hook] : attached) {
       auto current = txn.GetSlice(id);
       if (!current.ok() || current->state != store::SliceState::kAllocated) {
@@ -402,7 +402,7 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
   }
   if (orphans.empty()) return Status::Ok();
   const Millis now = clock_->NowMillis();
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [index, device] : orphans) {
       store::HistoryRow h;
       h.op = "mig_orphaned";
@@ -474,7 +474,7 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   if (!restored.ok()) {
     // Recorded in the history so an operator sees the conflict.
     const std::string why = restored.status().message();
-    (void)store_->Write([&](Txn& txn) -> Status {
+    (void)LeaderWrite([&](Txn& txn) -> Status {
       store::HistoryRow h;
       h.op = "compensate_refused";
       h.at = now;
@@ -505,7 +505,7 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";
   row.created_at = now;
-  Status written = store_->Write([&](Txn& txn) -> Status {
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
     auto t = txn.GetTask(task->id);
     if (!t.ok()) return t.status();
     TaskRow updated = *t;
@@ -580,7 +580,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   int accepted = 0;
   std::vector<RowId> released;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     accepted = 0;
     released.clear();
     for (std::size_t i = 0; i < states.size(); ++i) {
@@ -622,7 +622,7 @@ StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
   auto row = NodeForAgent(caller, node);
   if (!row.ok()) return row.status();
   std::vector<store::SliceRequestRow> out;
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     out.clear();
     store::SliceRequestFilter f;
     f.node_id = row->id;
@@ -648,7 +648,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
   std::vector<RowId> released;
   bool requeue = false;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
     requeue = false;
     auto r = txn.GetSliceRequest(id);

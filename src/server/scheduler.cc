@@ -346,7 +346,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     decisions.push_back(std::move(d));
   }
 
-  Status written = store_->Write([&](Txn& txn) -> Status {
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
     for (Decision& d : decisions) {
       d.claim_lost = false;
       if (!d.write) continue;
@@ -367,6 +367,11 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       h.actor = "scheduler";
       h.reason = "bound task " + std::to_string(d.task_id) + " (" +
                  d.slice.qos_level + ")";
+      // Which leader bound it (several instances): the term shows in the
+      // history that no stale leader bound after a takeover.
+      if (fence_ != nullptr) {
+        h.reason += " by leader term " + std::to_string(fence_->Term());
+      }
       HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
       if (d.mig_create) {
         auto cmd = txn.InsertSliceRequest(*d.mig_create);
@@ -428,7 +433,7 @@ void ControlPlane::SchedulerLoop() {
       }
       if (stop_) return;
       const Millis now = clock_->NowMillis();
-      if (now - last_resync >= 30'000) {
+      if (now - last_resync >= options_.resync_interval_ms) {
         resync_ = true;  // tasks written by other paths or instances
         last_resync = now;
       }
@@ -496,7 +501,7 @@ StatusOr<int> ControlPlane::RunGcOnce() {
   if (!candidates.empty()) {
     std::vector<RowId> released;
     std::lock_guard lock(mu_);
-    HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
       released.clear();
       for (const Candidate& c : candidates) {
         auto slice = txn.GetSlice(c.slice_id);
@@ -510,7 +515,7 @@ StatusOr<int> ControlPlane::RunGcOnce() {
   }
 
   // MIG commands past their deadline: the hardware state is unknown.
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     for (auto state : {store::SliceRequestState::kPending,
                        store::SliceRequestState::kClaimed}) {
       store::SliceRequestFilter f;

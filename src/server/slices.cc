@@ -337,7 +337,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   slice.enforcement = {};
   slice.origin = "admin";
   slice.created_at = now;
-  Status written = store_->Write([&](Txn& txn) -> Status {
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
     HF_RETURN_IF_ERROR(txn.InsertSlice(slice));
     store::HistoryRow h = HistoryFor(slice, "allocate");
     h.at = now;
@@ -368,7 +368,7 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   const std::string why =
       reason.empty() ? "deleted by an operator" : reason.substr(0, 1024);
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
     requeued = false;
     auto s = txn.GetSlice(id);
@@ -484,7 +484,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   const Millis now = clock_->NowMillis();
   SliceResize out;
   bool task_running = false;
-  Status written = store_->Write([&](Txn& txn) -> Status {
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
     task_running = false;
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();

@@ -175,6 +175,9 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
     stored = *inserted;
     return Status::Ok();
   }));
+  // A follower runs no scheduler: the leader finds the task in its next
+  // store rescan (ControlPlaneOptions::resync_interval_ms).
+  if (!recovered_.load()) return stored;
   {
     std::lock_guard lock(sched_mu_);
     incoming_.push_back(stored);
@@ -259,7 +262,7 @@ StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
   std::vector<RowId> released;
   TaskRow out;
   std::lock_guard lock(mu_);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
     auto t = txn.GetTask(id);
     if (!t.ok()) return t.status();

@@ -284,6 +284,10 @@ bool ServerProcess::Reap(int* status, milliseconds timeout) {
          << Log();
 }
 
+bool ServerProcess::WaitExit(milliseconds timeout, int* status) {
+  return ReapChild(pid_, status, timeout);
+}
+
 ::testing::AssertionResult ServerProcess::StartOnPort(int port,
                                                       bool* port_in_use) {
   *port_in_use = false;
@@ -294,7 +298,7 @@ bool ServerProcess::Reap(int* status, milliseconds timeout) {
       "--listen",
       "127.0.0.1:" + std::to_string(port),
       "--db",
-      "sqlite:" + db_path().string(),
+      options_.db.empty() ? "sqlite:" + db_path().string() : options_.db,
       "--admin-token-file",
       (dir_ / "admin.token").string(),
   };

@@ -103,6 +103,9 @@ class HttpClient {
 struct ServerOptions {
   // Extra hf-server flags, e.g. {"--gc-interval", "1"}.
   std::vector<std::string> flags;
+  // The --db URL; empty: a SQLite database in the server's directory.
+  // Several servers may share one PostgreSQL URL (issue 8).
+  std::string db;
   // How long Start waits for GET /healthz.
   milliseconds start_timeout{20'000};
   // How long Stop waits for the process to exit after SIGTERM.
@@ -128,6 +131,10 @@ class ServerProcess {
   // Stop (or Kill when `kill`) then Start on the same database, on the same
   // port when it is still free.
   ::testing::AssertionResult Restart(bool kill = false);
+
+  // Waits up to `timeout` for the server to exit by itself (it is reaped;
+  // `*status` gets its wait status). False when it still runs.
+  bool WaitExit(milliseconds timeout, int* status);
 
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }

@@ -1,0 +1,85 @@
+#include "api/forward.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+namespace hf::api {
+
+namespace {
+
+bool SameName(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Hop-by-hop headers, those the HTTP client sets itself, and the
+// pseudo-headers httplib's server adds to every request (REMOTE_ADDR, ...).
+bool Skipped(std::string_view name) {
+  static constexpr std::array<std::string_view, 10> kSkip = {
+      "Host",        "Content-Length",    "Connection",
+      "Keep-Alive",  "Transfer-Encoding", "REMOTE_ADDR",
+      "REMOTE_PORT", "LOCAL_ADDR",        "LOCAL_PORT",
+      "Content-Type"};
+  return std::any_of(kSkip.begin(), kSkip.end(),
+                     [&](std::string_view s) { return SameName(s, name); });
+}
+
+}  // namespace
+
+void WriteNoLeader(httplib::Response& res, const std::string& why) {
+  const nlohmann::json body = {{"error", "unavailable"}, {"message", why}};
+  res.status = 503;
+  res.set_header("Retry-After", "1");
+  res.set_content(body.dump(), "application/json");
+}
+
+void ForwardToLeader(const httplib::Request& req, const ForwardTarget& target,
+                     httplib::Response& res) {
+  httplib::Client client(target.leader_url);
+  client.set_url_encode(false);  // the target is passed on as it came
+  client.set_connection_timeout(2, 0);
+  client.set_read_timeout(30, 0);
+  client.set_write_timeout(30, 0);
+  client.set_tcp_nodelay(true);
+
+  httplib::Request out;
+  out.method = req.method;
+  out.path = req.target;  // path and query, still encoded
+  for (const auto& [name, value] : req.headers) {
+    if (!Skipped(name)) out.headers.emplace(name, value);
+  }
+  out.headers.emplace(kForwardedHeader, target.self_id);
+  if (!req.body.empty() || req.method == "POST" || req.method == "PATCH" ||
+      req.method == "PUT") {
+    out.body = req.body;
+    const std::string type = req.get_header_value("Content-Type");
+    out.headers.emplace("Content-Type",
+                        type.empty() ? "application/json" : type);
+  }
+  httplib::Result result = client.send(out);
+  if (!result) {
+    const std::string why =
+        "the leader, instance " + target.leader_id + " at " +
+        target.leader_url + ", cannot be reached (" +
+        httplib::to_string(result.error()) + "); retry shortly";
+    spdlog::warn("forward {} {}: {}", req.method, req.path, why);
+    WriteNoLeader(res, why);
+    return;
+  }
+  res.status = result->status;
+  for (const auto& [name, value] : result->headers) {
+    if (!Skipped(name)) res.set_header(name, value);
+  }
+  const std::string type = result->get_header_value("Content-Type");
+  res.set_content(result->body, type.empty() ? "text/plain" : type);
+}
+
+}  // namespace hf::api
