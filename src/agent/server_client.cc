@@ -15,7 +15,9 @@ std::string NodePath(const std::string& node, std::string_view rest) {
   return "/api/v1/nodes/" + node + std::string(rest);
 }
 
-Status FromHttp(int status, const json& body, const std::string& what) {
+}  // namespace
+
+Status StatusFromHttp(int status, const json& body, const std::string& what) {
   std::string message = what + ": HTTP " + std::to_string(status);
   std::string field;
   if (body.is_object()) {
@@ -42,6 +44,8 @@ Status FromHttp(int status, const json& body, const std::string& what) {
       return Status::Unavailable(message);
   }
 }
+
+namespace {
 
 // A client of one instance, from "http://HOST:PORT".
 StatusOr<std::unique_ptr<httplib::Client>> ClientFor(const std::string& url) {
@@ -82,11 +86,8 @@ std::string EncodeBase64(std::string_view bytes) {
   return out;
 }
 
-StatusOr<std::unique_ptr<ServerClient>> ServerClient::Create(
-    const std::string& server, std::string token) {
-  if (token.empty()) {
-    return Status::InvalidArgument("the node token is empty", "token_file");
-  }
+StatusOr<std::unique_ptr<HttpTransport>> HttpTransport::Create(
+    const std::string& server) {
   std::vector<std::unique_ptr<httplib::Client>> clients;
   std::vector<std::string> urls;
   std::size_t start = 0;
@@ -100,31 +101,29 @@ StatusOr<std::unique_ptr<ServerClient>> ServerClient::Create(
     clients.push_back(std::move(*client));
     urls.push_back(std::move(one));
   } while (start <= server.size());
-  return std::unique_ptr<ServerClient>(
-      new ServerClient(std::move(clients), std::move(urls), std::move(token)));
+  return std::unique_ptr<HttpTransport>(
+      new HttpTransport(std::move(clients), std::move(urls)));
 }
 
-ServerClient::ServerClient(
+HttpTransport::HttpTransport(
     std::vector<std::unique_ptr<httplib::Client>> clients,
-    std::vector<std::string> urls, std::string token)
-    : clients_(std::move(clients)),
-      urls_(std::move(urls)),
-      token_(std::move(token)) {}
+    std::vector<std::string> urls)
+    : clients_(std::move(clients)), urls_(std::move(urls)) {}
 
-ServerClient::~ServerClient() = default;
+HttpTransport::~HttpTransport() = default;
 
-StatusOr<json> ServerClient::Send(const std::string& method,
-                                  const std::string& path, const json* body) {
-  const std::string what = method + " " + path;
-  const httplib::Headers headers = {{"Authorization", "Bearer " + token_}};
-  const std::string payload = body ? body->dump() : std::string("{}");
+StatusOr<WireReply> HttpTransport::RoundTrip(const WireRequest& request) {
+  const std::string what = request.method + " " + request.path;
+  const httplib::Headers headers = {
+      {"Authorization", "Bearer " + request.token}};
   std::string unreachable;
   for (std::size_t tried = 0; tried < clients_.size(); ++tried) {
     httplib::Client& client = *clients_[current_];
     httplib::Result result =
-        method == "GET"
-            ? client.Get(path, headers)
-            : client.Post(path, headers, payload, "application/json");
+        request.method == "GET"
+            ? client.Get(request.path, headers)
+            : client.Post(request.path, headers, request.body,
+                          "application/json");
     if (!result) {
       const std::string why =
           urls_[current_] + ": " + httplib::to_string(result.error());
@@ -146,23 +145,49 @@ StatusOr<json> ServerClient::Send(const std::string& method,
       unreachable += why;
       continue;
     }
-    json parsed =
-        json::parse(result->body, nullptr, /*allow_exceptions=*/false);
     if (result->status >= 502 && result->status <= 504) {
       // An instance that cannot serve now (a follower without a leader):
       // the agent's next call tries another one.
       current_ = (current_ + 1) % clients_.size();
     }
-    if (result->status < 200 || result->status >= 300) {
-      return FromHttp(result->status, parsed, what);
-    }
-    if (parsed.is_discarded()) {
-      return Status::Unavailable(what + ": the reply is not JSON");
-    }
-    return parsed;
+    return WireReply{result->status, result->body};
   }
   return Status::Unavailable(what + ": no control plane instance reachable (" +
                              unreachable + ")");
+}
+
+StatusOr<std::unique_ptr<ServerClient>> ServerClient::Create(
+    const std::string& server, std::string token) {
+  if (token.empty()) {
+    return Status::InvalidArgument("the node token is empty", "token_file");
+  }
+  auto transport = HttpTransport::Create(server);
+  if (!transport.ok()) return transport.status();
+  return std::make_unique<ServerClient>(std::move(*transport),
+                                        std::move(token));
+}
+
+ServerClient::ServerClient(std::unique_ptr<Transport> transport,
+                           std::string token)
+    : transport_(std::move(transport)), token_(std::move(token)) {}
+
+ServerClient::~ServerClient() = default;
+
+StatusOr<json> ServerClient::Send(const std::string& method,
+                                  const std::string& path, const json* body) {
+  const std::string what = method + " " + path;
+  WireRequest request{method, path, body ? body->dump() : std::string("{}"),
+                      token_};
+  auto reply = transport_->RoundTrip(request);
+  if (!reply.ok()) return reply.status();
+  json parsed = json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  if (reply->status < 200 || reply->status >= 300) {
+    return StatusFromHttp(reply->status, parsed, what);
+  }
+  if (parsed.is_discarded()) {
+    return Status::Unavailable(what + ": the reply is not JSON");
+  }
+  return parsed;
 }
 
 StatusOr<json> ServerClient::Register(const json& report) {

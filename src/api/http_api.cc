@@ -897,6 +897,54 @@ std::string BearerToken(const httplib::Request& req) {
   return "";
 }
 
+// Answers `req` with `route` on this instance: the query check, the caller
+// (Bearer token), the handler, and the one mapping of its Status onto an
+// HTTP status and JSON error body. The socket server and LocalApi both
+// call it, so the in-process path is the HTTP path without the socket.
+void ServeRoute(const Route& route, ControlPlane& cp,
+                const httplib::Request& req, httplib::Response& res) {
+  // Only the URL's query counts (httplib also puts form bodies in params,
+  // and curl -d sends JSON as a form by default).
+  for (const std::string& name : QueryNames(req.target)) {
+    if (std::find(route.query.begin(), route.query.end(), name) ==
+        route.query.end()) {
+      WriteJson(res, 400,
+                ErrorBody(Status::InvalidArgument(
+                    "unknown query parameter '" + name + "'", name)));
+      return;
+    }
+  }
+  Ctx ctx{req, {}, {}};
+  for (std::size_t i = 1; i < req.matches.size(); ++i) {
+    ctx.params.push_back(req.matches[i].str());
+  }
+  if (route.auth) {
+    auto caller = cp.Authenticate(BearerToken(req));
+    if (!caller.ok()) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      WriteJson(res, 401, ErrorBody(caller.status()));
+      return;
+    }
+    ctx.caller = *caller;
+  }
+  StatusOr<Reply> reply = route.fn(ctx);
+  if (!reply.ok()) {
+    const Status& s = reply.status();
+    if (s.code() == StatusCode::kInternal ||
+        s.code() == StatusCode::kUnavailable) {
+      spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
+    }
+    WriteJson(res, HttpStatusFor(s.code()), ErrorBody(s));
+    return;
+  }
+  if (!reply->content_type.empty()) {
+    res.status = reply->status;
+    res.set_content(reply->text, reply->content_type.c_str());
+    return;
+  }
+  WriteJson(res, reply->status, reply->body);
+}
+
 }  // namespace
 
 int HttpStatusFor(StatusCode code) {
@@ -1055,46 +1103,7 @@ void ApiServer::RegisterRoutes() {
         RouteToLeader(req, res);
         return;
       }
-      // Only the URL's query counts (httplib also puts form bodies in
-      // params, and curl -d sends JSON as a form by default).
-      for (const std::string& name : QueryNames(req.target)) {
-        if (std::find(route.query.begin(), route.query.end(), name) ==
-            route.query.end()) {
-          WriteJson(res, 400,
-                    ErrorBody(Status::InvalidArgument(
-                        "unknown query parameter '" + name + "'", name)));
-          return;
-        }
-      }
-      Ctx ctx{req, {}, {}};
-      for (std::size_t i = 1; i < req.matches.size(); ++i) {
-        ctx.params.push_back(req.matches[i].str());
-      }
-      if (route.auth) {
-        auto caller = cp_->Authenticate(BearerToken(req));
-        if (!caller.ok()) {
-          res.set_header("WWW-Authenticate", "Bearer");
-          WriteJson(res, 401, ErrorBody(caller.status()));
-          return;
-        }
-        ctx.caller = *caller;
-      }
-      StatusOr<Reply> reply = route.fn(ctx);
-      if (!reply.ok()) {
-        const Status& s = reply.status();
-        if (s.code() == StatusCode::kInternal ||
-            s.code() == StatusCode::kUnavailable) {
-          spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
-        }
-        WriteJson(res, HttpStatusFor(s.code()), ErrorBody(s));
-        return;
-      }
-      if (!reply->content_type.empty()) {
-        res.status = reply->status;
-        res.set_content(reply->text, reply->content_type.c_str());
-        return;
-      }
-      WriteJson(res, reply->status, reply->body);
+      ServeRoute(route, *cp_, req, res);
     };
     const std::string pattern = PathRegex(route.path);
     if (route.method == "GET") {
@@ -1161,5 +1170,67 @@ Status ApiServer::Serve() {
 }
 
 void ApiServer::Stop() { http_.stop(); }
+
+// ------------------------------------------------------------- LocalApi
+
+struct LocalApi::Routes {
+  std::vector<Route> routes;
+  std::vector<std::regex> patterns;  // routes[i]'s path
+};
+
+LocalApi::LocalApi(ControlPlane* control_plane, const Clock* clock)
+    : cp_(control_plane), clock_(clock), routes_(std::make_unique<Routes>()) {
+  routes_->routes = BuildRoutes(cp_, *clock_, nullptr);
+  for (const Route& r : routes_->routes) {
+    routes_->patterns.emplace_back(PathRegex(r.path));
+  }
+}
+
+LocalApi::~LocalApi() = default;
+
+LocalResponse LocalApi::Handle(const LocalRequest& request) {
+  httplib::Request req;
+  req.method = request.method;
+  req.target = request.target;
+  const std::size_t q = request.target.find('?');
+  req.path = httplib::detail::decode_url(request.target.substr(0, q), false);
+  if (q != std::string::npos) {
+    httplib::detail::parse_query_text(request.target.substr(q + 1),
+                                      req.params);
+  }
+  req.body = request.body;
+  for (const auto& [k, v] : request.headers) req.headers.emplace(k, v);
+  if (!request.bearer.empty()) {
+    req.headers.emplace("Authorization", "Bearer " + request.bearer);
+  }
+  httplib::Response res;
+  const Route* found = nullptr;
+  for (std::size_t i = 0; i < routes_->routes.size(); ++i) {
+    const Route& r = routes_->routes[i];
+    if (r.method != req.method) continue;
+    if (std::regex_match(req.path, req.matches, routes_->patterns[i])) {
+      found = &r;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    WriteJson(res, 404,
+              ErrorBody(Status::NotFound("no route " + req.method + " " +
+                                         req.path)));
+  } else {
+    try {
+      ServeRoute(*found, *cp_, req, res);
+    } catch (const std::exception& e) {
+      // As the socket server's exception handler answers.
+      spdlog::error("{} {}: {}", req.method, req.path, e.what());
+      WriteJson(res, 500, ErrorBody(Status::Internal("internal error")));
+    }
+  }
+  LocalResponse out;
+  out.status = res.status;
+  out.body = std::move(res.body);
+  out.content_type = res.get_header_value("Content-Type");
+  return out;
+}
 
 }  // namespace hf::api

@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,44 @@ class ApiServer {
   const ApiOptions options_;
   httplib::Server http_;
   int port_ = 0;
+};
+
+// One request to LocalApi: what an HTTP client would send.
+struct LocalRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // path and query: "/api/v1/tasks?limit=5"
+  std::string bearer;  // the token, without "Bearer "; empty: none
+  std::string body;
+  std::map<std::string, std::string> headers;  // besides Authorization
+};
+
+struct LocalResponse {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+};
+
+// The routes of ApiServer without a socket: the same table, the same
+// authentication and the same JSON, called in-process. The whole-system
+// simulation (src/simulation) drives agents and users through it. Serves
+// every route itself (no leader forwarding).
+//
+// Thread-safety: Handle may be called from several threads.
+class LocalApi {
+ public:
+  // Both must outlive the LocalApi.
+  LocalApi(server::ControlPlane* control_plane, const Clock* clock);
+  ~LocalApi();
+  LocalApi(const LocalApi&) = delete;
+  LocalApi& operator=(const LocalApi&) = delete;
+
+  LocalResponse Handle(const LocalRequest& request);
+
+ private:
+  struct Routes;
+  server::ControlPlane* const cp_;
+  const Clock* const clock_;
+  std::unique_ptr<Routes> routes_;
 };
 
 }  // namespace hf::api
