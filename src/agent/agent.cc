@@ -557,26 +557,63 @@ Status Agent::RegisterOrHeartbeat() {
 // ---------------------------------------------------------------- MIG
 
 void Agent::LoadPendingMig() {
-  std::ifstream in(options_.state_dir / "mig-commands.json");
+  const auto path = options_.state_dir / "mig-commands.json";
+  std::ifstream in(path);
   if (!in) return;
   json saved = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!saved.is_array()) {
-    spdlog::error("ignoring an unreadable {}",
-                  (options_.state_dir / "mig-commands.json").string());
+  // An array: the commands only (an older agent's file).
+  json commands = saved.is_array() ? saved : json::array();
+  if (saved.is_object()) {
+    if (saved.contains("commands") && saved["commands"].is_array()) {
+      commands = saved["commands"];
+    }
+    if (saved.contains("partitions") && saved["partitions"].is_object()) {
+      for (const auto& [slice, p] : saved["partitions"].items()) {
+        const auto id = ParseUnsigned(slice);
+        if (!id || !p.is_object()) continue;
+        made_partitions_[static_cast<std::int64_t>(*id)] = MadePartition{
+            static_cast<int>(IntOr(p, "gpu_index", 0)),
+            StringOr(p, "device_id", "")};
+      }
+    }
+  } else if (!saved.is_array()) {
+    spdlog::error("ignoring an unreadable {}", path.string());
     return;
   }
-  for (const json& entry : saved) {
+  for (const json& entry : commands) {
+    if (!entry.is_object() || !entry.contains("command")) continue;
     const std::int64_t id = IntOr(entry["command"], "id", 0);
     if (id <= 0) continue;
-    pending_mig_[id] = {entry["command"], IntOr(entry, "first_seen_ms", 0)};
+    PendingMig p;
+    p.command = entry["command"];
+    p.first_seen_ms = IntOr(entry, "first_seen_ms", 0);
+    p.executing = entry.value("executing", false);
+    if (entry.contains("before") && entry["before"].is_array()) {
+      for (const json& u : entry["before"]) {
+        if (u.is_string()) p.before.push_back(u.get<std::string>());
+      }
+    }
+    if (entry.contains("outcome")) p.outcome = entry["outcome"];
+    pending_mig_[id] = std::move(p);
   }
 }
 
 void Agent::SavePendingMig() {
-  json out = json::array();
+  json commands = json::array();
   for (const auto& [id, p] : pending_mig_) {
-    out.push_back({{"command", p.command}, {"first_seen_ms", p.first_seen_ms}});
+    commands.push_back({{"command", p.command},
+                        {"first_seen_ms", p.first_seen_ms},
+                        {"executing", p.executing},
+                        {"before", p.before},
+                        {"outcome", p.outcome}});
   }
+  json partitions = json::object();
+  for (const auto& [slice, p] : made_partitions_) {
+    partitions[std::to_string(slice)] = {{"gpu_index", p.gpu_index},
+                                         {"device_id", p.device_uuid}};
+  }
+  const json out = {{"commands", std::move(commands)},
+                    {"partitions", std::move(partitions)}};
   const auto path = options_.state_dir / "mig-commands.json";
   const auto tmp = options_.state_dir / "mig-commands.json.tmp";
   {
@@ -607,6 +644,7 @@ Status Agent::HandleMigCommands() {
   }
   if (changed) SavePendingMig();
   Status first = Status::Ok();
+  // In id order: a create runs before the cleanup destroy written after it.
   for (auto it = pending_mig_.begin(); it != pending_mig_.end();) {
     auto done = HandleMigCommand(it->second);
     if (!done.ok()) {
@@ -625,7 +663,56 @@ Status Agent::HandleMigCommands() {
   return first;
 }
 
-StatusOr<bool> Agent::HandleMigCommand(const PendingMig& pending) {
+json Agent::CreateMigOnce(PendingMig& pending, int index,
+                          std::int64_t slice_id) {
+  const json& cmd = pending.command;
+  const std::int64_t id = IntOr(cmd, "id", 0);
+  auto listed = driver_->ListMigDevices(index);
+  std::vector<std::string> now;
+  if (listed.ok()) {
+    for (const gpu::MigDevice& d : *listed) now.push_back(d.device_uuid);
+  }
+  if (pending.executing && listed.ok()) {
+    // The agent died during this create: a partition that was not there
+    // before and that no other slice of ours holds is the one it made.
+    for (const std::string& uuid : now) {
+      const bool old = std::find(pending.before.begin(), pending.before.end(),
+                                 uuid) != pending.before.end();
+      const bool others = std::any_of(
+          made_partitions_.begin(), made_partitions_.end(),
+          [&](const auto& kv) { return kv.second.device_uuid == uuid; });
+      if (old || others) continue;
+      spdlog::info("MIG create {}: found {} made before a restart", id, uuid);
+      made_partitions_[slice_id] = MadePartition{index, uuid};
+      pending.executing = false;
+      pending.outcome = {{"ok", true}, {"device_id", uuid}};
+      SavePendingMig();
+      return pending.outcome;
+    }
+  }
+  pending.executing = true;
+  pending.before = now;
+  SavePendingMig();  // before the driver call: a crash in it is found again
+  auto device =
+      driver_->CreateMigDevice(index, StringOr(cmd, "profile", ""), {});
+  pending.executing = false;
+  if (device.ok()) {
+    spdlog::info("MIG create {}: {} on GPU {} as {}", id, device->profile,
+                 index, device->device_uuid);
+    made_partitions_[slice_id] = MadePartition{index, device->device_uuid};
+    pending.outcome = {{"ok", true}, {"device_id", device->device_uuid}};
+  } else {
+    spdlog::warn("MIG create {} on GPU {}: {}", id, index,
+                 device.status().ToString());
+    pending.outcome = {{"ok", false},
+                       {"error", device.status().ToString()},
+                       {"orphaned", false}};
+  }
+  SavePendingMig();
+  return pending.outcome;
+}
+
+StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
   const json& cmd = pending.command;
   const std::int64_t id = IntOr(cmd, "id", 0);
   const std::string action = StringOr(cmd, "action", "");
@@ -649,31 +736,44 @@ StatusOr<bool> Agent::HandleMigCommand(const PendingMig& pending) {
     return report({{"ok", false}, {"error", error}, {"orphaned", orphaned}});
   };
 
+  // Carried out already: only the report is left.
+  if (!pending.outcome.is_null()) return report(pending.outcome);
+  const std::int64_t slice_id = IntOr(cmd, "slice_id", 0);
+  std::string device_uuid = StringOr(cmd, "device_id", "");
+  auto made = made_partitions_.find(slice_id);
+  if (action == "destroy" && device_uuid.empty()) {
+    // A cleanup (the create's deadline passed): whatever we made for it.
+    if (made == made_partitions_.end()) {
+      return report({{"ok", true}});  // nothing of that slice here
+    }
+    device_uuid = made->second.device_uuid;
+  }
+
   // Guard against index/UUID drift before touching anything.
   const gpu::GpuInfo* g = GpuAt(index);
-  if (g == nullptr) return fail("no GPU at index " + std::to_string(index));
+  if (g == nullptr || !g->healthy) {
+    const std::string why = g == nullptr
+                                ? "no GPU at index " + std::to_string(index)
+                                : "GPU is lost: " + g->health_detail;
+    // A partition on a card that cannot be reached is still there: the
+    // destroy waits for the card (its slice stays charged meanwhile).
+    if (action == "destroy") return false;
+    return fail(why);
+  }
   if (!want_uuid.empty() && g->uuid != want_uuid) {
     return fail("GPU " + std::to_string(index) + " is " + g->uuid + ", not " +
                     want_uuid + " (index/UUID drift): refusing to act",
                 action == "destroy");
   }
-  if (!g->healthy)
-    return fail("GPU is lost: " + g->health_detail, action == "destroy");
 
-  if (action == "create") {
-    auto device =
-        driver_->CreateMigDevice(index, StringOr(cmd, "profile", ""), {});
-    if (!device.ok()) return fail(device.status().ToString());
-    spdlog::info("MIG create {}: {} on GPU {} as {}", id, device->profile,
-                 index, device->device_uuid);
-    return report({{"ok", true}, {"device_id", device->device_uuid}});
-  }
+  if (action == "create") return report(CreateMigOnce(pending, index, slice_id));
   if (action != "destroy") return fail("unknown action '" + action + "'");
 
   // Destroy only once the task's processes are gone.
   const std::int64_t task_id = IntOr(cmd, "task_id", 0);
   auto local = tasks_.find(task_id);
-  if (task_id > 0 && local != tasks_.end() && !local->second.finished) {
+  if (task_id > 0 && local != tasks_.end() && !local->second.finished &&
+      local->second.slice_id == slice_id) {
     auto polled = runtime_->Poll(task_id);
     if (polled.ok() && !polled->finished()) {
       // The server is done with the task: stop it first.
@@ -683,13 +783,20 @@ StatusOr<bool> Agent::HandleMigCommand(const PendingMig& pending) {
         spdlog::warn("stopping task {}: {}", task_id, killed.ToString());
     }
   }
-  const std::string device_uuid = StringOr(cmd, "device_id", "");
+  const auto forget = [&] {
+    if (made != made_partitions_.end() &&
+        made->second.device_uuid == device_uuid) {
+      made_partitions_.erase(made);
+      SavePendingMig();
+    }
+  };
   auto devices = driver_->ListMigDevices(index);
   if (!devices.ok()) return fail(devices.status().ToString(), true);
   auto found = std::find_if(
       devices->begin(), devices->end(),
       [&](const gpu::MigDevice& d) { return d.device_uuid == device_uuid; });
   if (found == devices->end()) {
+    forget();
     return report({{"ok", true}});  // already gone: idempotent
   }
   auto processes = driver_->ListProcesses(index);
@@ -706,6 +813,7 @@ StatusOr<bool> Agent::HandleMigCommand(const PendingMig& pending) {
       driver_->DestroyMigDevice(index, found->gpu_instance_id);
   if (destroyed.ok() || destroyed.code() == StatusCode::kNotFound) {
     spdlog::info("MIG destroy {}: {} on GPU {}", id, device_uuid, index);
+    forget();
     return report({{"ok", true}});
   }
   if (destroyed.code() == StatusCode::kFailedPrecondition && !waited_enough) {
@@ -716,11 +824,15 @@ StatusOr<bool> Agent::HandleMigCommand(const PendingMig& pending) {
 
 // ---------------------------------------------------------------- tasks
 
-Status Agent::ReportState(std::int64_t task_id, const std::string& state,
+Status Agent::ReportState(std::int64_t task_id, std::int64_t slice_id,
+                          const std::string& state,
                           std::optional<int> exit_code,
                           const std::string& message) {
   json entry = {{"task_id", task_id}, {"state", state}, {"message", message}};
   if (exit_code) entry["exit_code"] = *exit_code;
+  // Which binding this is about: a delayed report of an earlier one is
+  // then ignored by the server.
+  if (slice_id > 0) entry["slice_id"] = slice_id;
   auto reply =
       server_->ReportTaskStates(options_.node_id, json::array({entry}));
   return reply.status();
@@ -740,7 +852,8 @@ Status Agent::HandleAssignments() {
         // Still "scheduled" at the server although it runs here (a restart
         // between start and report): say so now.
         if (!local->second.finished) {
-          const Status s = ReportState(id, "running", {}, "");
+          const Status s =
+              ReportState(id, local->second.slice_id, "running", {}, "");
           if (s.ok()) local->second.reported_running = true;
         }
         continue;
@@ -758,8 +871,12 @@ Status Agent::HandleAssignments() {
       if (local == tasks_.end()) {
         // Never started here: nothing to stop.
         waiting_for_mps_.erase(id);
-        const Status s =
-            ReportState(id, "cancelled", {}, "cancelled before it started");
+        std::int64_t slice = 0;
+        if (reply->contains("slices") && (*reply)["slices"].is_object()) {
+          slice = IntOr((*reply)["slices"], std::to_string(id).c_str(), 0);
+        }
+        const Status s = ReportState(id, slice, "cancelled", {},
+                                     "cancelled before it started");
         if (!s.ok() && first.ok()) first = s;
         continue;
       }
@@ -771,7 +888,39 @@ Status Agent::HandleAssignments() {
       }
     }
   }
+  Reconcile(*reply);
   return first;
+}
+
+void Agent::Reconcile(const json& reply) {
+  // `bound` and `cancel` come from one snapshot of the server: together
+  // they are every task this node may hold. (A server that does not send
+  // `bound` leaves the node's tasks alone.)
+  if (!reply.contains("bound") || !reply["bound"].is_array()) return;
+  std::set<std::int64_t> named;
+  for (const char* key : {"bound", "cancel"}) {
+    if (!reply[key].is_array()) continue;
+    for (const json& v : reply[key]) {
+      if (v.is_number_integer()) named.insert(v.get<std::int64_t>());
+    }
+  }
+  for (const json& t : reply["run"]) named.insert(IntOr(t, "id", 0));
+  std::erase_if(waiting_for_mps_,
+                [&](const auto& kv) { return !named.contains(kv.first); });
+  for (auto& [id, local] : tasks_) {
+    if (local.finished || named.contains(id)) continue;
+    // Terminal at the server, unknown to it, or bound to another node:
+    // it must not hold this GPU any longer.
+    spdlog::warn(
+        "task {} runs here but the server does not assign it to node {}: "
+        "stopping it",
+        id, options_.node_id);
+    local.cancel_requested = true;
+    const Status killed = runtime_->Kill(id, options_.kill_grace);
+    if (!killed.ok() && killed.code() != StatusCode::kNotFound) {
+      spdlog::warn("stopping task {}: {}", id, killed.ToString());
+    }
+  }
 }
 
 Status Agent::StartTask(const json& task) {
@@ -833,7 +982,7 @@ Status Agent::StartTask(const json& task) {
           waiting_for_mps_.emplace(id, now).first->second;
       if (now - since < options_.mps_wait.count()) return Status::Ok();
       waiting_for_mps_.erase(id);
-      return ReportState(id, "failed", {},
+      return ReportState(id, spec.slice_id, "failed", {},
                          "the MPS control daemon on node '" + options_.node_id +
                              "' is down: a silver slice is never run without "
                              "its MPS limits");
@@ -873,12 +1022,12 @@ Status Agent::StartTask(const json& task) {
     spdlog::warn("task {} could not start: {}", id, started.ToString());
     RemoveRegion(local);
     // Not held by the runtime: report and forget.
-    return ReportState(id, "failed", {},
+    return ReportState(id, spec.slice_id, "failed", {},
                        "the node could not start it: " + started.message());
   }
   spdlog::info("task {} started ({} runtime)", id, runtime_->Name());
   tasks_[id] = local;
-  Status reported = ReportState(id, "running", {}, "");
+  Status reported = ReportState(id, spec.slice_id, "running", {}, "");
   if (reported.ok()) tasks_[id].reported_running = true;
   return reported;
 }
@@ -949,7 +1098,8 @@ Status Agent::ReportFinished() {
       continue;
     }
     const Outcome o = OutcomeOf(*t.finished, t.cancel_requested);
-    const Status reported = ReportState(id, o.state, o.exit_code, o.message);
+    const Status reported =
+        ReportState(id, t.slice_id, o.state, o.exit_code, o.message);
     if (!reported.ok() && reported.code() != StatusCode::kInvalidArgument) {
       if (first.ok()) first = reported;
       ++it;

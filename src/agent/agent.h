@@ -124,10 +124,23 @@ class Agent {
     std::shared_ptr<hook::Region> region;
     std::filesystem::path region_path;
   };
+  // A MIG command the agent holds until the server has its result. Each
+  // command is carried out at most once: its outcome is written down
+  // before it is reported, and a create that was under way when the agent
+  // died is found again by the partition it left (`before`).
   // NOLINTNEXTLINE(bugprone-exception-escape): json() does not throw
   struct PendingMig {
     json command;
     std::int64_t first_seen_ms = 0;
+    bool executing = false;           // a create was started
+    std::vector<std::string> before;  // the GPU's partitions before it
+    json outcome;                     // the result to report; null: none yet
+  };
+  // A partition this agent made, by slice id (what a destroy with no
+  // device id removes: the cleanup after a create's deadline passed).
+  struct MadePartition {
+    int gpu_index = 0;
+    std::string device_uuid;
   };
 
   Agent(AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
@@ -139,13 +152,21 @@ class Agent {
   Status RegisterOrHeartbeat();
   Status HandleMigCommands();
   // True when the command is finished (reported) and can be dropped.
-  StatusOr<bool> HandleMigCommand(const PendingMig& pending);
+  StatusOr<bool> HandleMigCommand(PendingMig& pending);
+  // Carries out a create once (or finds the partition an interrupted one
+  // made) and writes the outcome down; the result to report.
+  json CreateMigOnce(PendingMig& pending, int index, std::int64_t slice_id);
   Status HandleAssignments();
+  // Stops every task this node runs that the server's assignments do not
+  // name (terminal, unknown, or bound elsewhere), as a kubelet syncs pods.
+  void Reconcile(const json& reply);
   Status StartTask(const json& task);
   Status ReportFinished();
   Status ShipLogs(std::int64_t task_id, LocalTask& task, bool drain);
-  Status ReportState(std::int64_t task_id, const std::string& state,
-                     std::optional<int> exit_code, const std::string& message);
+  // `slice_id` > 0 names the binding the report is about.
+  Status ReportState(std::int64_t task_id, std::int64_t slice_id,
+                     const std::string& state, std::optional<int> exit_code,
+                     const std::string& message);
   void LoadPendingMig();
   void SavePendingMig();
   // STATE/hook/slice-<id>.region (absolute).
@@ -185,6 +206,7 @@ class Agent {
   // Silver tasks waiting for the MPS daemon: task id -> first seen.
   std::map<std::int64_t, std::int64_t> waiting_for_mps_;
   std::map<std::int64_t, PendingMig> pending_mig_;  // by command id
+  std::map<std::int64_t, MadePartition> made_partitions_;  // by slice id
   std::string last_probe_error_;
 
   std::mutex stop_mu_;

@@ -684,6 +684,12 @@ StatusOr<std::vector<server::TaskStateReport>> ParseTaskStates(
     if (!message.ok())
       return Wrong(at + ".message", message.status().message());
     r.message = *message;
+    auto slice = GetInt(s, "slice_id");
+    if (!slice.ok()) return Wrong(at + ".slice_id", slice.status().message());
+    if (*slice) {
+      if (**slice <= 0) return Wrong(at + ".slice_id", "must be positive");
+      r.slice_id = **slice;
+    }
     out.push_back(std::move(r));
   }
   return out;

@@ -819,7 +819,14 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!a.ok()) return a.status();
         json run = json::array();
         for (const auto& t : a->run) run.push_back(TaskJson(cp, t));
-        return Ok({{"run", std::move(run)}, {"cancel", a->cancel}});
+        json slices = json::object();
+        for (const auto& [task, slice] : a->slices) {
+          slices[std::to_string(task)] = slice;
+        }
+        return Ok({{"run", std::move(run)},
+                   {"cancel", a->cancel},
+                   {"bound", a->bound},
+                   {"slices", std::move(slices)}});
       });
   add("POST", "/api/v1/nodes/{node}/task-states", {},
       [cpp](Ctx& c) -> StatusOr<Reply> {

@@ -267,6 +267,7 @@ std::int64_t SimGpuDriver::ElapsedMillis() const {
 }
 
 bool SimGpuDriver::IsLost(const InventoryGpu& gpu, std::int64_t elapsed) const {
+  if (gpus_[gpu.index].lost_now) return true;
   return std::any_of(
       gpu.faults.lost.begin(), gpu.faults.lost.end(),
       [&](const GpuLostFault& fault) { return fault.ActiveAt(elapsed); });
@@ -307,6 +308,12 @@ Status SimGpuDriver::CheckMigMode(int gpu_index, std::int64_t elapsed) const {
 }
 
 Status SimGpuDriver::ConsumeCreateFault(int gpu_index, std::int64_t elapsed) {
+  GpuState& state = gpus_[gpu_index];
+  if (state.fail_creates > 0) {
+    --state.fail_creates;
+    return ErrorWithCode(state.fail_code,
+                         GpuName(gpu_index) + ": injected MIG create failure");
+  }
   const std::vector<MigCreateFault>& faults =
       inventory_.gpus[gpu_index].faults.mig_create_failures;
   std::vector<int>& used = gpus_[gpu_index].create_failures_used;
@@ -486,6 +493,37 @@ StatusOr<std::vector<GpuProcess>> SimGpuDriver::ListProcesses(int gpu_index) {
     if (process.gpu_index != gpu_index) continue;
     out.push_back(
         GpuProcess{pid, process.used_memory_mib, process.gpu_instance_id});
+  }
+  return out;
+}
+
+Status SimGpuDriver::SetLost(int gpu_index, bool lost) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (gpu_index < 0 || gpu_index >= static_cast<int>(gpus_.size())) {
+    return Status::NotFound("no " + GpuName(gpu_index));
+  }
+  gpus_[gpu_index].lost_now = lost;
+  return Status::Ok();
+}
+
+Status SimGpuDriver::FailNextMigCreates(int gpu_index, int count,
+                                        StatusCode code) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (gpu_index < 0 || gpu_index >= static_cast<int>(gpus_.size())) {
+    return Status::NotFound("no " + GpuName(gpu_index));
+  }
+  gpus_[gpu_index].fail_creates = std::max(0, count);
+  gpus_[gpu_index].fail_code = code;
+  return Status::Ok();
+}
+
+std::map<int, std::vector<MigDevice>> SimGpuDriver::AllMigDevices() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  std::map<int, std::vector<MigDevice>> out;
+  for (std::size_t i = 0; i < gpus_.size(); ++i) {
+    if (!gpus_[i].devices.empty()) {
+      out[static_cast<int>(i)] = gpus_[i].devices;
+    }
   }
   return out;
 }

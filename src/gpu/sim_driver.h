@@ -96,6 +96,18 @@ class SimGpuDriver final : public GpuDriver {
   // Forgets a process. NotFound when the pid is not registered.
   Status UnregisterProcess(std::int64_t pid);
 
+  // Faults decided while the driver runs (the whole-system simulation
+  // injects them at random), on top of the inventory's scheduled ones.
+  // GPU `index` is lost from now on (true) or reachable again (false).
+  // NotFound for an unknown index.
+  Status SetLost(int gpu_index, bool lost);
+  // The next `count` MIG creates on GPU `index` fail with `code` (nothing is
+  // created). NotFound for an unknown index.
+  Status FailNextMigCreates(int gpu_index, int count, StatusCode code);
+  // The MIG device UUIDs on every GPU, lost ones included (what is really
+  // on the cards), by GPU index.
+  std::map<int, std::vector<MigDevice>> AllMigDevices() const;
+
   // The node the driver simulates (immutable after Create).
   const Inventory& inventory() const { return inventory_; }
 
@@ -106,6 +118,9 @@ class SimGpuDriver final : public GpuDriver {
     std::int64_t next_mig_sequence = 0;
     // Per inventory mig_create_fails fault: failures it has caused so far.
     std::vector<int> create_failures_used;
+    bool lost_now = false;  // SetLost
+    int fail_creates = 0;   // FailNextMigCreates: failures still to come
+    StatusCode fail_code = StatusCode::kInternal;
   };
 
   SimGpuDriver(Inventory inventory, const Clock& clock,

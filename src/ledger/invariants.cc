@@ -113,7 +113,16 @@ Status Ledger::CheckInvariants() const {
           stored.model_mask != actual.model_mask ||
           stored.cpu_free < actual.cpu_free ||
           stored.host_memory_free < actual.host_memory_free) {
-        return Status::Internal(where + "index attributes understate the GPU");
+        return Status::Internal(
+            where + "index attributes understate the GPU (compute " +
+            std::to_string(stored.compute_free) + " vs " +
+            std::to_string(actual.compute_free) + ", models " +
+            std::to_string(stored.model_mask) + " vs " +
+            std::to_string(actual.model_mask) + ", cpu " +
+            std::to_string(stored.cpu_free) + " vs " +
+            std::to_string(actual.cpu_free) + ", host memory " +
+            std::to_string(stored.host_memory_free) + " vs " +
+            std::to_string(actual.host_memory_free) + ")");
       }
       if (want.kind == SharingKey::Kind::kNone) {
         ++empty_members;

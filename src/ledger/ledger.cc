@@ -126,11 +126,14 @@ Ledger::Ledger(LedgerOptions options) { state_.options = options; }
 
 StatusOr<NodeId> Ledger::AddNode(const NodeSpec& spec) {
   if (spec.name.empty()) return Status::InvalidArgument("is required", "name");
-  if (spec.cpu_milli < 0) {
-    return Status::InvalidArgument("must be >= 0", "cpu_milli");
+  if (spec.cpu_milli < 0 || spec.cpu_milli > kMaxNodeCpuMilli) {
+    return Status::InvalidArgument(
+        "must be 0.." + std::to_string(kMaxNodeCpuMilli), "cpu_milli");
   }
-  if (spec.host_memory_mib < 0) {
-    return Status::InvalidArgument("must be >= 0", "host_memory_mib");
+  if (spec.host_memory_mib < 0 || spec.host_memory_mib > kMaxNodeHostMemoryMib) {
+    return Status::InvalidArgument(
+        "must be 0.." + std::to_string(kMaxNodeHostMemoryMib),
+        "host_memory_mib");
   }
   std::lock_guard lock(mu_);
   const NodeId id(state_.nodes.size());
@@ -605,7 +608,8 @@ StatusOr<Allocation> Ledger::ResizeSlice(SliceId id, MemoryMib memory_mib) {
   return resized;
 }
 
-StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
+StatusOr<Allocation> Ledger::Restore(const Allocation& allocation,
+                                     RestoreOptions options) {
   if (!allocation.id.valid())
     return Status::InvalidArgument("is required", "id");
   if (!allocation.tenant.valid()) {
@@ -656,7 +660,7 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation) {
     if (gpu.node != node) {
       return Status::InvalidArgument("GPUs on more than one node", "gpus");
     }
-    if (!view.MayJoin(gpu, allocation.tenant, key)) {
+    if (options.check_tenancy && !view.MayJoin(gpu, allocation.tenant, key)) {
       return Status::FailedPrecondition(
           "GPU " + gpu.spec.uuid +
           " holds another tenant outside this tenant's shared group and "

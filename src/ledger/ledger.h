@@ -121,9 +121,20 @@ class Ledger {
   StatusOr<Allocation> ResizeSlice(SliceId id, MemoryMib memory_mib);
   // Records an allocation that already exists in the world (restart recovery,
   // the compensation path) with its own id, on the GPUs it names. Checks
-  // capacity and tenancy but not health, models or the 90% rule (a lost GPU
-  // keeps its slices). Moves the id counter past `allocation.id`.
-  StatusOr<Allocation> Restore(const Allocation& allocation);
+  // capacity and (unless options.check_tenancy is false) tenancy, but not
+  // health, models or the 90% rule (a lost GPU keeps its slices). Moves the
+  // id counter past `allocation.id`. Without the tenancy check, a slice
+  // whose tenant no longer shares with the GPU's others is recorded all the
+  // same (it exists: a group removed since placed it there, as
+  // RemoveGroup does), and the GPU takes no new slice of either (fail-closed).
+  struct RestoreOptions {
+    bool check_tenancy = true;
+  };
+  StatusOr<Allocation> Restore(const Allocation& allocation,
+                               RestoreOptions options);
+  StatusOr<Allocation> Restore(const Allocation& allocation) {
+    return Restore(allocation, RestoreOptions{});
+  }
   // Hands out a fresh slice id for a `Restore` of an allocation that has
   // none yet (the compensation path); Place never reuses it.
   SliceId ReserveSliceId();

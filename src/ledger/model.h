@@ -21,6 +21,11 @@ inline constexpr MemoryMib kMinSliceMemoryMib = 32;
 
 enum class GpuHealth { kOk, kLost };
 
+// The most CPU and host memory a node may have: what the placement index
+// holds per entry (32 bits). Nothing real comes near (2^31 milli-CPUs, 2 PiB).
+inline constexpr CpuMilli kMaxNodeCpuMilli = 2'147'483'647;
+inline constexpr MemoryMib kMaxNodeHostMemoryMib = 2'147'483'647;
+
 struct NodeSpec {
   std::string name;
   CpuMilli cpu_milli = 0;         // allocatable CPU

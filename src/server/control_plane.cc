@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "scheduler/policy/registry.h"
@@ -94,6 +95,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
     : store_(store),
       clock_(clock),
       options_(std::move(options)),
+      monotonic_(options_.monotonic_clock != nullptr ? options_.monotonic_clock
+                                                     : &steady_),
       fence_(fence),
       ledger_(std::move(ledger)),
       policy_(policy) {}
@@ -193,6 +196,7 @@ Status ControlPlane::Recover() {
   std::vector<store::GpuRow> gpus;
   std::vector<store::ApprovalRow> approvals;
   RowId max_slice_id = 0;
+  std::string orphans_text;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
     auto ap = txn.ListApprovals();
     if (!ap.ok()) return ap.status();
@@ -212,10 +216,28 @@ Status ControlPlane::Recover() {
     auto m = txn.MaxSliceId();
     if (!m.ok()) return m.status();
     max_slice_id = *m;
+    auto noted = txn.GetMeta(kMigOrphansNotedKey);
+    if (!noted.ok()) return noted.status();
+    orphans_text = noted->value_or("");
     return Status::Ok();
   }));
 
   std::lock_guard lock(mu_);
+  if (!orphans_text.empty()) {
+    // Written by this server only; anything unreadable is noted afresh.
+    const nlohmann::json j =
+        nlohmann::json::parse(orphans_text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      for (const auto& [device, where] : j.items()) {
+        if (where.is_object() && where.contains("node") &&
+            where["node"].is_number_integer() && where.contains("gpu") &&
+            where["gpu"].is_number_integer()) {
+          orphans_noted_[device] =
+              GpuKey{where["node"].get<RowId>(), where["gpu"].get<int>()};
+        }
+      }
+    }
+  }
   {
     std::lock_guard names(names_mu_);
     for (const GroupRow& g : groups) group_names_[g.id] = g.name;
@@ -229,6 +251,7 @@ Status ControlPlane::Recover() {
   std::map<RowId, const store::NodeRow*> node_by_id;
   for (const store::NodeRow& n : nodes) {
     node_by_id[n.id] = &n;
+    node_seen_[n.id] = monotonic_->NowMillis();  // silence counts from now
     auto id = LedgerNodeLocked(n);
     if (!id.ok()) return id.status();
   }
@@ -296,13 +319,17 @@ Status ControlPlane::Recover() {
           return txn.AppendHistory(h).status();
         }));
       }
-      auto restored_alloc = ledger_->Restore(AllocationFromRow(slice));
+      // The slice exists: a tenancy that has changed since it was placed
+      // does not unmake it (the GPU then takes no new slice of either).
+      auto restored_alloc = ledger_->Restore(
+          AllocationFromRow(slice),
+          ledger::Ledger::RestoreOptions{.check_tenancy = false});
       if (restored_alloc.ok()) {
         ++restored;
       } else {
         ++failed;
-        spdlog::error("recovery: slice {} could not be restored: {}", slice.id,
-                      restored_alloc.status().ToString());
+        HF_RETURN_IF_ERROR(
+            FenceUnrestoredLocked(slice, restored_alloc.status().message()));
       }
     }
   }
@@ -335,10 +362,10 @@ StatusOr<NodeId> ControlPlane::LedgerNodeLocked(const store::NodeRow& node) {
   ledger::NodeSpec spec;
   spec.name = node.name;
   // Node CPU and host memory are not scheduled by the server (tasks ask
-  // for GPUs only); the largest values keep the node-resource checks out
-  // of the way.
-  spec.cpu_milli = std::max<std::int64_t>(node.cpu_milli, 1) << 20;
-  spec.host_memory_mib = std::max<std::int64_t>(node.host_memory_mib, 1) << 20;
+  // for GPUs only): the most the ledger holds keeps the node-resource
+  // checks out of the way, whatever the agent reports.
+  spec.cpu_milli = ledger::kMaxNodeCpuMilli;
+  spec.host_memory_mib = ledger::kMaxNodeHostMemoryMib;
   spec.containerized = node.containerized;
   auto id = ledger_->AddNode(spec);
   if (!id.ok()) return id.status();
@@ -365,7 +392,8 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     spec.compute_capability_minor = gpu.cc_minor;
     spec.mig_capable = gpu.mig_capable;
     spec.mps_capable = gpu.mps_capable;
-    spec.health = gpu.lost ? ledger::GpuHealth::kLost : ledger::GpuHealth::kOk;
+    spec.health = gpu.lost || FencedLocked(key) ? ledger::GpuHealth::kLost
+                                                : ledger::GpuHealth::kOk;
     auto id = ledger_->AddGpu(*node_id, spec);
     if (!id.ok()) return id.status().WithContext("GPU " + gpu.uuid);
     ledger_gpus_[key] = *id;
@@ -394,20 +422,86 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     ledger_gpus_.erase(it);
     return SyncGpuLocked(node, gpu);
   }
+  // A GPU holding a slice recovery could not restore takes nothing new.
+  const bool lost = gpu.lost || FencedLocked(key);
   bool changed = false;
   ledger_->Read([&](const ledger::ClusterView& view) {
     const ledger::GpuSpec& spec = view.gpu(it->second).spec;
     changed = spec.mig_capable != gpu.mig_capable ||
               spec.mps_capable != gpu.mps_capable ||
-              (spec.health == ledger::GpuHealth::kLost) != gpu.lost;
+              (spec.health == ledger::GpuHealth::kLost) != lost;
   });
   if (!changed) return Status::Ok();
   HF_RETURN_IF_ERROR(ledger_->SetGpuCapabilities(it->second, gpu.mig_capable,
                                                  gpu.mps_capable));
-  HF_RETURN_IF_ERROR(
-      ledger_->SetGpuHealth(it->second, gpu.lost ? ledger::GpuHealth::kLost
-                                                 : ledger::GpuHealth::kOk));
+  HF_RETURN_IF_ERROR(ledger_->SetGpuHealth(
+      it->second, lost ? ledger::GpuHealth::kLost : ledger::GpuHealth::kOk));
   BumpGeneration();
+  return Status::Ok();
+}
+
+bool ControlPlane::FencedLocked(const GpuKey& key) const {
+  for (const auto& [slice, keys] : unrestored_) {
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return true;
+  }
+  return false;
+}
+
+Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
+                                           const std::string& why) {
+  std::vector<GpuKey> keys;
+  std::string gpus;
+  for (int index : slice.gpu_indices) {
+    const GpuKey key{slice.node_id, index};
+    keys.push_back(key);
+    gpus += (gpus.empty() ? "" : ", ") + std::to_string(index);
+    auto it = ledger_gpus_.find(key);
+    if (it != ledger_gpus_.end()) {
+      HF_RETURN_IF_ERROR(ledger_->SetGpuHealth(it->second, ledger::GpuHealth::kLost));
+    }
+  }
+  unrestored_[slice.id] = keys;
+  BumpGeneration();
+  const std::string reason =
+      "recovery could not restore slice " + std::to_string(slice.id) + " (" +
+      why + "): GPU(s) " + gpus + " of node " + std::to_string(slice.node_id) +
+      " take nothing new until the slice is deleted (DELETE "
+      "/api/v1/slices/" +
+      std::to_string(slice.id) + ")";
+  spdlog::error("{}", reason);
+  return LeaderWrite([&](Txn& txn) -> Status {
+    store::HistoryRow h = HistoryFor(slice, "recovery_refused");
+    h.at = clock_->NowMillis();
+    h.actor = "recovery";
+    h.reason = reason;
+    return txn.AppendHistory(h).status();
+  });
+}
+
+Status ControlPlane::UnfenceLocked(RowId slice_id) {
+  auto it = unrestored_.find(slice_id);
+  if (it == unrestored_.end()) return Status::Ok();
+  const std::vector<GpuKey> keys = it->second;
+  unrestored_.erase(it);
+  // The GPUs take work again as their last report says.
+  std::vector<store::GpuRow> rows;
+  std::optional<store::NodeRow> node;
+  if (keys.empty()) return Status::Ok();
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto n = txn.GetNode(keys.front().node_id);
+    if (!n.ok()) return Status::Ok();
+    node = *n;
+    auto g = txn.ListGpus(node->id);
+    if (g.ok()) rows = *g;
+    return Status::Ok();
+  }));
+  if (!node) return Status::Ok();
+  for (const store::GpuRow& g : rows) {
+    if (std::find(keys.begin(), keys.end(), GpuKey{g.node_id, g.index}) !=
+        keys.end()) {
+      HF_RETURN_IF_ERROR(SyncGpuLocked(*node, g));
+    }
+  }
   return Status::Ok();
 }
 

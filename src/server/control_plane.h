@@ -58,6 +58,14 @@ struct ControlPlaneOptions {
   // Several instances (issue 8): Create does not rebuild the ledger; the
   // instance is a follower until Promote() (after it won the lease).
   bool defer_recovery = false;
+  // A node silent this long (no register or heartbeat, measured on
+  // `monotonic_clock`) is lost: the tasks it was asked to stop are taken as
+  // stopped and their slices released (RunGcOnce). Its other tasks keep
+  // their slices.
+  std::int64_t node_lost_ms = 600'000;
+  // Measures node silence; never jumps with the wall clock. Null: the
+  // process's steady clock. Must outlive the ControlPlane.
+  const Clock* monotonic_clock = nullptr;
 };
 
 // Who is calling, resolved from a Bearer token.
@@ -219,11 +227,22 @@ struct TaskStateReport {
   store::TaskState state = store::TaskState::kRunning;
   std::optional<int> exit_code;
   std::string message;
+  // The slice the node ran (or was to run) the task with. A report naming
+  // another slice than the task's current one is about an older binding
+  // (a delayed message) and is ignored. Unset: the current one.
+  std::optional<RowId> slice_id;
 };
 
+// What a node's agent must do (GET /api/v1/nodes/{node}/assignments), from
+// one snapshot: start `run`; stop `cancel` (cancelled, or their slice was
+// deleted) and report them; keep `bound` running. A task the node runs that
+// is in neither `bound` nor `cancel` is not the node's (terminal, unknown,
+// or bound elsewhere) and is stopped.
 struct Assignments {
-  std::vector<store::TaskRow> run;
-  std::vector<RowId> cancel;
+  std::vector<store::TaskRow> run;   // scheduled here, to start
+  std::vector<RowId> cancel;         // to stop, then report
+  std::vector<RowId> bound;          // every task the node should run
+  std::map<RowId, RowId> slices;     // task id -> its slice, for reports
 };
 
 struct MigResult {
@@ -427,6 +446,12 @@ class ControlPlane {
   // Binds up to one batch of pending tasks; returns how many were bound.
   // `more` (optional) is set when the batch was full: call again at once.
   StatusOr<int> BindPendingOnce(bool* more = nullptr);
+  // One turn of the scheduler loop: the periodic rescan of pending tasks in
+  // the store when it is due (ControlPlaneOptions::resync_interval_ms),
+  // then one bind pass. The loop thread calls it; so does the whole-system
+  // simulation, which drives the control plane on its own clock instead of
+  // Start()ing its threads.
+  StatusOr<int> SchedulerPass(bool* more = nullptr);
   // Releases orphaned slices and marks stuck MIG commands; returns the
   // number of slices released.
   StatusOr<int> RunGcOnce();
@@ -471,6 +496,16 @@ class ControlPlane {
   // Ledger mirror of the inventory. REQUIRES: mu_ held.
   StatusOr<NodeId> LedgerNodeLocked(const store::NodeRow& node);
   Status SyncGpuLocked(const store::NodeRow& node, const store::GpuRow& gpu);
+  // Restart recovery could not put `slice` back in the ledger (its GPU is
+  // unknown, or restoring it would oversell the GPU): its GPUs are held lost
+  // in the ledger, so nothing new lands where the ledger cannot account,
+  // until an operator deletes the slice. Logged and recorded in the history
+  // (`recovery_refused`). REQUIRES: mu_ held.
+  Status FenceUnrestoredLocked(const store::SliceRow& slice,
+                               const std::string& why);
+  // The slice is gone: its GPUs follow their reports again. REQUIRES: mu_.
+  Status UnfenceLocked(RowId slice_id);
+  bool FencedLocked(const GpuKey& key) const;  // REQUIRES: mu_
   StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const;
   Status SyncTenantLocked(const store::TenantRow& tenant);
   // The id of group `name`, inserting it (and setting `created`) when new.
@@ -505,8 +540,17 @@ class ControlPlane {
   // tried. REQUIRES: mu_ held.
   ledger::PlacementResult PlaceLocked(const ledger::PlacementRequest& request,
                                       std::string* mig_profile);
+  // Why no gold slice may land on MIG GPU `gpu` now ("" when it may): it
+  // holds partitions no slice owns, or the last create found no room and
+  // its partitions have not changed since. REQUIRES: mu_ held.
+  std::string MigBlockedLocked(GpuId gpu) const;
   // Builds the env input of `slice`.
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice);
+
+  // GC's parts: the tasks lost nodes were asked to stop (returns the
+  // slices released), and MIG commands past their deadline.
+  StatusOr<int> ReleaseOnLostNodes();
+  Status MarkStuckCommands();
 
   // Compensation: a running task reported with no live slice.
   Status CompensateLocked(const store::NodeRow& node, const RunningTask& task);
@@ -549,6 +593,8 @@ class ControlPlane {
   store::Store* const store_;
   const Clock* const clock_;
   const ControlPlaneOptions options_;
+  SteadyClock steady_;
+  const Clock* const monotonic_;  // options_.monotonic_clock or &steady_
   const WriteFence* const fence_;  // null: the only instance
   // The ledger holds the store's state (recovered): a follower's is empty,
   // and a follower queues no created task for a scheduler it does not run.
@@ -562,10 +608,27 @@ class ControlPlane {
   std::map<GpuKey, GpuId> ledger_gpus_;                  // GUARDED_BY(mu_)
   std::map<GpuId, GpuKey> gpu_keys_;                     // GUARDED_BY(mu_)
   std::map<RowId, bool> node_hook_;                      // GUARDED_BY(mu_)
+  // When each node last registered or heartbeat (monotonic_ ms); a node
+  // not heard from since this server started counts from its start.
+  std::map<RowId, store::Millis> node_seen_;  // GUARDED_BY(mu_)
+  // Slices recovery could not restore, and the GPUs they fence.
+  std::map<RowId, std::vector<GpuKey>> unrestored_;  // GUARDED_BY(mu_)
   std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)
   // Approvals that count in the ledger now, with their expiry.
   std::map<RowId, store::ApprovalRow> applied_approvals_;  // GUARDED_BY(mu_)
-  std::set<std::string> orphans_noted_;  // MIG device UUIDs; GUARDED_BY(mu_)
+  // MIG partitions recorded as MIG_PARTITION_ORPHANED (device UUID -> its
+  // GPU); kept in the store's meta (kMigOrphansNotedKey) across restarts.
+  std::map<std::string, GpuKey> orphans_noted_;  // GUARDED_BY(mu_)
+  // Per MIG GPU: the partitions the last heartbeat reported, the ones no
+  // live slice owns, and (after a create found no room) the reported set
+  // that had no room: no gold slice is placed there until it changes.
+  std::map<GpuKey, std::vector<std::string>> mig_reported_;  // GUARDED_BY(mu_)
+  std::map<GpuKey, std::set<std::string>> mig_orphans_;      // GUARDED_BY(mu_)
+  struct MigFull {
+    std::vector<std::string> devices;  // as reported when it had no room
+    store::Millis until = 0;           // monotonic_; tried again after
+  };
+  std::map<GpuKey, MigFull> mig_full_;  // GUARDED_BY(mu_)
   // Hook usage by slice id (rendered without mu_, which bind commits hold).
   std::mutex hook_mu_;
   std::map<RowId, HookUsage> hook_usage_;  // GUARDED_BY(hook_mu_)
@@ -599,6 +662,7 @@ class ControlPlane {
   std::vector<store::TaskRow> incoming_;  // GUARDED_BY(sched_mu_)
   bool stop_ = false;                     // GUARDED_BY(sched_mu_)
   bool resync_ = true;                    // GUARDED_BY(sched_mu_)
+  store::Millis last_resync_ = 0;         // GUARDED_BY(sched_mu_)
   std::mutex bind_mu_;  // one bind pass at a time; guards pending_
   std::map<RowId, PendingTask> pending_;      // GUARDED_BY(bind_mu_)
   std::atomic<std::uint64_t> generation_{1};  // bumped when capacity frees up

@@ -285,7 +285,18 @@ TEST_F(ControlPlaneTest, UnplaceableTaskWaitsWithReasonAndBindsWhenFreed) {
       << pending.pending_reason;
   auto cancelled = cp_->CancelTask(alice, big.id);
   ASSERT_TRUE(cancelled.ok());
-  EXPECT_EQ(cancelled->state, TaskState::kCancelled);
+  // Bound to n1, whose agent may have started it: the memory stays charged
+  // until the node says it stopped it.
+  EXPECT_EQ(cancelled->state, TaskState::kScheduled);
+  EXPECT_TRUE(cancelled->cancel_requested);
+  EXPECT_EQ(Bind(), 0);
+  auto assignments = cp_->GetAssignments(admin_, "n1");
+  ASSERT_TRUE(assignments.ok());
+  EXPECT_EQ(assignments->cancel, std::vector<RowId>{big.id});
+  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                    {{big.id, TaskState::kCancelled}})
+                  .ok());
+  EXPECT_EQ(Get(big.id).state, TaskState::kCancelled);
   EXPECT_EQ(Bind(), 1);
   EXPECT_EQ(Get(waiting.id).state, TaskState::kScheduled);
 }
@@ -353,11 +364,12 @@ TEST_F(ControlPlaneTest, TerminalStateReleasesAndGcReleasesOrphans) {
 TEST_F(ControlPlaneTest, CompensationRecordsARunningTaskWithoutASlice) {
   Register(Node("n1", {Gpu(0), Gpu(1)}));
   const Caller alice = TenantUser("alice");
-  const TaskRow t = Submit(alice, 4096);
+  const TaskRow other = Submit(alice, 1024);
   Bind();
-  const SliceRow first = SliceOf(Get(t.id));
-  // An admin deletes the slice while the task still runs on GPU 1.
-  ASSERT_TRUE(cp_->DeleteSlice(admin_, first.id, "test").ok());
+  const SliceRow first = SliceOf(Get(other.id));
+  // A task the server never bound (its store was restored from a backup
+  // older than the bind) runs on GPU 1.
+  const TaskRow t = Submit(alice, 4096);
   NodeReport hb = Node("n1", {Gpu(0), Gpu(1)});
   ASSERT_TRUE(cp_->Heartbeat(admin_, hb, {{t.id, "running", {1}}}).ok());
   const TaskRow after = Get(t.id);
@@ -444,15 +456,26 @@ TEST_F(ControlPlaneTest, MigCreateThenDestroyReleasesOnlyAfterDestroy) {
 TEST_F(ControlPlaneTest, StuckMigCommandsAreMarked) {
   Register(Node("n1", {Gpu(0, 81920, true)}));
   const Caller alice = TenantUser("alice");
-  Submit(alice, 4096);
+  const RowId task_id = Submit(alice, 4096).id;
   Bind();
   clock_.Advance(ControlPlaneOptions{}.mig_command_deadline_ms + 1);
   ASSERT_TRUE(cp_->RunGcOnce().ok());
   auto rows = cp_->ListSliceRequests(admin_, {});
-  ASSERT_EQ(rows->items.size(), 1u);
+  ASSERT_EQ(rows->items.size(), 2u);
   EXPECT_EQ(rows->items[0].state, store::SliceRequestState::kStuck);
   EXPECT_NE(rows->items[0].error.find("HARDWARE STATE UNKNOWN"),
             std::string::npos);
+  // The task does not wait for ever: it is bound again; its old slice
+  // stays charged until the node cleans up whatever the create made.
+  EXPECT_EQ(rows->items[1].action, "destroy");
+  EXPECT_EQ(rows->items[1].state, store::SliceRequestState::kPending);
+  EXPECT_EQ(rows->items[1].device_id, "");
+  const TaskRow task = Get(task_id);
+  EXPECT_EQ(task.state, TaskState::kPending);
+  EXPECT_NE(task.pending_reason.find("not confirmed"), std::string::npos);
+  auto old = cp_->GetSlice(admin_, rows->items[0].slice_id);
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->state, store::SliceState::kReleasing);
 }
 
 TEST_F(ControlPlaneTest, LostGpuKeepsItsSlicesAndTakesNoNewOnes) {

@@ -4,8 +4,10 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "store/store.h"
@@ -14,6 +16,12 @@ namespace hf::server {
 
 inline constexpr std::string_view kDefaultTenant = "default";
 inline constexpr store::Millis kTokenCacheMillis = 5'000;
+// After a MIG create found no room, the GPU takes no gold slice for this
+// long unless its partitions change first.
+inline constexpr store::Millis kMigFullMillis = 300'000;
+// meta: the MIG partitions already recorded as orphaned
+// ({uuid: {"node": node id, "gpu": index}}).
+inline constexpr std::string_view kMigOrphansNotedKey = "mig_orphans_noted";
 
 std::string Sha256Hex(std::string_view data);
 StatusOr<std::string> NewTokenSecret();
@@ -35,6 +43,41 @@ inline store::HistoryRow HistoryFor(const store::SliceRow& slice,
   h.memory_mib = slice.memory_mib;
   h.compute_percent = slice.compute_percent;
   return h;
+}
+
+// Every row a filter matches, page after page (a scan never stops at one
+// page). `fn` may not write to the rows' table in a way that moves them
+// past the cursor; it may stop the scan by returning an error.
+template <typename Row, typename Filter, typename List>
+Status ForEachRow(Filter f, List list, const std::function<Status(Row&)>& fn) {
+  if (f.limit <= 0) f.limit = 500;
+  for (;;) {
+    StatusOr<std::vector<Row>> rows = list(f);
+    if (!rows.ok()) return rows.status();
+    for (Row& row : *rows) HF_RETURN_IF_ERROR(fn(row));
+    if (static_cast<int>(rows->size()) < f.limit) return Status::Ok();
+    f.after_id = rows->back().id;
+  }
+}
+
+inline Status ForEachSliceRequest(
+    store::Txn& txn, store::SliceRequestFilter f,
+    const std::function<Status(store::SliceRequestRow&)>& fn) {
+  return ForEachRow<store::SliceRequestRow>(
+      f, [&](const store::SliceRequestFilter& g) { return txn.ListSliceRequests(g); },
+      fn);
+}
+
+inline Status ForEachSlice(store::Txn& txn, store::SliceFilter f,
+                           const std::function<Status(store::SliceRow&)>& fn) {
+  return ForEachRow<store::SliceRow>(
+      f, [&](const store::SliceFilter& g) { return txn.ListSlices(g); }, fn);
+}
+
+inline Status ForEachTask(store::Txn& txn, store::TaskFilter f,
+                          const std::function<Status(store::TaskRow&)>& fn) {
+  return ForEachRow<store::TaskRow>(
+      f, [&](const store::TaskFilter& g) { return txn.ListTasks(g); }, fn);
 }
 
 }  // namespace hf::server

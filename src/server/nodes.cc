@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "server/control_plane.h"
@@ -222,6 +223,7 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
     node_names_[stored.id] = stored.name;
   }
   node_hook_[stored.id] = report.hook_available;
+  node_seen_[stored.id] = monotonic_->NowMillis();
   for (const GpuRow& g : gpus) HF_RETURN_IF_ERROR(SyncGpuLocked(stored, g));
   auto node_id = LedgerNodeLocked(stored);
   if (!node_id.ok()) return node_id.status();
@@ -355,55 +357,89 @@ std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
 
 Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
                                                   const NodeReport& report) {
-  std::vector<std::pair<int, std::string>> reported;
+  // What is on each MIG GPU now, as the agent reports it.
+  std::map<int, std::vector<std::string>> reported;
   for (const GpuReport& g : report.gpus) {
-    if (!g.mig_devices) continue;
-    for (const std::string& d : *g.mig_devices) {
-      if (!orphans_noted_.contains(d)) reported.emplace_back(g.index, d);
-    }
+    if (g.mig_devices) reported[g.index] = *g.mig_devices;
+  }
+  for (const auto& [index, devices] : reported) {
+    mig_reported_[GpuKey{node.id, index}] = devices;
   }
   if (reported.empty()) return Status::Ok();
   std::set<std::string> owned;
   std::set<int> creating;  // GPUs with a create in flight
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    owned.clear();
+    creating.clear();
     store::SliceFilter f;
     f.node_id = node.id;
     f.live_only = true;
-    f.limit = 1000;
-    for (;;) {
-      auto rows = txn.ListSlices(f);
-      if (!rows.ok()) return rows.status();
-      for (const SliceRow& s : *rows) {
-        if (!s.mig_device_id.empty()) owned.insert(s.mig_device_id);
-      }
-      if (static_cast<int>(rows->size()) < f.limit) break;
-      f.after_id = rows->back().id;
-    }
+    HF_RETURN_IF_ERROR(ForEachSlice(txn, f, [&](SliceRow& s) -> Status {
+      if (!s.mig_device_id.empty()) owned.insert(s.mig_device_id);
+      return Status::Ok();
+    }));
     for (auto state : {store::SliceRequestState::kPending,
                        store::SliceRequestState::kClaimed}) {
       store::SliceRequestFilter rf;
       rf.node_id = node.id;
       rf.state = state;
-      rf.limit = 1000;
-      auto rows = txn.ListSliceRequests(rf);
-      if (!rows.ok()) return rows.status();
-      for (const store::SliceRequestRow& r : *rows) {
-        if (r.action == "create") creating.insert(r.gpu_index);
-        if (!r.device_id.empty()) owned.insert(r.device_id);
-      }
+      HF_RETURN_IF_ERROR(ForEachSliceRequest(
+          txn, rf, [&](store::SliceRequestRow& r) -> Status {
+            if (r.action == "create") creating.insert(r.gpu_index);
+            if (!r.device_id.empty()) owned.insert(r.device_id);
+            return Status::Ok();
+          }));
     }
     return Status::Ok();
   }));
-  std::vector<std::pair<int, std::string>> orphans;
-  for (const auto& [index, device] : reported) {
-    if (!owned.contains(device) && !creating.contains(index)) {
-      orphans.emplace_back(index, device);
+  std::vector<std::pair<int, std::string>> fresh;  // to record now
+  for (const auto& [index, devices] : reported) {
+    const GpuKey key{node.id, index};
+    if (creating.contains(index)) continue;  // cannot tell yet
+    std::set<std::string> orphans;
+    for (const std::string& d : devices) {
+      if (owned.contains(d)) continue;
+      orphans.insert(d);
+      if (!orphans_noted_.contains(d)) fresh.emplace_back(index, d);
+    }
+    // A partition nobody owns still takes its place on the card: no new
+    // gold slice lands there until it is gone (PlaceLocked).
+    if (orphans.empty()) {
+      mig_orphans_.erase(key);
+    } else {
+      mig_orphans_[key] = orphans;
     }
   }
-  if (orphans.empty()) return Status::Ok();
+  // Forget the notes of partitions gone from the GPUs reported now.
+  bool pruned = false;
+  for (auto it = orphans_noted_.begin(); it != orphans_noted_.end();) {
+    const GpuKey& where = it->second;
+    auto now_there = reported.find(where.index);
+    const bool gone = where.node_id == node.id && now_there != reported.end() &&
+                      std::find(now_there->second.begin(),
+                                now_there->second.end(),
+                                it->first) == now_there->second.end();
+    if (gone) {
+      it = orphans_noted_.erase(it);
+      pruned = true;
+    } else {
+      ++it;
+    }
+  }
+  if (fresh.empty() && !pruned) return Status::Ok();
+  for (const auto& [index, device] : fresh) {
+    orphans_noted_[device] = GpuKey{node.id, index};
+  }
+  const std::string noted = [&] {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [device, where] : orphans_noted_) {
+      j[device] = {{"node", where.node_id}, {"gpu", where.index}};
+    }
+    return j.dump();
+  }();
   const Millis now = clock_->NowMillis();
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    for (const auto& [index, device] : orphans) {
+    for (const auto& [index, device] : fresh) {
       store::HistoryRow h;
       h.op = "mig_orphaned";
       h.at = now;
@@ -416,12 +452,12 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
                  "nothing uses it; it takes the card's capacity meanwhile)";
       HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
     }
-    return Status::Ok();
+    // Kept in the store, so a restart does not note them again.
+    return txn.SetMeta(kMigOrphansNotedKey, noted);
   }));
-  for (const auto& [index, device] : orphans) {
+  for (const auto& [index, device] : fresh) {
     spdlog::warn("node {}: MIG_PARTITION_ORPHANED {} on GPU {}", node.name,
                  device, index);
-    orphans_noted_.insert(device);
   }
   return Status::Ok();
 }
@@ -470,7 +506,10 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
     a.compute_defaulted = !task->compute_percent;
   }
   const store::Millis now = clock_->NowMillis();
-  auto restored = ledger_->Restore(a);
+  // The task runs there: the ledger records it even if its tenant may no
+  // longer share the GPU (which then takes nothing new of either).
+  auto restored = ledger_->Restore(
+      a, ledger::Ledger::RestoreOptions{.check_tenancy = false});
   if (!restored.ok()) {
     // Recorded in the history so an operator sees the conflict.
     const std::string why = restored.status().message();
@@ -542,7 +581,10 @@ StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
   auto row = NodeForAgent(caller, node);
   if (!row.ok()) return row.status();
   Assignments out;
+  // One snapshot: `bound` and `cancel` together are every task the node
+  // may hold, so the agent stops whatever else it runs (Agent::Reconcile).
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    out = Assignments{};
     for (TaskState state : {TaskState::kScheduled, TaskState::kRunning}) {
       store::TaskFilter f;
       f.state = state;
@@ -552,10 +594,21 @@ StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
         auto tasks = txn.ListTasks(f);
         if (!tasks.ok()) return tasks.status();
         for (TaskRow& t : *tasks) {
-          if (t.cancel_requested) {
+          // A task whose slice an operator deleted is stopped as a
+          // cancelled one is: its slice is released when the node reports
+          // it stopped (ReportTaskStates).
+          bool slice_live = true;
+          if (t.slice_id) {
+            auto slice = txn.GetSlice(*t.slice_id);
+            slice_live = slice.ok() &&
+                         slice->state == store::SliceState::kAllocated;
+          }
+          if (t.slice_id) out.slices[t.id] = *t.slice_id;
+          if (t.cancel_requested || !slice_live) {
             out.cancel.push_back(t.id);
             continue;
           }
+          out.bound.push_back(t.id);
           if (state != TaskState::kScheduled) continue;
           auto qos = t.env.find("HETEROFLOW_SLICE_QOS");
           const bool gold = qos != t.env.end() && qos->second == "gold";
@@ -579,10 +632,12 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   if (!row.ok()) return row.status();
   int accepted = 0;
   std::vector<RowId> released;
+  bool requeued = false;
   std::lock_guard lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     accepted = 0;
     released.clear();
+    requeued = false;
     for (std::size_t i = 0; i < states.size(); ++i) {
       const TaskStateReport& r = states[i];
       auto t = txn.GetTask(r.task_id);
@@ -594,19 +649,60 @@ StatusOr<int> ControlPlane::ReportTaskStates(
       }
       TaskRow task = *t;
       if (store::IsTerminal(task.state) || task.state == r.state) continue;
+      if (r.slice_id && task.slice_id != r.slice_id) {
+        continue;  // about an earlier binding of the task: stale
+      }
       if (r.state == TaskState::kPending || r.state == TaskState::kScheduled) {
         return Status::InvalidArgument(
             "agents report running, succeeded, failed or cancelled",
             "states[" + std::to_string(i) + "].state");
       }
-      task.state = r.state;
-      task.exit_code = r.exit_code;
-      if (!r.message.empty()) task.message = r.message.substr(0, 4096);
       task.updated_at = clock_->NowMillis();
-      if (store::IsTerminal(r.state)) {
-        HF_RETURN_IF_ERROR(ReleaseTaskSliceInTxn(
-            txn, task, "agent:" + node,
-            "task " + std::string(store::TaskStateName(r.state)), released));
+      if (!store::IsTerminal(r.state)) {
+        task.state = r.state;
+        HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+        ++accepted;
+        continue;
+      }
+      // The node has stopped the task (or it ended): its slice is free now.
+      bool rebind = false;
+      if (task.slice_id) {
+        auto slice = txn.GetSlice(*task.slice_id);
+        if (slice.ok() && slice->state != store::SliceState::kReleased) {
+          store::SliceRow s = *slice;
+          // Releasing here means an operator deleted it while the task was
+          // bound: stopped on that request, the task is bound again.
+          rebind = s.state == store::SliceState::kReleasing &&
+                   !task.cancel_requested && r.state == TaskState::kCancelled;
+          s.state = store::SliceState::kAllocated;  // the node confirmed
+          HF_RETURN_IF_ERROR(ReleaseInTxn(
+              txn, s, "agent:" + node,
+              "task " + std::string(store::TaskStateName(r.state)) +
+                  (rebind ? " (its slice was deleted)" : ""),
+              released));
+        } else if (!slice.ok() &&
+                   slice.status().code() != StatusCode::kNotFound) {
+          return slice.status();
+        }
+      }
+      if (rebind) {
+        const std::string old = std::to_string(task.slice_id.value_or(0));
+        task.state = TaskState::kPending;
+        task.slice_id.reset();
+        task.node_id.reset();
+        task.gpu_indices.clear();
+        StripSliceEnv(task.env);
+        std::erase_if(task.labels, [](const auto& kv) {
+          return kv.first.starts_with("heteroflow.");
+        });
+        task.pending_reason = "its slice " + old +
+                              " was deleted; stopped on node " + node +
+                              ", waiting to be bound again";
+        requeued = true;
+      } else {
+        task.state = r.state;
+        task.exit_code = r.exit_code;
+        if (!r.message.empty()) task.message = r.message.substr(0, 4096);
       }
       HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
       ++accepted;
@@ -614,6 +710,10 @@ StatusOr<int> ControlPlane::ReportTaskStates(
     return Status::Ok();
   }));
   ApplyReleasesLocked(released);
+  if (requeued) {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
   return accepted;
 }
 
@@ -621,21 +721,41 @@ StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
     const Caller& caller, const std::string& node) {
   auto row = NodeForAgent(caller, node);
   if (!row.ok()) return row.status();
+  constexpr std::size_t kMaxOffered = 100;
   std::vector<store::SliceRequestRow> out;
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     out.clear();
-    store::SliceRequestFilter f;
-    f.node_id = row->id;
-    f.state = store::SliceRequestState::kPending;
-    f.limit = 100;
-    auto rows = txn.ListSliceRequests(f);
-    if (!rows.ok()) return rows.status();
-    for (store::SliceRequestRow& r : *rows) {
-      r.state = store::SliceRequestState::kClaimed;
-      r.claimed_at = clock_->NowMillis();
-      HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(r));
-      out.push_back(r);
+    const Millis now = clock_->NowMillis();
+    // Commands this node claimed and has not reported are offered again:
+    // the claim's reply may have been lost, or the agent died before it
+    // wrote them down. The agent knows a command by its id and carries each
+    // out once (Agent::HandleMigCommand). Destroys past their deadline are
+    // offered too (the partition still has to go); creates past theirs are
+    // not (their task has moved on: RunGcOnce).
+    for (auto state :
+         {store::SliceRequestState::kClaimed, store::SliceRequestState::kStuck,
+          store::SliceRequestState::kPending}) {
+      store::SliceRequestFilter f;
+      f.node_id = row->id;
+      f.state = state;
+      HF_RETURN_IF_ERROR(ForEachSliceRequest(
+          txn, f, [&](store::SliceRequestRow& r) -> Status {
+            if (out.size() >= kMaxOffered) return Status::Ok();
+            if (state == store::SliceRequestState::kStuck &&
+                r.action != "destroy") {
+              return Status::Ok();
+            }
+            if (state == store::SliceRequestState::kPending) {
+              r.state = store::SliceRequestState::kClaimed;
+              r.claimed_at = now;
+              HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(r));
+            }
+            out.push_back(r);
+            return Status::Ok();
+          }));
     }
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.id < b.id; });
     return Status::Ok();
   }));
   return out;
@@ -665,6 +785,10 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
       out = cmd;  // repeated report: idempotent
       return Status::Ok();
     }
+    // A result after the deadline (the command is marked stuck): the
+    // hardware state is known again. A late create's task has moved on, so
+    // a partition it made is destroyed below; a late destroy counts.
+    const bool late = cmd.state == store::SliceRequestState::kStuck;
     const Millis now = clock_->NowMillis();
     cmd.finished_at = now;
     auto slice = txn.GetSlice(cmd.slice_id);
@@ -675,8 +799,9 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     h.actor = caller.Actor();
     if (cmd.action == "create") {
       if (result.ok && !result.device_id.empty() &&
-          s.state == store::SliceState::kReleasing) {
-        // Released while the partition was being created: destroy it now.
+          (late || s.state != store::SliceState::kAllocated)) {
+        // Released while the partition was being created, or created after
+        // the deadline: destroy it now (never an orphan).
         cmd.state = store::SliceRequestState::kDone;
         cmd.device_id = result.device_id.substr(0, 256);
         s.mig_device_id = cmd.device_id;
@@ -693,8 +818,14 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
         destroy.created_at = now;
         destroy.deadline_at = now + options_.mig_command_deadline_ms;
         HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
+        if (s.state == store::SliceState::kAllocated) {
+          s.state = store::SliceState::kReleasing;
+          HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+        }
         h.reason = "MIG partition " + cmd.device_id +
-                   " created after its slice was released; destroying it";
+                   (late ? " created after the command's deadline"
+                         : " created after its slice was released") +
+                   "; destroying it";
       } else if (result.ok && !result.device_id.empty()) {
         cmd.state = store::SliceRequestState::kDone;
         cmd.device_id = result.device_id.substr(0, 256);
@@ -711,11 +842,26 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
           }
         }
         h.reason = "MIG partition " + cmd.device_id + " created";
+      } else if (late) {
+        // Nothing was made; the cleanup destroy GC wrote releases the slice.
+        cmd.state = store::SliceRequestState::kFailed;
+        cmd.error = (result.error.empty() ? std::string("MIG create failed")
+                                          : result.error) +
+                    " (reported after the deadline)";
+        h.op = "mig_create_failed";
+        h.reason = cmd.error;
       } else {
         // Roll the bind back: release the slice, strip the env, the task
         // goes back to pending and is retried.
         cmd.state = store::SliceRequestState::kFailed;
         cmd.error = result.error.empty() ? "MIG create failed" : result.error;
+        if (cmd.error.find("RESOURCE_EXHAUSTED") != std::string::npos) {
+          // No room on the card as it really is: no more gold there until
+          // its partitions change (MigBlockedLocked).
+          const GpuKey key{cmd.node_id, cmd.gpu_index};
+          mig_full_[key] = MigFull{mig_reported_[key],
+                                   monotonic_->NowMillis() + kMigFullMillis};
+        }
         s.state = store::SliceState::kReleased;
         s.released_at = now;
         HF_RETURN_IF_ERROR(txn.UpdateSlice(s));

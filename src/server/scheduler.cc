@@ -116,11 +116,13 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
   std::set<GpuId> excluded;
   std::string skipped;
   ledger::PlacementResult result = ledger_->Place(request, *policy_);
-  for (int attempt = 0; attempt < 4 && result.placed(); ++attempt) {
+  // Each retry excludes one more GPU, so this ends; a placement on a GPU
+  // that is not in MIG mode is taken as it is.
+  while (result.placed()) {
     const ledger::Allocation a = result.allocation;
     if (a.kind != ledger::RequestKind::kSlice ||
         QosForGpuLocked(a.gpus.front()).level != scheduler::QosLevel::kGold) {
-      return result;
+      break;
     }
     ledger::GpuSpec spec;
     ledger_->Read([&](const ledger::ClusterView& view) {
@@ -128,12 +130,16 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
     });
     const gpu::MigModelTable* table =
         gpu::FindMigTable(spec.model, spec.memory_mib);
-    if (table == nullptr) return result;  // no table: charged as asked
+    if (table == nullptr) break;  // no table: charged as asked
     std::optional<ComputePercent> compute;
     if (!a.compute_defaulted) compute = a.compute_percent;
     auto choice = gpu::ChooseMigInstance(*table, request.memory_mib, compute,
                                          /*existing=*/{});
-    if (choice.ok()) {
+    const std::string blocked = MigBlockedLocked(a.gpus.front());
+    if (!blocked.empty()) {
+      (void)ledger_->Release(a.id);
+      skipped = "MIG GPU " + spec.uuid + " " + blocked;
+    } else if (choice.ok()) {
       const gpu::MigProfile* profile =
           gpu::FindProfile(*table, choice->profile);
       ledger::Allocation charged = a;
@@ -164,13 +170,28 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
     excluded.insert(a.gpus.front());
     result = ledger_->Place(request, ExcludingBestFit(excluded));
   }
-  if (result.placed()) {
-    // Still on a MIG GPU whose partition did not fit after every retry.
-    (void)ledger_->Release(result.allocation.id);
-    result.outcome = ledger::PlacementOutcome::kRetryLater;
-  }
-  if (!skipped.empty()) result.message += "; " + skipped;
+  if (!result.placed() && !skipped.empty()) result.message += "; " + skipped;
   return result;
+}
+
+std::string ControlPlane::MigBlockedLocked(GpuId gpu) const {
+  auto key = gpu_keys_.find(gpu);
+  if (key == gpu_keys_.end()) return "";
+  auto orphans = mig_orphans_.find(key->second);
+  if (orphans != mig_orphans_.end() && !orphans->second.empty()) {
+    return "holds " + std::to_string(orphans->second.size()) +
+           " partition(s) no slice owns (MIG_PARTITION_ORPHANED); it takes "
+           "no new gold slice until they are gone";
+  }
+  auto full = mig_full_.find(key->second);
+  auto now = mig_reported_.find(key->second);
+  if (full != mig_full_.end() && now != mig_reported_.end() &&
+      full->second.devices == now->second &&
+      monotonic_->NowMillis() < full->second.until) {
+    return "had no room for the last partition asked of it; it takes no new "
+           "gold slice until its partitions change";
+  }
+  return "";
 }
 
 SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice) {
@@ -327,7 +348,11 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       t.updated_at = now;
       d.kind = Decision::kPlaced;
       d.write = true;
-    } else if (result.outcome == ledger::PlacementOutcome::kInvalid) {
+    } else if (result.outcome == ledger::PlacementOutcome::kInvalid &&
+               result.status.code() == StatusCode::kInvalidArgument) {
+      // The request itself can never be placed. (A policy whose choice the
+      // ledger refused is the platform's fault, not the task's: that is
+      // retried below, never failed.)
       d.kind = Decision::kFailed;
       d.updated.state = TaskState::kFailed;
       d.updated.pending_reason.clear();
@@ -336,6 +361,12 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       d.write = true;
     } else {
       d.kind = Decision::kWaiting;
+      if (result.outcome == ledger::PlacementOutcome::kInvalid) {
+        spdlog::error("scheduler: task {}: {}", task.id,
+                      result.status.ToString());
+        result.message = "the scheduler could not place it (" +
+                         result.status.message() + "); retrying";
+      }
       const std::string& reason = result.message;
       if (reason != task.pending_reason) {
         d.updated.pending_reason = reason;
@@ -418,9 +449,27 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   return bound;
 }
 
+StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
+  {
+    std::lock_guard lock(sched_mu_);
+    const Millis now = clock_->NowMillis();
+    if (last_resync_ == 0 || now - last_resync_ >= options_.resync_interval_ms ||
+        now < last_resync_) {
+      if (last_resync_ != 0) resync_ = true;  // other paths or instances
+      last_resync_ = now;
+    }
+  }
+  auto bound = BindPendingOnce(more);
+  if (!bound.ok()) {
+    if (more != nullptr) *more = false;
+    std::lock_guard lock(sched_mu_);
+    resync_ = true;
+  }
+  return bound;
+}
+
 void ControlPlane::SchedulerLoop() {
   std::uint64_t last_generation = 0;
-  Millis last_resync = clock_->NowMillis();
   bool more = false;  // the last pass filled a batch: a backlog remains
   for (;;) {
     {
@@ -432,20 +481,12 @@ void ControlPlane::SchedulerLoop() {
         });
       }
       if (stop_) return;
-      const Millis now = clock_->NowMillis();
-      if (now - last_resync >= options_.resync_interval_ms) {
-        resync_ = true;  // tasks written by other paths or instances
-        last_resync = now;
-      }
     }
     last_generation = generation_.load();
-    auto bound = BindPendingOnce(&more);
+    auto bound = SchedulerPass(&more);
     if (!bound.ok()) {
-      more = false;
       spdlog::error("scheduler: {}", bound.status().ToString());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      std::lock_guard lock(sched_mu_);
-      resync_ = true;
     }
   }
 }
@@ -459,43 +500,33 @@ StatusOr<int> ControlPlane::RunGcOnce() {
     std::string reason;
   };
   std::vector<Candidate> candidates;
-  RowId after = 0;
-  for (;;) {
-    std::vector<SliceRow> page;
-    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-      store::SliceFilter f;
-      f.state = store::SliceState::kAllocated;
-      f.after_id = after;
-      f.limit = 1000;
-      auto rows = txn.ListSlices(f);
-      if (!rows.ok()) return rows.status();
-      page = std::move(*rows);
-      for (const SliceRow& s : page) {
-        if (!s.task_id) continue;  // operator reservations are not orphans
-        if (now - s.created_at < options_.gc_min_age_ms) continue;
-        auto task = txn.GetTask(*s.task_id);
-        if (!task.ok()) {
-          if (task.status().code() != StatusCode::kNotFound) {
-            return task.status();
-          }
-          candidates.push_back({s.id, "orphan: task " +
-                                          std::to_string(*s.task_id) +
-                                          " no longer exists"});
-        } else if (store::IsTerminal(task->state)) {
-          candidates.push_back(
-              {s.id, "orphan: task " + std::to_string(*s.task_id) + " is " +
-                         std::string(store::TaskStateName(task->state))});
-        } else if (task->slice_id != s.id) {
-          candidates.push_back({s.id, "orphan: task " +
-                                          std::to_string(*s.task_id) +
-                                          " holds another slice"});
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    candidates.clear();
+    store::SliceFilter f;
+    f.state = store::SliceState::kAllocated;
+    return ForEachSlice(txn, f, [&](SliceRow& s) -> Status {
+      if (!s.task_id) return Status::Ok();  // operator reservations stay
+      if (now - s.created_at < options_.gc_min_age_ms) return Status::Ok();
+      auto task = txn.GetTask(*s.task_id);
+      if (!task.ok()) {
+        if (task.status().code() != StatusCode::kNotFound) {
+          return task.status();
         }
+        candidates.push_back({s.id, "orphan: task " +
+                                        std::to_string(*s.task_id) +
+                                        " no longer exists"});
+      } else if (store::IsTerminal(task->state)) {
+        candidates.push_back(
+            {s.id, "orphan: task " + std::to_string(*s.task_id) + " is " +
+                       std::string(store::TaskStateName(task->state))});
+      } else if (task->slice_id != s.id) {
+        candidates.push_back({s.id, "orphan: task " +
+                                        std::to_string(*s.task_id) +
+                                        " holds another slice"});
       }
       return Status::Ok();
-    }));
-    if (page.empty()) break;
-    after = page.back().id;
-  }
+    });
+  }));
 
   int released_count = 0;
   if (!candidates.empty()) {
@@ -510,32 +541,195 @@ StatusOr<int> ControlPlane::RunGcOnce() {
       }
       return Status::Ok();
     }));
-    released_count = static_cast<int>(candidates.size());
+    // Only what is free now counts (a partition still to be destroyed
+    // keeps its slice releasing).
+    released_count = static_cast<int>(released.size());
     ApplyReleasesLocked(released);
   }
+  auto lost = ReleaseOnLostNodes();
+  if (!lost.ok()) return lost.status();
+  released_count += *lost;
+  HF_RETURN_IF_ERROR(MarkStuckCommands());
+  return released_count;
+}
 
-  // MIG commands past their deadline: the hardware state is unknown.
+StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
+  const Millis since = monotonic_->NowMillis();
+  std::map<RowId, Millis> silent;  // node id -> how long
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [node, seen] : node_seen_) {
+      if (since - seen > options_.node_lost_ms) silent[node] = since - seen;
+    }
+  }
+  if (silent.empty()) return 0;
+  const Millis now = clock_->NowMillis();
+  std::vector<RowId> released;
+  bool requeued = false;
+  std::lock_guard lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    for (auto state : {store::SliceRequestState::kPending,
-                       store::SliceRequestState::kClaimed}) {
-      store::SliceRequestFilter f;
-      f.state = state;
-      f.limit = 1000;
-      auto rows = txn.ListSliceRequests(f);
-      if (!rows.ok()) return rows.status();
-      for (store::SliceRequestRow& row : *rows) {
-        if (row.deadline_at == 0 || row.deadline_at > now) continue;
-        row.state = store::SliceRequestState::kStuck;
-        row.error =
-            "HARDWARE STATE UNKNOWN: no result from the agent before the "
-            "deadline; check the GPU's MIG instances by hand";
-        row.finished_at = now;
-        HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
+    released.clear();
+    requeued = false;
+    for (const auto& [node_id, silence] : silent) {
+      auto node = txn.GetNode(node_id);
+      const std::string name = node.ok() ? node->name : std::to_string(node_id);
+      const std::string lost = "node " + name + " lost (no heartbeat for " +
+                               std::to_string(silence / 1000) + " s)";
+      for (TaskState state : {TaskState::kScheduled, TaskState::kRunning}) {
+        store::TaskFilter f;
+        f.state = state;
+        f.node_id = node_id;
+        std::vector<TaskRow> stop;  // tasks the node was asked to stop
+        HF_RETURN_IF_ERROR(ForEachTask(txn, f, [&](TaskRow& t) -> Status {
+          std::optional<SliceRow> slice;
+          if (t.slice_id) {
+            auto s = txn.GetSlice(*t.slice_id);
+            if (s.ok()) slice = *s;
+          }
+          const bool deleted =
+              slice && slice->state == store::SliceState::kReleasing;
+          if (t.cancel_requested || deleted) stop.push_back(t);
+          return Status::Ok();
+        }));
+        for (TaskRow& t : stop) {
+          bool rebind = false;
+          if (t.slice_id) {
+            auto slice = txn.GetSlice(*t.slice_id);
+            if (slice.ok() && slice->state != store::SliceState::kReleased) {
+              SliceRow s = *slice;
+              rebind = s.state == store::SliceState::kReleasing &&
+                       !t.cancel_requested;
+              s.state = store::SliceState::kAllocated;
+              HF_RETURN_IF_ERROR(ReleaseInTxn(txn, s, "gc", lost, released));
+            }
+          }
+          if (rebind) {
+            t.state = TaskState::kPending;
+            t.slice_id.reset();
+            t.node_id.reset();
+            t.gpu_indices.clear();
+            StripSliceEnv(t.env);
+            std::erase_if(t.labels, [](const auto& kv) {
+              return kv.first.starts_with("heteroflow.");
+            });
+            t.pending_reason = lost + "; waiting to be bound again";
+            requeued = true;
+          } else {
+            t.state = TaskState::kCancelled;
+            t.message = "cancelled: " + lost;
+          }
+          t.updated_at = now;
+          HF_RETURN_IF_ERROR(txn.UpdateTask(t).status());
+        }
       }
     }
     return Status::Ok();
   }));
-  return released_count;
+  ApplyReleasesLocked(released);
+  if (requeued) {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
+  return static_cast<int>(released.size());
+}
+
+Status ControlPlane::MarkStuckCommands() {
+  // MIG commands past their deadline: the hardware state is unknown.
+  const Millis now = clock_->NowMillis();
+  bool requeued = false;
+  std::vector<RowId> released;
+  std::lock_guard lock(mu_);
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    requeued = false;
+    released.clear();
+    std::vector<store::SliceRequestRow> due;
+    for (auto state : {store::SliceRequestState::kPending,
+                       store::SliceRequestState::kClaimed}) {
+      store::SliceRequestFilter f;
+      f.state = state;
+      HF_RETURN_IF_ERROR(ForEachSliceRequest(
+          txn, f, [&](store::SliceRequestRow& row) -> Status {
+            if (row.deadline_at != 0 && row.deadline_at <= now) {
+              due.push_back(row);
+            }
+            return Status::Ok();
+          }));
+    }
+    for (store::SliceRequestRow& row : due) {
+      row.state = store::SliceRequestState::kStuck;
+      row.error =
+          "HARDWARE STATE UNKNOWN: no result from the agent before the "
+          "deadline; check the GPU's MIG instances by hand";
+      row.finished_at = now;
+      HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
+      if (row.action != "create") continue;  // a destroy is offered again
+      // A create that may or may not have happened: its task is bound
+      // again elsewhere, and the slice stays charged until the node says
+      // what it holds for it (a cleanup destroy; a late result is handled
+      // by ReportSliceRequest).
+      auto slice = txn.GetSlice(row.slice_id);
+      if (!slice.ok()) continue;
+      SliceRow s = *slice;
+      if (s.state == store::SliceState::kReleased) continue;
+      if (s.state == store::SliceState::kAllocated) {
+        s.state = store::SliceState::kReleasing;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      }
+      store::SliceRequestRow destroy;
+      destroy.node_id = s.node_id;
+      destroy.slice_id = s.id;
+      destroy.task_id = s.task_id;
+      destroy.action = "destroy";
+      destroy.gpu_index = row.gpu_index;
+      destroy.gpu_uuid = row.gpu_uuid;
+      destroy.profile = row.profile;
+      destroy.device_id = s.mig_device_id;  // empty: whatever the create made
+      destroy.created_at = now;
+      destroy.deadline_at = now + options_.mig_command_deadline_ms;
+      HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
+      store::HistoryRow h = HistoryFor(s, "release_requested");
+      h.at = now;
+      h.actor = "gc";
+      h.reason = "MIG create command " + std::to_string(row.id) +
+                 " got no result before its deadline (HARDWARE STATE "
+                 "UNKNOWN): the slice stays charged until the node cleans up";
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+      if (!s.task_id) continue;
+      auto t = txn.GetTask(*s.task_id);
+      if (!t.ok() || t->slice_id != s.id ||
+          t->state != TaskState::kScheduled) {
+        continue;
+      }
+      TaskRow task = *t;
+      if (task.cancel_requested) {
+        // It never started (gold waits for its device): cancelled now.
+        task.state = TaskState::kCancelled;
+        task.message = "cancelled; its MIG partition was never confirmed";
+      } else {
+        task.state = TaskState::kPending;
+        task.slice_id.reset();
+        task.node_id.reset();
+        task.gpu_indices.clear();
+        StripSliceEnv(task.env);
+        std::erase_if(task.labels, [](const auto& kv) {
+          return kv.first.starts_with("heteroflow.");
+        });
+        task.pending_reason =
+            "its MIG partition was not confirmed before the deadline; "
+            "waiting to be bound again";
+        requeued = true;
+      }
+      task.updated_at = now;
+      HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+    }
+    return Status::Ok();
+  }));
+  ApplyReleasesLocked(released);
+  if (requeued) {
+    std::lock_guard sched(sched_mu_);
+    resync_ = true;
+  }
+  return Status::Ok();
 }
 
 void ControlPlane::GcLoop() {

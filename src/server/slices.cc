@@ -364,13 +364,11 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   if (!visible.ok()) return visible.status();
   SliceRow out;
   std::vector<RowId> released;
-  bool requeued = false;
   const std::string why =
       reason.empty() ? "deleted by an operator" : reason.substr(0, 1024);
   std::lock_guard lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
-    requeued = false;
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
     out = *s;
@@ -386,32 +384,25 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
           std::to_string(task->id) + "; cancel the task (POST /api/v1/tasks/" +
           std::to_string(task->id) + "/cancel) to release it");
     }
-    HF_RETURN_IF_ERROR(ReleaseInTxn(txn, out, caller.Actor(), why, released));
     if (task && task->state == store::TaskState::kScheduled) {
-      // Not started yet: the task goes back to pending and is bound again,
-      // with a fresh env.
-      store::TaskRow t = *task;
-      t.state = store::TaskState::kPending;
-      t.slice_id.reset();
-      t.node_id.reset();
-      t.gpu_indices.clear();
-      StripSliceEnv(t.env);
-      std::erase_if(t.labels, [](const auto& kv) {
-        return kv.first.starts_with("heteroflow.");
-      });
-      t.pending_reason = "its slice " + std::to_string(id) + " was deleted (" +
-                         why + "); waiting to be bound again";
-      t.updated_at = clock_->NowMillis();
-      HF_RETURN_IF_ERROR(txn.UpdateTask(t).status());
-      requeued = true;
+      // Bound to a node that may have started it already: the slice stays
+      // charged (releasing) while the node stops the task; its report
+      // releases the slice and sends the task back to pending, to be bound
+      // again with a fresh env (ReportTaskStates).
+      out.state = store::SliceState::kReleasing;
+      HF_RETURN_IF_ERROR(txn.UpdateSlice(out));
+      store::HistoryRow h = HistoryFor(out, "release_requested");
+      h.at = clock_->NowMillis();
+      h.actor = caller.Actor();
+      h.reason = why + " (task " + std::to_string(task->id) +
+                 " is bound to its node: released once the node has stopped "
+                 "it, then the task is bound again)";
+      return txn.AppendHistory(h).status();
     }
-    return Status::Ok();
+    return ReleaseInTxn(txn, out, caller.Actor(), why, released);
   }));
   ApplyReleasesLocked(released);
-  if (requeued) {
-    std::lock_guard sched(sched_mu_);
-    resync_ = true;
-  }
+  HF_RETURN_IF_ERROR(UnfenceLocked(id));
   return out;
 }
 

@@ -276,14 +276,23 @@ StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
         return Status::FailedPrecondition(
             "task " + std::to_string(id) + " already " +
             std::string(store::TaskStateName(row.state)));
+      case TaskState::kScheduled:
       case TaskState::kRunning:
-        // The agent stops it and reports `cancelled`; the slice is released
-        // then, once the GPU memory is really free.
+        // Bound to a node, which may have started it already (even a
+        // scheduled task: the agent may have fetched it and not reported
+        // yet). The agent stops it, or says it never started it, and
+        // reports `cancelled`; the slice is released then, once its GPU
+        // memory is really free (or when the node is declared lost:
+        // RunGcOnce).
+        if (row.cancel_requested) {
+          out = row;
+          return Status::Ok();
+        }
         row.cancel_requested = true;
         row.message = "cancel requested by " + caller.Actor();
         break;
       case TaskState::kPending:
-      case TaskState::kScheduled:
+        // Bound nowhere: nothing runs it.
         HF_RETURN_IF_ERROR(ReleaseTaskSliceInTxn(txn, row, caller.Actor(),
                                                  "task cancelled", released));
         row.state = TaskState::kCancelled;
@@ -319,28 +328,28 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
     // No partition exists yet. An unclaimed create is withdrawn and the
     // slice released now; a create the agent is executing is left to
     // finish, and its result writes the destroy (ReportSliceRequest).
-    store::SliceRequestFilter f;
-    f.node_id = slice.node_id;
-    f.limit = 1000;
     bool in_flight = false;
     for (auto state : {store::SliceRequestState::kPending,
                        store::SliceRequestState::kClaimed}) {
+      store::SliceRequestFilter f;
+      f.node_id = slice.node_id;
       f.state = state;
-      auto rows = txn.ListSliceRequests(f);
-      if (!rows.ok()) return rows.status();
-      for (store::SliceRequestRow& row : *rows) {
-        if (row.slice_id != slice.id || row.action != "create") continue;
-        if (state == store::SliceRequestState::kPending) {
-          row.state = store::SliceRequestState::kFailed;
-          row.error =
-              "withdrawn: the slice was released before the agent "
-              "claimed the command";
-          row.finished_at = now;
-          HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
-        } else {
-          in_flight = true;
-        }
-      }
+      HF_RETURN_IF_ERROR(ForEachSliceRequest(
+          txn, f, [&](store::SliceRequestRow& row) -> Status {
+            if (row.slice_id != slice.id || row.action != "create") {
+              return Status::Ok();
+            }
+            if (state == store::SliceRequestState::kPending) {
+              row.state = store::SliceRequestState::kFailed;
+              row.error =
+                  "withdrawn: the slice was released before the agent "
+                  "claimed the command";
+              row.finished_at = now;
+              return txn.UpdateSliceRequest(row);
+            }
+            in_flight = true;
+            return Status::Ok();
+          }));
     }
     if (in_flight) {
       slice.state = store::SliceState::kReleasing;
