@@ -405,10 +405,20 @@ bool IsLegalPlacement(const MigModelTable& table, std::string_view profile,
          p->placements.end();
 }
 
+MemoryMib MigProfileMemory(const MigModelTable& table,
+                           const MigProfile& profile,
+                           std::optional<MemoryMib> card_memory_mib) {
+  if (!card_memory_mib || table.memory_slices <= 0) return profile.memory_mib;
+  return std::min<MemoryMib>(
+      profile.memory_mib,
+      *card_memory_mib * profile.memory_slices / table.memory_slices);
+}
+
 StatusOr<MigInstance> ChooseMigInstance(
     const MigModelTable& table, std::optional<MemoryMib> memory_mib,
     std::optional<ComputePercent> compute_percent,
-    const std::vector<MigInstance>& existing) {
+    const std::vector<MigInstance>& existing,
+    std::optional<MemoryMib> card_memory_mib) {
   if (!memory_mib && !compute_percent) {
     return Status::InvalidArgument(
         "a MIG slice needs a memory size or a compute percent");
@@ -432,7 +442,10 @@ StatusOr<MigInstance> ChooseMigInstance(
     if (largest == nullptr || SmallerProfile(largest, &profile)) {
       largest = &profile;
     }
-    if (memory_mib && profile.memory_mib < *memory_mib) continue;
+    if (memory_mib &&
+        MigProfileMemory(table, profile, card_memory_mib) < *memory_mib) {
+      continue;
+    }
     if (compute_percent &&
         MigComputePercent(table, profile) < *compute_percent) {
       continue;

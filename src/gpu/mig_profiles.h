@@ -126,9 +126,22 @@ bool IsLegalPlacement(const MigModelTable& table, std::string_view profile,
 // profile on the model is large enough ("no MIG profile on A100-80GB has
 // 90000 MB ...") or none of the qualifying profiles has a free placement
 // ("no free placement for 3g.40gb on A100-80GB: slots 0-3 and 4-7 taken").
+//
+// With `card_memory_mib` (the card's memory as the driver reports it), a
+// profile holds what its memory slices really are on that card: the lesser
+// of its nominal size and card_memory_mib * memory_slices /
+// table.memory_slices (MigProfileMemory). On an H100 with 81559 MB a
+// 4g.40gb then holds 40779 MB, so a 40960 MB request gets a 7g.80gb.
 StatusOr<MigInstance> ChooseMigInstance(
     const MigModelTable& table, std::optional<MemoryMib> memory_mib,
     std::optional<ComputePercent> compute_percent,
-    const std::vector<MigInstance>& existing);
+    const std::vector<MigInstance>& existing,
+    std::optional<MemoryMib> card_memory_mib = std::nullopt);
+
+// The memory a partition of `profile` holds on a card of `card_memory_mib`
+// (see ChooseMigInstance); the nominal size without a card.
+MemoryMib MigProfileMemory(const MigModelTable& table,
+                           const MigProfile& profile,
+                           std::optional<MemoryMib> card_memory_mib);
 
 }  // namespace hf::gpu

@@ -125,8 +125,11 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   ledger_options.default_compute_percent = options.default_compute_percent;
   auto ledger = ledger::Ledger::Create(ledger_options);
   if (!ledger.ok()) return ledger.status();
+  const ledger::PlacementPolicy* chosen = options.policy_for_testing != nullptr
+                                               ? options.policy_for_testing
+                                               : *policy;
   std::unique_ptr<ControlPlane> cp(new ControlPlane(
-      store, clock, std::move(options), std::move(*ledger), *policy, fence));
+      store, clock, std::move(options), std::move(*ledger), chosen, fence));
   HF_RETURN_IF_ERROR(cp->EnsureDefaultTenant());
   if (!cp->options_.defer_recovery) HF_RETURN_IF_ERROR(cp->Recover());
   return cp;

@@ -66,6 +66,9 @@ struct ControlPlaneOptions {
   // Measures node silence; never jumps with the wall clock. Null: the
   // process's steady clock. Must outlive the ControlPlane.
   const Clock* monotonic_clock = nullptr;
+  // Tests: places with this policy instead of `policy` (which must still
+  // name a registered one). Must outlive the ControlPlane.
+  const ledger::PlacementPolicy* policy_for_testing = nullptr;
 };
 
 // Who is calling, resolved from a Bearer token.

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/internal.h"
+
 namespace hf::server {
 namespace {
 
@@ -529,6 +531,175 @@ TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
       EXPECT_NE(s->gpu_indices[0], bob_gpu);
     }
   }
+}
+
+// Hole: restart recovery skipped a slice it could not restore and went on
+// binding onto the GPU that slice occupies (fail-open).
+TEST_F(ControlPlaneTest, RecoveryThatCannotRestoreASliceFencesItsGpu) {
+  Register(Node("n1", {Gpu(0, 40960), Gpu(1, 40960)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow first = Submit(alice, 30000);
+  Bind();
+  const SliceRow held = SliceOf(Get(first.id));
+  // The store says GPU `held` also holds 20000 MB more: more than it has.
+  cp_.reset();
+  SliceRow extra = held;
+  extra.id = held.id + 100;
+  extra.task_id.reset();
+  extra.memory_mib = 20000;
+  extra.origin = "admin";
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& txn) -> Status {
+                    return txn.InsertSlice(extra);
+                  })
+                  .ok());
+  Open();
+  // Nothing new lands on that GPU while the ledger cannot account for it.
+  const TaskRow next = Submit(alice, 1024, 60);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_NE(SliceOf(Get(next.id)).gpu_indices[0], held.gpu_indices[0]);
+  const TaskRow big = Submit(alice, 1024, 50);  // no room beside `next`
+  EXPECT_EQ(Bind(), 0);
+  bool refused = false;
+  auto history = cp_->History(admin_, {});
+  ASSERT_TRUE(history.ok());
+  for (const auto& h : history->items) {
+    refused |= h.op == "recovery_refused" && h.slice_id == extra.id;
+  }
+  EXPECT_TRUE(refused);
+  // The operator deletes the slice: the GPU takes work again.
+  ASSERT_TRUE(cp_->DeleteSlice(admin_, extra.id, "not real").ok());
+  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                    {{first.id, TaskState::kSucceeded, 0, ""}})
+                  .ok());
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(Get(big.id).state, TaskState::kScheduled);
+}
+
+// Hole: after four MIG GPUs had no room, a good placement on a GPU that is
+// not in MIG mode was released too, and the task starved.
+TEST_F(ControlPlaneTest, ManyFullMigGpusDoNotStarveATaskANonMigGpuCanTake) {
+  std::vector<GpuReport> gpus;
+  for (int i = 0; i < 5; ++i) {
+    GpuReport g = Gpu(i, 81920, /*mig=*/true);
+    g.mig_devices = std::vector<std::string>{"MIG-orphan-" + std::to_string(i)};
+    gpus.push_back(g);
+  }
+  gpus.push_back(Gpu(5, 81920));
+  const NodeReport report = Node("n1", gpus);
+  Register(report);
+  // The partitions no slice owns block gold work on every MIG GPU.
+  ASSERT_TRUE(cp_->Heartbeat(admin_, report, {}).ok());
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(SliceOf(Get(t.id)).gpu_indices, std::vector<int>{5});
+}
+
+// A policy whose choice the ledger refuses (a bug of the platform, not of
+// the task) the first `broken` times.
+class BrokenPolicy final : public ledger::PlacementPolicy {
+ public:
+  std::string_view name() const override { return "broken"; }
+  std::optional<std::vector<GpuId>> Choose(
+      const ledger::ClusterView& view,
+      const ledger::PlacementRequest& request) const override {
+    if (broken > 0) {
+      --broken;
+      return std::vector<GpuId>{GpuId(999)};
+    }
+    for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
+      if (view.HasGpu(GpuId(slot)) &&
+          !view.CheckSlice(view.gpu(GpuId(slot)), request)) {
+        return std::vector<GpuId>{GpuId(slot)};
+      }
+    }
+    return std::nullopt;
+  }
+  mutable int broken = 1;
+};
+
+// Hole: a policy/ledger disagreement (Internal) failed the user's task for
+// good.
+TEST_F(ControlPlaneTest, APolicyTheLedgerRefusesDelaysTheTaskButNeverFailsIt) {
+  BrokenPolicy policy;
+  ControlPlaneOptions o;
+  o.policy_for_testing = &policy;
+  Open(o);
+  Register(Node("n1", {Gpu(0)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 1024);
+  EXPECT_EQ(Bind(), 0);
+  const TaskRow waiting = Get(t.id);
+  EXPECT_EQ(waiting.state, TaskState::kPending);
+  EXPECT_NE(waiting.pending_reason.find("retrying"), std::string::npos)
+      << waiting.pending_reason;
+  clock_.Advance(ControlPlaneOptions{}.retry_interval_ms);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(Get(t.id).state, TaskState::kScheduled);
+}
+
+// Hole: GC counted the slices it meant to release, not the ones it did (a
+// gold slice waits for its partition's destroy).
+TEST_F(ControlPlaneTest, GcCountsOnlyWhatItReallyReleased) {
+  Register(Node("n1", {Gpu(0, 81920, true)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow t = Submit(alice, 4096);
+  Bind();
+  auto create = cp_->ClaimSliceRequests(admin_, "n1");
+  ASSERT_EQ(create->size(), 1u);
+  MigResult made;
+  made.ok = true;
+  made.device_id = "MIG-1";
+  ASSERT_TRUE(cp_->ReportSliceRequest(admin_, (*create)[0].id, made).ok());
+  // The task ends without the server hearing (its row says so directly).
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& txn) -> Status {
+                    auto row = txn.GetTask(t.id);
+                    if (!row.ok()) return row.status();
+                    row->state = TaskState::kSucceeded;
+                    return txn.UpdateTask(*row).status();
+                  })
+                  .ok());
+  clock_.Advance(61'000);
+  auto released = cp_->RunGcOnce();
+  ASSERT_TRUE(released.ok());
+  EXPECT_EQ(*released, 0);  // releasing: the partition is still there
+  EXPECT_EQ(SliceOf(Get(t.id)).state, store::SliceState::kReleasing);
+}
+
+// Hole: several scans read one page of 1,000 rows and stopped there. They
+// all page through ForEachRow now.
+TEST(ForEachRowTest, ScansEveryPageNotJustTheFirst) {
+  std::vector<store::SliceRequestRow> table(2'345);
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    table[i].id = static_cast<RowId>(i + 1);
+  }
+  int pages = 0;
+  const auto list = [&](const store::SliceRequestFilter& f)
+      -> StatusOr<std::vector<store::SliceRequestRow>> {
+    ++pages;
+    std::vector<store::SliceRequestRow> out;
+    for (const auto& row : table) {
+      if (row.id > f.after_id &&
+          static_cast<int>(out.size()) < f.limit) {
+        out.push_back(row);
+      }
+    }
+    return out;
+  };
+  store::SliceRequestFilter f;
+  f.limit = 1'000;
+  std::int64_t seen = 0;
+  ASSERT_TRUE((ForEachRow<store::SliceRequestRow>(
+                   f, list,
+                   [&](store::SliceRequestRow& row) -> Status {
+                     seen += row.id;
+                     return Status::Ok();
+                   }))
+                  .ok());
+  EXPECT_EQ(seen, 2'345 * 2'346 / 2);
+  EXPECT_EQ(pages, 3);
 }
 
 TEST_F(ControlPlaneTest, ReadsAreNarrowedToTheCallersTenant) {

@@ -133,8 +133,10 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
     if (table == nullptr) break;  // no table: charged as asked
     std::optional<ComputePercent> compute;
     if (!a.compute_defaulted) compute = a.compute_percent;
+    // What the partition really holds on this card, not its nominal size:
+    // the slice is charged that, and it must cover what the task asked.
     auto choice = gpu::ChooseMigInstance(*table, request.memory_mib, compute,
-                                         /*existing=*/{});
+                                         /*existing=*/{}, spec.memory_mib);
     const std::string blocked = MigBlockedLocked(a.gpus.front());
     if (!blocked.empty()) {
       (void)ledger_->Release(a.id);

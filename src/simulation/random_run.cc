@@ -36,7 +36,8 @@ TaskShape RandomShape(World& w) {
     shape.whole_gpus = 2;
   } else {
     shape.memory_mib = Pick<std::int64_t>(
-        rng, {1024, 2048, 4096, 8192, 12288, 16384, 24576, 32768});
+        rng, {1024, 2048, 4096, 8192, 12288, 16384, 20480, 24576, 32768,
+              40960});
     if (Chance(rng, 0.5)) {
       shape.compute_ratio = Pick<double>(rng, {0.1, 0.25, 0.5});
     }

@@ -114,12 +114,18 @@ class World::AgentTransport final : public agent::Transport {
       return Status::Unavailable(what + ": connection refused");
     }
     std::uniform_real_distribution<double> u(0, 1);
-    if (u(w.rng_) < n.net.drop_request) {
+    // Every roll is made whether or not the faults apply, so a filter does
+    // not change the random sequence of the rest.
+    const bool applies =
+        n.net.only_paths_containing.empty() ||
+        request.path.find(n.net.only_paths_containing) != std::string::npos;
+    const NetworkFaults net = applies ? n.net : NetworkFaults{};
+    if (u(w.rng_) < net.drop_request) {
       ++w.counters_.dropped;
       w.Note(n.name + " -> server: " + what + " lost");
       return Status::Unavailable(what + ": timed out (request lost)");
     }
-    if (u(w.rng_) < n.net.delay) {
+    if (u(w.rng_) < net.delay) {
       ++w.counters_.delayed;
       const int incarnation = w.server_->incarnation;
       const std::int64_t later =
@@ -141,14 +147,14 @@ class World::AgentTransport final : public agent::Transport {
     auto reply = w.Call(request.token, request.method, request.path,
                         request.body);
     if (!reply) return Status::Unavailable(what + ": connection reset");
-    if (u(w.rng_) < n.net.duplicate && w.server_ != nullptr) {
+    if (u(w.rng_) < net.duplicate && w.server_ != nullptr) {
       ++w.counters_.duplicated;
       w.Note(n.name + " -> server: " + what + " duplicated");
       auto again = w.Call(request.token, request.method, request.path,
                           request.body);
       if (!again) return Status::Unavailable(what + ": connection reset");
     }
-    if (u(w.rng_) < n.net.drop_reply) {
+    if (u(w.rng_) < net.drop_reply) {
       ++w.counters_.dropped;
       w.Note("server -> " + n.name + ": reply to " + what + " lost");
       return Status::Unavailable(what + ": timed out (reply lost)");
@@ -444,6 +450,7 @@ std::optional<std::string> World::AfterStep() {
   ++steps_;
   for (auto& n : nodes_) n->host->Tick();
   if (violation_) return violation_;
+  if (!options_.check_every_step) return std::nullopt;
   auto v = CheckInvariants();
   if (v) violation_ = v;
   return v;
@@ -1192,7 +1199,49 @@ std::optional<std::string> World::CheckSettled() {
            (t.cancel_requested ? " with a cancel requested" : "") +
            (running_here.contains(id) ? ", running" : ", not running");
   }
-  for (const store::SliceRow& s : LiveSlices()) {
+  const std::vector<store::SliceRow> live = LiveSlices();
+  // Every partition on the cards belongs to a live slice: once the faults
+  // stop, nothing a command made (twice, late, or for a slice long gone) is
+  // left behind.
+  std::set<std::string> owned;
+  for (const store::SliceRow& s : live) {
+    if (!s.mig_device_id.empty()) owned.insert(s.mig_device_id);
+  }
+  for (const auto& n : nodes_) {
+    for (const auto& [g, devices] : n->driver->AllMigDevices()) {
+      for (const gpu::MigDevice& d : devices) {
+        if (!owned.contains(d.device_uuid)) {
+          return "LEAKED PARTITION: MIG device " + d.device_uuid + " (" +
+                 d.profile + ") on " + n->name + " GPU " + std::to_string(g) +
+                 " belongs to no live slice";
+        }
+      }
+    }
+  }
+  // And each orphan was recorded once, not again after every restart.
+  std::map<std::string, int> noted;
+  std::optional<std::string> twice;
+  (void)server_->store->inner()->Read([&](store::Txn& txn) -> Status {
+    store::HistoryFilter f;
+    f.limit = 1000;
+    for (;;) {
+      auto rows = txn.ListHistory(f);
+      if (!rows.ok()) return rows.status();
+      for (const auto& h : *rows) {
+        if (h.op != "mig_orphaned") continue;
+        const auto at = h.reason.find("MIG-");
+        if (at == std::string::npos) continue;
+        const std::string uuid = h.reason.substr(at, h.reason.find(' ', at) - at);
+        if (++noted[uuid] == 2) {
+          twice = "ORPHAN NOTED TWICE: " + uuid + " is in the history twice";
+        }
+      }
+      if (static_cast<int>(rows->size()) < f.limit) return Status::Ok();
+      f.after_id = rows->back().id;
+    }
+  });
+  if (twice) return twice;
+  for (const store::SliceRow& s : live) {
     if (!s.task_id) continue;
     auto t = tasks.find(*s.task_id);
     if (t == tasks.end() || store::IsTerminal(t->second.state) ||

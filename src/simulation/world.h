@@ -75,6 +75,9 @@ struct WorldOptions {
   int tenants = 4;
   std::size_t trace_events = 60;  // the last events kept for a failure
   bool keep_dir = false;          // leave `dir` behind (to look at the store)
+  // Run CheckInvariants after every step (scenario tests that stage a
+  // violation on purpose check at the points they choose).
+  bool check_every_step = true;
 };
 
 // How a workload task looks.
@@ -94,6 +97,8 @@ struct NetworkFaults {
   double drop_reply = 0;
   double duplicate = 0;
   double delay = 0;  // delivered 1-20 s later; the caller times out
+  // Only requests whose path contains this suffer them ("" : every one).
+  std::string only_paths_containing;
 };
 
 class World {
