@@ -43,7 +43,7 @@ class SimulationTest : public ::testing::Test {
 
 // Seeds 1..kSeeds under faults, two at a time: at least 100,000 steps.
 TEST_F(SimulationTest, RandomSeedsUnderFaultsKeepEveryInvariant) {
-  constexpr int kSeeds = 24;
+  constexpr int kSeeds = 12;
   constexpr std::int64_t kSteps = 4'200;
   std::atomic<int> next{0};
   std::atomic<std::int64_t> steps{0};

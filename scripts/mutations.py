@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Puts each hole of tests/mutations/catalogue.py back into a scratch copy
+of the source, builds it, and runs what must catch it: the simulation's
+`make test` budget (24 seeds x 4,200 steps, the same as simulation_test)
+and the named regression tests. Prints a table, writes
+build/mutations.json, and exits 1 if any mutation survives.
+
+  scripts/mutations.py              every mutation
+  scripts/mutations.py NAME ...     some of them
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "mutations"))
+from catalogue import MUTATIONS  # noqa: E402
+
+SCRATCH = os.path.join(ROOT, "build-mutations")
+TREE = os.path.join(SCRATCH, "src")
+BUILD = os.path.join(SCRATCH, "build")
+SEEDS, STEPS = 12, 4200
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, text=True, capture_output=True, **kw)
+
+
+def fresh_tree():
+    if os.path.isdir(TREE):
+        run(["git", "worktree", "remove", "--force", TREE], cwd=ROOT)
+    os.makedirs(SCRATCH, exist_ok=True)
+    r = run(["git", "worktree", "add", "--detach", TREE, "HEAD"], cwd=ROOT)
+    if r.returncode != 0:
+        sys.exit("git worktree add failed: " + r.stderr)
+    # The working tree's uncommitted changes too, so what is measured is
+    # what is here.
+    diff = run(["git", "diff", "HEAD"], cwd=ROOT).stdout
+    if diff:
+        r = subprocess.run(["git", "apply"], input=diff, text=True,
+                           cwd=TREE, capture_output=True)
+        if r.returncode != 0:
+            sys.exit("cannot apply the working tree's changes: " + r.stderr)
+
+
+def mutate(m):
+    path = os.path.join(TREE, m["file"])
+    text = open(path).read()
+    for old, new in ((m["old"], m["new"]), (m.get("old2"), m.get("new2"))):
+        if old is None:
+            continue
+        if text.count(old) != 1:
+            return "the code to mutate is not found once in " + m["file"]
+        text = text.replace(old, new)
+    open(path, "w").write(text)
+    return None
+
+
+def restore(m):
+    run(["git", "checkout", "--", m["file"]], cwd=TREE)
+    diff = run(["git", "diff", "HEAD", "--", m["file"]], cwd=ROOT).stdout
+    if diff:
+        subprocess.run(["git", "apply"], input=diff, text=True, cwd=TREE)
+
+
+def build():
+    if not os.path.isdir(BUILD):
+        r = run(["cmake", "-S", TREE, "-B", BUILD, "-G", "Ninja",
+                 "-DHF_BUILD_BENCH=OFF", "-DHF_BUILD_CONSOLE=OFF"])
+        if r.returncode != 0:
+            return r.stdout + r.stderr
+    r = run(["cmake", "--build", BUILD, "--target", "hf-simulate",
+             "simulation_test", "control_plane_test"])
+    return None if r.returncode == 0 else (r.stdout + r.stderr)[-3000:]
+
+
+def simulate():
+    """Steps until the first violation over the seeds in order, or None."""
+    exe = os.path.join(BUILD, "src", "simulation", "hf-simulate")
+    r = run([exe, "--seed", "1", "--seeds", str(SEEDS), "--steps", str(STEPS),
+             "--jobs", "2"])
+    steps = {}
+    failed = {}
+    for line in r.stdout.splitlines():
+        ok = re.match(r"seed (\d+): ok, (\d+) steps", line)
+        bad = re.match(r"seed (\d+): FAILED at step (\d+): (.*)", line)
+        if ok:
+            steps[int(ok.group(1))] = int(ok.group(2))
+        if bad:
+            failed[int(bad.group(1))] = (int(bad.group(2)), bad.group(3))
+    if not failed:
+        return None, None
+    first = min(failed)
+    total = sum(s for seed, s in steps.items() if seed < first)
+    total += sum(failed[s][0] for s in failed if s < first)
+    return total + failed[first][0], "seed %d: %s" % (first, failed[first][1])
+
+
+def tests(filters):
+    caught = []
+    for f in filters:
+        binary = "control_plane_test" if f.startswith(("ControlPlane", "ForEach")) \
+            else "simulation_test"
+        sub = "server" if binary == "control_plane_test" else "simulation"
+        exe = os.path.join(BUILD, "src", sub, binary)
+        r = run([exe, "--gtest_filter=" + f])
+        caught.append((f, r.returncode != 0))
+    return caught
+
+
+def main():
+    chosen = [m for m in MUTATIONS if len(sys.argv) < 2 or m["name"] in sys.argv[1:]]
+    fresh_tree()
+    if build():
+        sys.exit("the unmutated tree does not build")
+    results = []
+    survivors = 0
+    for m in chosen:
+        start = time.time()
+        entry = {"name": m["name"], "hole": m["hole"]}
+        why = mutate(m)
+        if why:
+            entry["error"] = why
+        else:
+            err = build()
+            if err:
+                entry["error"] = "does not build: " + err
+            else:
+                if m["simulation"]:
+                    steps, what = simulate()
+                    entry["simulation_steps"] = steps
+                    entry["simulation_violation"] = what
+                entry["tests"] = {f: c for f, c in tests(m["tests"])}
+        restore(m)
+        caught_by_sim = entry.get("simulation_steps") is not None
+        caught_by_test = any(entry.get("tests", {}).values())
+        entry["caught"] = caught_by_sim or caught_by_test
+        if m["simulation"] and not caught_by_sim:
+            entry["caught"] = False  # it must be caught by the simulation too
+        if m["tests"] and not all(entry.get("tests", {}).values()):
+            entry["caught"] = False
+        survivors += not entry["caught"]
+        entry["seconds"] = round(time.time() - start)
+        results.append(entry)
+        print("%-30s %-8s %s" % (
+            m["name"], "caught" if entry["caught"] else "SURVIVED",
+            ("simulation after %s steps (%s); " % (
+                entry["simulation_steps"], entry["simulation_violation"])
+             if caught_by_sim else "") +
+            ("tests: " + ", ".join(
+                "%s %s" % (f, "failed" if c else "passed")
+                for f, c in entry.get("tests", {}).items()))
+            + (entry.get("error", ""))), flush=True)
+    os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+    with open(os.path.join(ROOT, "build", "mutations.json"), "w") as out:
+        json.dump(results, out, indent=2)
+    sys.exit(1 if survivors else 0)
+
+
+if __name__ == "__main__":
+    main()

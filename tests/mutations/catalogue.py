@@ -1,0 +1,226 @@
+"""The holes the whole-system simulation guards against, as mutations.
+
+Each entry puts one hole back into the source (an exact text replacement:
+it fails loudly once the code has moved on) and names what must catch it:
+  "simulation": the random seeds of `make test` (simulation_test's
+               RandomSeedsUnderFaultsKeepEveryInvariant budget), and
+  "test": a gtest filter over simulation_test / control_plane_test.
+scripts/mutations.py applies each in a scratch worktree, builds, runs
+the checks and reports whether, and after how many steps, it was caught.
+"""
+
+MUTATIONS = [
+    dict(
+        name="cancel-releases-scheduled",
+        hole="1: a cancel while `scheduled` releases the slice at once",
+        file="src/server/tasks.cc",
+        old="""      case TaskState::kScheduled:
+      case TaskState::kRunning:""",
+        new="""      case TaskState::kRunning:""",
+        old2="""      case TaskState::kPending:
+        // Bound nowhere: nothing runs it.""",
+        new2="""      case TaskState::kScheduled:
+      case TaskState::kPending:
+        // Bound nowhere: nothing runs it.""",
+        tests=["ScenarioTest.CancelOfAScheduledTask*"],
+        simulation=True,
+    ),
+    dict(
+        name="delete-requeues-at-once",
+        hole="2: an admin DELETE of a scheduled task's slice requeues it at once",
+        file="src/server/slices.cc",
+        old="""    if (task && task->state == store::TaskState::kScheduled) {
+      // Bound to a node that may have started it already""",
+        new="""    if (task && task->state == store::TaskState::kScheduled) {
+      HF_RETURN_IF_ERROR(ReleaseInTxn(txn, out, caller.Actor(), why, released));
+      store::TaskRow t = *task;
+      t.state = store::TaskState::kPending;
+      t.slice_id.reset();
+      t.node_id.reset();
+      t.gpu_indices.clear();
+      StripSliceEnv(t.env);
+      return txn.UpdateTask(t).status();
+    }
+    if (false) {
+      // Bound to a node that may have started it already""",
+        tests=["ScenarioTest.DeletingAScheduledTasksSlice*"],
+        simulation=True,
+    ),
+    dict(
+        name="recovery-checks-tenancy",
+        hole="3 (found): recovery refuses slices whose tenancy changed since",
+        file="src/server/control_plane.cc",
+        old="""          ledger::Ledger::RestoreOptions{.check_tenancy = false});
+      if (restored_alloc.ok()) {""",
+        new="""          ledger::Ledger::RestoreOptions{.check_tenancy = true});
+      if (restored_alloc.ok()) {""",
+        tests=[],
+        simulation=True,
+    ),
+    dict(
+        name="recovery-fails-open",
+        hole="3: recovery skips a slice it cannot restore and binds on",
+        file="src/server/control_plane.cc",
+        old="""        HF_RETURN_IF_ERROR(
+            FenceUnrestoredLocked(slice, restored_alloc.status().message()));""",
+        new="""        spdlog::error("recovery: slice {} could not be restored", slice.id);""",
+        tests=["ControlPlaneTest.RecoveryThatCannotRestoreASliceFencesItsGpu"],
+        simulation=False,
+    ),
+    dict(
+        name="mig-create-twice",
+        hole="4: the agent keeps the claimed command, not its outcome",
+        file="src/agent/agent.cc",
+        old="""  // Carried out already: only the report is left.
+  if (!pending.outcome.is_null()) return report(pending.outcome);""",
+        new="""  pending.outcome = nullptr;
+  pending.executing = false;""",
+        tests=["ScenarioTest.ALostReplyToAMigCreateReport*"],
+        simulation=True,
+    ),
+    dict(
+        name="late-create-kept",
+        hole="5: a create that succeeds after its deadline is kept, never destroyed",
+        file="src/server/nodes.cc",
+        old="""          (late || s.state != store::SliceState::kAllocated)) {""",
+        new="""          s.state == store::SliceState::kReleasing) {""",
+        tests=["ScenarioTest.AStuckMigCreate*"],
+        simulation=True,
+    ),
+    dict(
+        name="stuck-create-waits",
+        hole="6: a gold task whose create is stuck waits `scheduled` for ever",
+        file="src/server/scheduler.cc",
+        old="""      if (row.action != "create") continue;  // a destroy is offered again""",
+        new="""      continue;""",
+        tests=["ScenarioTest.AStuckMigCreate*", "ControlPlaneTest.StuckMigCommandsAreMarked"],
+        simulation=True,
+    ),
+    dict(
+        name="mig-misses-release",
+        hole="7: after 4 MIG misses a good non-MIG placement is released",
+        file="src/server/scheduler.cc",
+        old="""  while (result.placed()) {
+    const ledger::Allocation a = result.allocation;""",
+        new="""  for (int attempt = 0; result.placed(); ++attempt) {
+    if (attempt == 4) {
+      (void)ledger_->Release(result.allocation.id);
+      result.outcome = ledger::PlacementOutcome::kRetryLater;
+      break;
+    }
+    const ledger::Allocation a = result.allocation;""",
+        tests=["ControlPlaneTest.ManyFullMigGpusDoNotStarve*"],
+        simulation=False,
+    ),
+    dict(
+        name="policy-error-fails-task",
+        hole="8: a policy/ledger disagreement fails the task for good",
+        file="src/server/scheduler.cc",
+        old="""    } else if (result.outcome == ledger::PlacementOutcome::kInvalid &&
+               result.status.code() == StatusCode::kInvalidArgument) {""",
+        new="""    } else if (result.outcome == ledger::PlacementOutcome::kInvalid) {""",
+        tests=["ControlPlaneTest.APolicyTheLedgerRefuses*"],
+        simulation=False,
+    ),
+    dict(
+        name="scan-one-page",
+        hole="9: scans stop after the first page",
+        file="src/server/internal.h",
+        old="""    for (Row& row : *rows) HF_RETURN_IF_ERROR(fn(row));
+    if (static_cast<int>(rows->size()) < f.limit) return Status::Ok();""",
+        new="""    for (Row& row : *rows) HF_RETURN_IF_ERROR(fn(row));
+    return Status::Ok();""",
+        tests=["ForEachRowTest.*"],
+        simulation=False,
+    ),
+    dict(
+        name="gc-counts-candidates",
+        hole="9: GC counts the slices it meant to release",
+        file="src/server/scheduler.cc",
+        old="""    released_count = static_cast<int>(released.size());""",
+        new="""    released_count = static_cast<int>(candidates.size());""",
+        tests=["ControlPlaneTest.GcCountsOnlyWhatItReallyReleased"],
+        simulation=False,
+    ),
+    dict(
+        name="claims-not-reoffered",
+        hole="15: a claimed create whose agent never heard of it is not offered again",
+        file="src/server/nodes.cc",
+        old="""         {store::SliceRequestState::kClaimed, store::SliceRequestState::kStuck,
+          store::SliceRequestState::kPending}) {""",
+        new="""         {store::SliceRequestState::kPending}) {""",
+        tests=["ScenarioTest.AClaimWhoseReplyWasLost*"],
+        simulation=False,
+    ),
+    dict(
+        name="orphans-do-not-block",
+        hole="16: partitions nobody owns still take gold placements",
+        file="src/server/scheduler.cc",
+        old="""    const std::string blocked = MigBlockedLocked(a.gpus.front());""",
+        new="""    const std::string blocked;""",
+        tests=["ScenarioTest.APartitionNobodyOwns*",
+               "ControlPlaneTest.ManyFullMigGpusDoNotStarve*"],
+        simulation=False,
+    ),
+    dict(
+        name="orphan-notes-in-memory",
+        hole="17: orphan notes live in memory only; every restart notes them again",
+        file="src/server/control_plane.cc",
+        old="""  if (!orphans_text.empty()) {""",
+        new="""  if (false) {""",
+        tests=["ScenarioTest.AnOrphanIsNotedOnce*"],
+        simulation=True,
+    ),
+    dict(
+        name="node-resources-shifted",
+        hole="found: node CPU/memory << 20 overflows the placement index",
+        file="src/server/control_plane.cc",
+        old="""  spec.cpu_milli = ledger::kMaxNodeCpuMilli;
+  spec.host_memory_mib = ledger::kMaxNodeHostMemoryMib;""",
+        new="""  spec.cpu_milli = std::min<std::int64_t>(node.cpu_milli << 20,
+                                          ledger::kMaxNodeCpuMilli + 1);
+  spec.host_memory_mib = std::min<std::int64_t>(
+      node.host_memory_mib << 20, ledger::kMaxNodeHostMemoryMib);""",
+        tests=[],
+        simulation=True,
+    ),
+    dict(
+        name="stale-report-applied",
+        hole="found: a delayed report of an earlier binding ends the new one",
+        file="src/server/nodes.cc",
+        old="""      if (r.slice_id && task.slice_id != r.slice_id) {
+        continue;  // about an earlier binding of the task: stale
+      }""",
+        new="",
+        tests=[],
+        simulation=True,
+    ),
+    dict(
+        name="destroy-on-lost-gpu-gives-up",
+        hole="found: a destroy on a lost GPU is reported orphaned; its slice is held for ever",
+        file="src/agent/agent.cc",
+        old="""    if (action == "destroy") return false;
+    return fail(why);""",
+        new="""    return fail(why, action == "destroy");""",
+        tests=[],
+        simulation=True,
+    ),
+    dict(
+        name="mig-charge-nominal",
+        hole="found: a partition is chosen by its nominal size and charged less than the task asked",
+        file="src/server/scheduler.cc",
+        old="""                                         /*existing=*/{}, spec.memory_mib);""",
+        new="""                                         /*existing=*/{});""",
+        tests=["ScenarioTest.ALostReplyToAMigCreateReport*"],
+        simulation=True,
+    ),
+    dict(
+        name="no-reconcile",
+        hole="kubelet-style sync: tasks the server no longer assigns keep running",
+        file="src/agent/agent.cc",
+        old="""  if (!reply.contains("bound") || !reply["bound"].is_array()) return;""",
+        new="""  return;""",
+        tests=["ScenarioTest.ANodeBackFromBeingLost*"],
+        simulation=False,
+    ),
+]
