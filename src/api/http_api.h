@@ -27,6 +27,11 @@ struct RouteInfo {
   // Needs the ledger: a follower instance forwards it to the leader
   // (docs/OPERATIONS.md, "Several instances").
   bool leader_only = false;
+  // False: public (no token). Otherwise the roles ("admin", "tenant-admin",
+  // "user", "node") that may call it; every other role gets 403 before the
+  // request's query or body is looked at.
+  bool auth = true;
+  std::vector<std::string> roles;
 };
 
 // Every route hf-server serves.
