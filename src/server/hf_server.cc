@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "api/http_api.h"
+#include "common/flag_paths.h"
 #include "common/main_guard.h"
 #include "scheduler/policy/registry.h"
 #include "server/control_plane.h"
@@ -91,7 +92,9 @@ int Main(int argc, char** argv) {
       "hf-server: the HeteroFlow control plane (REST API, ledger, scheduler, "
       "orphan GC, MIG command channel).\nEvery option can also come from the "
       "HF_* environment variable shown, or from a config file (--config, "
-      "TOML/INI: key = value with the long option names)."};
+      "TOML/INI: key = value with the long option names).\nRelative paths "
+      "(--db sqlite:PATH, --admin-token-file, --console-dir) are made "
+      "absolute against the working directory at start."};
   app.set_config("--config", "", "Read options from this file");
   app.add_option("--listen", f.listen, "Address to serve HTTP on (host:port)")
       ->envname("HF_LISTEN")
@@ -181,6 +184,21 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   }
   spdlog::set_level(spdlog::level::from_str(f.log_level));
+
+  // Paths are resolved once, against the working directory at start.
+  for (const auto& [value, flag] :
+       {std::pair{&f.admin_token_file, "--admin-token-file"},
+        std::pair{&f.console_dir, "--console-dir"}}) {
+    if (auto s = hf::MakeFlagPathAbsolute(flag, *value); !s.ok()) {
+      std::fprintf(stderr, "hf-server: %s: %s\n", s.field().c_str(),
+                   s.message().c_str());
+      return 2;
+    }
+  }
+  if (auto s = hf::MakeSqliteUrlAbsolute("--db", f.db); !s.ok()) {
+    std::fprintf(stderr, "hf-server: --db: %s\n", s.message().c_str());
+    return 2;
+  }
 
   std::string host;
   int port = 0;

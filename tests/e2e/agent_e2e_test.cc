@@ -387,6 +387,33 @@ TEST_F(AgentE2eTest, SilverSliceTaskRunsWithItsSliceEnvironment) {
   EXPECT_EQ(s["qos_level"], "silver");
 }
 
+// Issue 14: `make run` passed --mps-dir ./var/mps; the agent took it and
+// then failed every silver task ("MPS pipe directory must be an absolute
+// path"). Every path flag is made absolute at start.
+TEST_F(AgentE2eTest, RelativePathFlagsAreMadeAbsoluteAndSilverTasksRun) {
+  AgentProcess& agent = NewAgent("relative", {A100()});
+  agent.options().relative_paths = true;
+  ASSERT_TRUE(StartAndRegister(agent)) << Logs(agent);
+  ASSERT_TRUE(WaitFor([&] {
+    return NodeView("relative")["gpus"][0]["mps_capable"] == true;
+  })) << Logs(agent);
+  const std::int64_t id = CreateId({{"name", "relative"},
+                                    {"command", "env"},
+                                    {"gpu_memory_mb", 4096},
+                                    {"gpu_compute_ratio", 0.25}});
+  json t = WaitTerminal(id);
+  ASSERT_EQ(t["status"], "succeeded") << t.dump() << Logs(agent);
+  EXPECT_EQ(t["qos_level"], "silver");
+  const auto env = ParseEnvLines(TaskLog(id));
+  ASSERT_TRUE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << TaskLog(id);
+  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY"),
+            (agent.mps_dir() / "pipe").string());
+  EXPECT_EQ(env.at("CUDA_MPS_LOG_DIRECTORY"),
+            (agent.mps_dir() / "log").string());
+  // The task ran under the state directory the relative flag named.
+  EXPECT_TRUE(fs::exists(agent.state_dir() / "runtime")) << Logs(agent);
+}
+
 TEST_F(AgentE2eTest, ExitCodesReachTheServerAndReleaseTheSlice) {
   AgentProcess& agent = StartAgent("exits", {A100()});
   const std::int64_t ok =
