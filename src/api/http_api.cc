@@ -190,9 +190,11 @@ StatusOr<int> ParseLimit(const httplib::Request& req) {
   return static_cast<int>(*id);
 }
 
+// A cursor: `next_cursor` or `resume_cursor` of an earlier page; "0" (or
+// none) is the beginning.
 StatusOr<RowId> ParseCursor(const httplib::Request& req) {
   auto v = Query(req, "cursor");
-  if (!v || v->empty()) return RowId{0};
+  if (!v || v->empty() || *v == "0") return RowId{0};
   auto id = ParseId(*v, "cursor");
   if (!id.ok()) {
     return Status::InvalidArgument("is not a cursor this server handed out",
@@ -214,14 +216,25 @@ Status ParsePage(const httplib::Request& req, Query& query) {
   return Status::Ok();
 }
 
+// The body of a page: its items, `next_cursor` (the next page; null on the
+// last one, so a client looping over pages stops) and `resume_cursor`,
+// always set: after the last item sent, or where the request started when
+// the page is empty. A client that follows a growing list (the history)
+// passes resume_cursor later and gets only what came after.
+json PageBody(json items, std::optional<RowId> next_after, RowId resume_after) {
+  return {{"items", std::move(items)},
+          {"next_cursor",
+           next_after ? json(std::to_string(*next_after)) : json(nullptr)},
+          {"resume_cursor", std::to_string(resume_after)}};
+}
+
+// `after_id`: the request's cursor.
 template <typename T, typename F>
-json PageJson(const server::Page<T>& page, F&& render) {
+json PageJson(const server::Page<T>& page, RowId after_id, F&& render) {
   json items = json::array();
   for (const T& row : page.items) items.push_back(render(row));
-  return {
-      {"items", std::move(items)},
-      {"next_cursor", page.next_after ? json(std::to_string(*page.next_after))
-                                      : json(nullptr)}};
+  const RowId resume = page.items.empty() ? after_id : page.items.back().id;
+  return PageBody(std::move(items), page.next_after, resume);
 }
 
 StatusOr<json> Body(const Ctx& ctx) { return ParseBody(ctx.req.body); }
@@ -238,7 +251,7 @@ StatusOr<json> PagedList(const httplib::Request& req,
   if (!cursor.ok()) return cursor.status();
   json items = json::array();
   std::optional<RowId> next;
-  RowId last = 0;
+  RowId last = *cursor;
   for (const T& row : rows) {
     if (id_of(row) <= *cursor) continue;
     if (static_cast<int>(items.size()) == *limit) {
@@ -248,9 +261,7 @@ StatusOr<json> PagedList(const httplib::Request& req,
     items.push_back(render(row));
     last = id_of(row);
   }
-  return json{
-      {"items", std::move(items)},
-      {"next_cursor", next ? json(std::to_string(*next)) : json(nullptr)}};
+  return PageBody(std::move(items), next, last);
 }
 
 std::string PathRegex(const std::string& path) {
@@ -395,8 +406,9 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListTasks(c.caller, q);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(
-            *page, [&](const store::TaskRow& t) { return TaskJson(cp, t); }));
+        return Ok(PageJson(*page, q.after_id, [&](const store::TaskRow& t) {
+          return TaskJson(cp, t);
+        }));
       });
   add("GET", "/api/v1/tasks/{id}", kAnyRole, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
@@ -474,7 +486,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         }
         auto page = cp.History(c.caller, f);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, [&](const store::HistoryRow& h) {
+        return Ok(PageJson(*page, f.after_id, [&](const store::HistoryRow& h) {
           return HistoryJson(cp, h);
         }));
       });
@@ -508,8 +520,9 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListSlices(c.caller, q);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(
-            *page, [&](const store::SliceRow& s) { return SliceJson(cp, s); }));
+        return Ok(PageJson(*page, q.after_id, [&](const store::SliceRow& s) {
+          return SliceJson(cp, s);
+        }));
       });
   add("POST", "/api/v1/slices", kTenantAdmins, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
@@ -587,9 +600,10 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, f));
         auto page = cp.ListSliceRequests(c.caller, f);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, [&](const store::SliceRequestRow& row) {
-          return SliceRequestJson(cp, row);
-        }));
+        return Ok(
+            PageJson(*page, f.after_id, [&](const store::SliceRequestRow& row) {
+              return SliceRequestJson(cp, row);
+            }));
       });
   add("POST", "/api/v1/slice-requests/{id}/result", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {

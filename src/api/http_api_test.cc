@@ -257,5 +257,98 @@ TEST_F(HttpApiTest, AuthenticationComesBeforeEverythingElse) {
   EXPECT_EQ(bad.status, 401) << bad.body;
 }
 
+// Issue 14: next_cursor is null on the last page, so a client following the
+// history could not resume after it. resume_cursor is always set.
+TEST_F(HttpApiTest, HistoryResumeCursorFollowsTheLogAsItGrows) {
+  server::NodeReport node;
+  node.name = "n1";
+  server::GpuReport gpu;
+  gpu.uuid = "GPU-0";
+  gpu.model = "NVIDIA A100-SXM4-80GB";
+  gpu.memory_mib = 81920;
+  gpu.cc_major = 8;
+  node.gpus.push_back(gpu);
+  ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  const std::string admin = tokens_[Role::kAdmin];
+  const auto reserve = [&] {
+    const LocalResponse r = Call(
+        "POST", "/api/v1/slices", admin,
+        R"({"tenant": "t1", "gpu_memory_mb": 1024, "gpu_compute_ratio": 0.1,
+                 "reason": "r"})");
+    EXPECT_EQ(r.status, 201) << r.body;
+  };
+  reserve();
+  reserve();
+
+  // An empty log read from the start: resume from the start.
+  LocalResponse first = Call("GET", "/api/v1/slices/history", admin);
+  ASSERT_EQ(first.status, 200) << first.body;
+  json page = Body(first);
+  ASSERT_EQ(page["items"].size(), 2u) << first.body;
+  EXPECT_TRUE(page["next_cursor"].is_null()) << "the last page";
+  const std::string resume = page["resume_cursor"].get<std::string>();
+  EXPECT_EQ(resume, std::to_string(page["items"][1]["id"].get<int>()));
+
+  // Nothing new: an empty page that resumes where it was asked to.
+  LocalResponse idle =
+      Call("GET", "/api/v1/slices/history?cursor=" + resume, admin);
+  ASSERT_EQ(idle.status, 200) << idle.body;
+  EXPECT_TRUE(Body(idle)["items"].empty()) << idle.body;
+  EXPECT_EQ(Body(idle)["resume_cursor"], resume);
+  EXPECT_TRUE(Body(idle)["next_cursor"].is_null());
+
+  // The log grows: only the new entry.
+  reserve();
+  LocalResponse grown =
+      Call("GET", "/api/v1/slices/history?cursor=" + resume, admin);
+  ASSERT_EQ(grown.status, 200) << grown.body;
+  page = Body(grown);
+  ASSERT_EQ(page["items"].size(), 1u) << grown.body;
+  EXPECT_GT(page["items"][0]["id"].get<int>(), std::stoi(resume));
+  EXPECT_EQ(page["resume_cursor"],
+            std::to_string(page["items"][0]["id"].get<int>()));
+
+  // Paging still ends with next_cursor null; resume_cursor is the last id.
+  LocalResponse paged = Call("GET", "/api/v1/slices/history?limit=2", admin);
+  page = Body(paged);
+  ASSERT_EQ(page["items"].size(), 2u) << paged.body;
+  EXPECT_EQ(page["next_cursor"], page["resume_cursor"]) << paged.body;
+
+  // An empty list read from the beginning resumes from the beginning.
+  LocalResponse none = Call("GET", "/api/v1/slices/history?task_id=99", admin);
+  EXPECT_TRUE(Body(none)["items"].empty()) << none.body;
+  EXPECT_EQ(Body(none)["resume_cursor"], "0") << none.body;
+  EXPECT_EQ(Call("GET", "/api/v1/slices/history?cursor=0", admin).status, 200);
+}
+
+TEST_F(HttpApiTest, EveryPagedListHasAResumeCursor) {
+  const std::string admin = tokens_[Role::kAdmin];
+  for (const char* list :
+       {"/api/v1/tasks", "/api/v1/slices", "/api/v1/slices/history",
+        "/api/v1/slice-requests", "/api/v1/tenants", "/api/v1/groups",
+        "/api/v1/tokens", "/api/v1/sharing-approvals", "/api/v1/nodes"}) {
+    SCOPED_TRACE(list);
+    const LocalResponse r = Call("GET", list, admin);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json body = Body(r);
+    ASSERT_TRUE(body.contains("resume_cursor")) << r.body;
+    EXPECT_TRUE(body["resume_cursor"].is_string()) << r.body;
+    if (!body["items"].empty() && body["items"].back().contains("id")) {
+      EXPECT_EQ(body["resume_cursor"].get<std::string>(),
+                body["items"].back()["id"].dump())
+          << r.body;
+    }
+  }
+  // The tenants list (in memory): resuming after the last tenant shows the
+  // next one created.
+  const json tenants = Body(Call("GET", "/api/v1/tenants", admin));
+  const std::string resume = tenants["resume_cursor"];
+  ASSERT_TRUE(cp_->CreateTenant(admin_, "t2", std::nullopt).ok());
+  const json later =
+      Body(Call("GET", "/api/v1/tenants?cursor=" + resume, admin));
+  ASSERT_EQ(later["items"].size(), 1u) << later.dump();
+  EXPECT_EQ(later["items"][0]["name"], "t2");
+}
+
 }  // namespace
 }  // namespace hf::api

@@ -861,6 +861,47 @@ TEST_F(OutputTest, AllStopsOnARepeatedCursorAndOnAnErrorPage) {
   EXPECT_EQ(run.out, "");
 }
 
+// --follow shows every page, then asks for what came after the last entry
+// shown (resume_cursor), whether or not a poll found anything, until a
+// request fails.
+TEST_F(OutputTest, HistoryFollowResumesAfterTheLastEntryShown) {
+  FakeServer server;
+  server.Reply(200, R"({"items": [{"id": 1, "op": "allocate"}],
+    "next_cursor": "1", "resume_cursor": "1"})");
+  server.Reply(200, R"({"items": [{"id": 2, "op": "release"}],
+    "next_cursor": null, "resume_cursor": "2"})");
+  server.Reply(200, R"({"items": [], "next_cursor": null,
+    "resume_cursor": "2"})");
+  server.Reply(200, R"({"items": [{"id": 3, "op": "allocate"}],
+    "next_cursor": null, "resume_cursor": "3"})");
+  server.replies.emplace_back(Status::Unavailable("connection refused"));
+  RunResult run = Hfctl({"slices", "history", "--follow", "--interval", "0",
+                         "--task", "9", "-o", "json"},
+                        server);
+  EXPECT_EQ(run.exit_code, kExitLocalError) << run.err;
+  ASSERT_EQ(server.requests.size(), 5u);
+  EXPECT_EQ(server.requests[0].Target(), "/api/v1/slices/history?task_id=9");
+  EXPECT_EQ(server.requests[1].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=1");
+  EXPECT_EQ(server.requests[2].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=2");
+  EXPECT_EQ(server.requests[3].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=2");
+  EXPECT_EQ(server.requests[4].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=3");
+  EXPECT_EQ(run.out,
+            "{\"id\":1,\"op\":\"allocate\"}\n{\"id\":2,\"op\":\"release\"}\n"
+            "{\"id\":3,\"op\":\"allocate\"}\n");
+
+  // A server without resume_cursor cannot be followed.
+  FakeServer old;
+  old.Reply(200, R"({"items": [], "next_cursor": null})");
+  run = Hfctl({"slices", "history", "-f", "--interval", "0"}, old);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  EXPECT_NE(run.err.find("resume_cursor"), std::string::npos) << run.err;
+  EXPECT_EQ(old.requests.size(), 1u);
+}
+
 TEST_F(OutputTest, TokenCreatePrintsTheSecretOnceAndClearly) {
   FakeServer server;
   server.Reply(201, R"({"id": 7, "role": "user", "tenant": "acme",

@@ -1,6 +1,7 @@
 #include "cli/client.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -28,6 +30,10 @@ struct Action {
   std::optional<Resource> list_of;
   std::string noun;
   const bool* follow_all = nullptr;
+  // For a list that grows (the history): --follow polls it for new rows,
+  // every *follow_interval_s seconds, until interrupted.
+  const bool* follow_new = nullptr;
+  const double* follow_interval_s = nullptr;
   // For everything else: how to show the reply.
   std::function<void(const Json& reply, std::ostream& out)> show;
   // Optional: what to tell on stderr about the reply (the server's
@@ -65,6 +71,8 @@ struct SliceListOptions {
 struct SliceHistoryOptions {
   std::optional<std::int64_t> slice_id, task_id;
   PageOptions page;
+  bool follow = false;
+  double interval_s = 2;
 };
 
 struct SliceCreateOptions {
@@ -480,8 +488,7 @@ class CommandLine {
              },
              ShowDetail));
 
-    CLI::App* history = Leaf(
-        slices, "history", "the slice operation log",
+    Action history_action =
         ListAction(Resource::kHistoryEntry, "history entries",
                    slice_history_.page, [this] {
                      Request request = Get(ApiPath({"slices", "history"}));
@@ -489,8 +496,23 @@ class CommandLine {
                      QueryIfGiven(request, "slice_id", slice_history_.slice_id);
                      QueryIfGiven(request, "task_id", slice_history_.task_id);
                      return request;
-                   }));
+                   });
+    history_action.follow_new = &slice_history_.follow;
+    history_action.follow_interval_s = &slice_history_.interval_s;
+    CLI::App* history = Leaf(slices, "history", "the slice operation log",
+                             std::move(history_action));
     AddPageOptions(history, slice_history_.page);
+    CLI::Option* follow = history->add_flag(
+        "-f,--follow", slice_history_.follow,
+        "show the log, then keep showing new entries as they come (until "
+        "interrupted; each batch a table, or one JSON object per line with "
+        "-o json)");
+    follow->excludes("--all");
+    history
+        ->add_option("--interval", slice_history_.interval_s,
+                     "seconds between polls with --follow")
+        ->check(CLI::Range(0.0, 3600.0))
+        ->capture_default_str();
     history->add_option("--slice", slice_history_.slice_id,
                         "only this slice's entries");
     history->add_option("--task", slice_history_.task_id,
@@ -866,10 +888,12 @@ std::optional<std::string> NextCursor(const Json& reply) {
 }
 
 // Fetches every page of a list, starting from `request`, into one reply
-// {"items": [...all...], "next_cursor": null}.
+// {"items": [...all...], "next_cursor": null, "resume_cursor": <the last
+// page's>}.
 Exchange FetchAllPages(Transport& transport, Request request,
                        const Settings& settings, std::ostream& err) {
   Json items = Json::array();
+  Json resume = nullptr;  // the last page's resume_cursor
   std::set<std::string> seen_cursors;
   while (true) {
     Exchange page = SendOnce(transport, request, settings, err);
@@ -881,6 +905,7 @@ Exchange FetchAllPages(Transport& transport, Request request,
       return {std::nullopt, kExitServerError};
     }
     for (const Json& item : reply["items"]) items.push_back(item);
+    if (reply.contains("resume_cursor")) resume = reply["resume_cursor"];
     const std::optional<std::string> cursor = NextCursor(reply);
     if (!cursor) break;
     if (!seen_cursors.insert(*cursor).second) {
@@ -894,7 +919,47 @@ Exchange FetchAllPages(Transport& transport, Request request,
   Json merged = Json::object();
   merged["items"] = std::move(items);
   merged["next_cursor"] = nullptr;
+  if (!resume.is_null()) merged["resume_cursor"] = std::move(resume);
   return {std::move(merged), kExitOk};
+}
+
+// --follow: shows every page from `request` on, then polls for entries
+// after the last one shown (the reply's resume_cursor) every `interval_s`
+// seconds, forever; returns only when a request fails (its exit code).
+int FollowList(const Action& action, Transport& transport, Request request,
+               const Settings& settings, bool json_output, std::ostream& out,
+               std::ostream& err) {
+  const auto interval =
+      std::chrono::duration<double>(*action.follow_interval_s);
+  while (true) {
+    Exchange page = SendOnce(transport, request, settings, err);
+    if (!page.reply) return page.exit_code;
+    const Json& reply = *page.reply;
+    if (!reply.is_object() || !reply.contains("items") ||
+        !reply["items"].is_array() || !reply.contains("resume_cursor") ||
+        !reply["resume_cursor"].is_string()) {
+      err << "hfctl: the server's reply is not a list with a resume_cursor; "
+             "--follow needs a newer hf-server\n";
+      return kExitServerError;
+    }
+    const Json& items = reply["items"];
+    if (!items.empty()) {
+      if (json_output) {
+        for (const Json& item : items) {
+          out << item.dump(-1, ' ', /*ensure_ascii=*/false,
+                           Json::error_handler_t::replace)
+              << '\n';
+        }
+      } else {
+        RenderTable(*action.list_of, items, out);
+      }
+      out.flush();
+    }
+    const std::optional<std::string> next = NextCursor(reply);
+    request.SetQuery("cursor",
+                     next ? *next : reply["resume_cursor"].get<std::string>());
+    if (!next) std::this_thread::sleep_for(interval);
+  }
 }
 
 void ShowList(const Action& action, const Json& reply, std::ostream& out,
@@ -949,6 +1014,10 @@ int Run(const std::vector<std::string>& args,
   }
 
   std::unique_ptr<Transport> transport = make_transport(*settings);
+  if (action.follow_new != nullptr && *action.follow_new) {
+    return FollowList(action, *transport, *request, *settings,
+                      command_line.json_output(), out, err);
+  }
   const bool all_pages = action.follow_all != nullptr && *action.follow_all;
   Exchange exchange = all_pages
                           ? FetchAllPages(*transport, *request, *settings, err)
