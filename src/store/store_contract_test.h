@@ -140,6 +140,11 @@ inline auto Fields(const SliceRequestRow& r) {
                   r.created_at, r.deadline_at, r.claimed_at, r.finished_at);
 }
 
+inline auto Fields(const IdempotencyRow& r) {
+  return std::tie(r.token_id, r.key, r.fingerprint, r.status, r.body, r.task_id,
+                  r.created_at, r.expires_at);
+}
+
 template <typename Row>
 std::vector<RowId> IdsOf(const std::vector<Row>& rows) {
   std::vector<RowId> ids;
@@ -1176,6 +1181,100 @@ TEST_P(StoreContractTest, MetaGetSetOverwrite) {
             std::optional<std::string>(Awkward()));
 }
 
+// ------------------------------------------------------ idempotency keys
+
+inline IdempotencyRow PendingKey(RowId token_id, const std::string& key,
+                                 Millis expires_at = 1'000'000) {
+  IdempotencyRow r;
+  r.token_id = token_id;
+  r.key = key;
+  r.fingerprint = "fp-" + key;
+  r.created_at = 1'000;
+  r.expires_at = expires_at;
+  return r;
+}
+
+TEST_P(StoreContractTest, IdempotencyKeysInsertGetUpdateDelete) {
+  const IdempotencyRow pending = PendingKey(7, "k-1");
+  ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                return t.InsertIdempotencyKey(pending);
+              }).ok());
+  EXPECT_EQ(
+      Fields(MustRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-1"); })),
+      Fields(pending));
+  // The pair is unique; the same key of another token is another row.
+  EXPECT_TRUE(HasCode(
+      WriteStatus([&](Txn& t) { return t.InsertIdempotencyKey(pending); }),
+      StatusCode::kAlreadyExists));
+  IdempotencyRow other = PendingKey(8, "k-1");
+  other.fingerprint = "another";
+  ASSERT_TRUE(
+      WriteStatus([&](Txn& t) { return t.InsertIdempotencyKey(other); }).ok());
+  EXPECT_EQ(MustRead([](Txn& t) {
+              return t.GetIdempotencyKey(8, "k-1");
+            }).fingerprint,
+            "another");
+  EXPECT_TRUE(HasCode(
+      TryRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-2"); }).status(),
+      StatusCode::kNotFound));
+
+  // Finished: the reply is recorded, every byte of it.
+  IdempotencyRow done = pending;
+  done.status = 201;
+  done.body = Awkward();
+  done.task_id = 42;
+  done.expires_at = 2'000'000;
+  ASSERT_TRUE(
+      WriteStatus([&](Txn& t) { return t.UpdateIdempotencyKey(done); }).ok());
+  EXPECT_EQ(
+      Fields(MustRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-1"); })),
+      Fields(done));
+  EXPECT_TRUE(HasCode(WriteStatus([&](Txn& t) {
+                        return t.UpdateIdempotencyKey(PendingKey(7, "k-2"));
+                      }),
+                      StatusCode::kNotFound));
+
+  // Deleted, idempotently; the other token's row stays.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(WriteStatus([](Txn& t) {
+                  return t.DeleteIdempotencyKey(7, "k-1");
+                }).ok());
+  }
+  EXPECT_TRUE(HasCode(
+      TryRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-1"); }).status(),
+      StatusCode::kNotFound));
+  EXPECT_TRUE(
+      TryRead([](Txn& t) { return t.GetIdempotencyKey(8, "k-1"); }).ok());
+}
+
+TEST_P(StoreContractTest, ExpiredIdempotencyKeysAreSweptInBatches) {
+  for (int i = 1; i <= 5; ++i) {
+    const IdempotencyRow row = PendingKey(1, "k" + std::to_string(i), i * 10);
+    ASSERT_TRUE(
+        WriteStatus([&](Txn& t) { return t.InsertIdempotencyKey(row); }).ok());
+  }
+  // Expired at 30: k1, k2, k3 (expires_at <= now), two at most per batch.
+  EXPECT_EQ(
+      MustWrite([](Txn& t) { return t.DeleteExpiredIdempotencyKeys(30, 2); }),
+      2);
+  EXPECT_EQ(
+      MustWrite([](Txn& t) { return t.DeleteExpiredIdempotencyKeys(30, 2); }),
+      1);
+  EXPECT_EQ(
+      MustWrite([](Txn& t) { return t.DeleteExpiredIdempotencyKeys(30, 2); }),
+      0);
+  for (int i = 1; i <= 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    EXPECT_EQ(TryRead([&](Txn& t) { return t.GetIdempotencyKey(1, key); }).ok(),
+              i > 3)
+        << key;
+  }
+  EXPECT_TRUE(HasCode(TryWrite([](Txn& t) {
+                        return t.DeleteExpiredIdempotencyKeys(100, 0);
+                      }).status(),
+                      StatusCode::kInternal));
+}
+
 // ------------------------------------------------------------ transactions
 
 TEST_P(StoreContractTest, FailedWriteKeepsNothingAndReturnsItsStatus) {
@@ -1379,6 +1478,20 @@ TEST_P(StoreContractTest, ReadTransactionRejectsEveryMutation) {
           {"UpdateSliceRequest",
            [&](Txn& t) { return t.UpdateSliceRequest(request); }},
           {"SetMeta", [](Txn& t) { return t.SetMeta("k", "v"); }},
+          {"InsertIdempotencyKey",
+           [](Txn& t) {
+             return t.InsertIdempotencyKey(PendingKey(1, "read-only"));
+           }},
+          {"UpdateIdempotencyKey",
+           [](Txn& t) {
+             return t.UpdateIdempotencyKey(PendingKey(1, "read-only"));
+           }},
+          {"DeleteIdempotencyKey",
+           [](Txn& t) { return t.DeleteIdempotencyKey(1, "read-only"); }},
+          {"DeleteExpiredIdempotencyKeys",
+           [](Txn& t) {
+             return t.DeleteExpiredIdempotencyKeys(0, 10).status();
+           }},
       };
   for (const auto& mutation : mutations) {
     const std::string& name = mutation.first;
