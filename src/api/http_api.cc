@@ -13,6 +13,7 @@
 
 #include "api/codec.h"
 #include "api/forward.h"
+#include "api/idempotency.h"
 
 namespace hf::api {
 
@@ -35,6 +36,13 @@ struct Ctx {
   const httplib::Request& req;
   Caller caller;
   std::vector<std::string> params;  // path parameters, in order
+  // A POST with an Idempotency-Key on a route that records it in its
+  // effect's transaction (Route::replay_task): the record to insert there
+  // (IdempotencyKeys::RecordInTxn), and whether another request with the
+  // key got there first.
+  const store::IdempotencyRow* idempotency = nullptr;
+  IdempotencyKeys* keys = nullptr;
+  bool idempotency_taken = false;
 };
 
 using HandlerFn = std::function<StatusOr<Reply>(Ctx&)>;
@@ -110,6 +118,10 @@ struct Route {
   // Index in Ctx::params of the {node} path parameter, or -1: a node token
   // bound to one node may name only that node there.
   int node_param = -1;
+  // Set for POST /api/v1/tasks, which records its Idempotency-Key in the
+  // transaction that inserts the task (idempotency.h): how to answer a
+  // repeat whose record names the task but holds no reply yet.
+  std::function<StatusOr<Reply>(Ctx&, RowId task_id)> replay_task;
 };
 
 // The routes that need the ledger (or the leader's memory, or that change
@@ -157,10 +169,13 @@ json ErrorBody(const Status& s) {
   return j;
 }
 
+std::string DumpJson(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 void WriteJson(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+  res.set_content(DumpJson(body), "application/json");
 }
 
 StatusOr<RowId> ParseId(const std::string& text, const std::string& field) {
@@ -385,10 +400,33 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!body.ok()) return body.status();
         auto task = ParseTaskCreate(*body);
         if (!task.ok()) return task.status();
+        if (c.idempotency != nullptr) {
+          // The key is recorded with the task, in one transaction: a crash
+          // cannot leave a task its repeat would not find.
+          store::IdempotencyRow record = *c.idempotency;
+          record.status = 201;
+          IdempotencyKeys* keys = c.keys;
+          bool* taken = &c.idempotency_taken;
+          task->in_txn = [record, keys, taken](
+                             store::Txn& txn,
+                             const store::TaskRow& row) -> Status {
+            store::IdempotencyRow r = record;
+            r.task_id = row.id;
+            Status s = IdempotencyKeys::RecordInTxn(txn, r, keys->NowMillis());
+            *taken = s.code() == StatusCode::kAlreadyExists;
+            return s;
+          };
+        }
         auto row = cp.CreateTask(c.caller, std::move(*task));
         if (!row.ok()) return row.status();
         return Ok(TaskJson(cp, *row), 201);
       });
+  r.back().replay_task = [cpp](Ctx& c, RowId task_id) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    auto row = cp.GetTask(c.caller, task_id);
+    if (!row.ok()) return row.status();
+    return Ok(TaskJson(cp, *row), 201);
+  };
   add("GET", "/api/v1/tasks", kAnyRole, {"status", "tenant", "limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
@@ -992,12 +1030,106 @@ std::string BearerToken(const httplib::Request& req) {
   return "";
 }
 
+// A reply as it goes on the wire.
+struct Wire {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+Wire WireFor(const StatusOr<Reply>& reply, const httplib::Request& req) {
+  Wire w;
+  if (!reply.ok()) {
+    const Status& s = reply.status();
+    if (s.code() == StatusCode::kInternal ||
+        s.code() == StatusCode::kUnavailable) {
+      spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
+    }
+    w.status = HttpStatusFor(s.code());
+    w.body = DumpJson(ErrorBody(s));
+  } else if (!reply->content_type.empty()) {
+    w.status = reply->status;
+    w.content_type = reply->content_type;
+    w.body = reply->text;
+  } else {
+    w.status = reply->status;
+    w.body = DumpJson(reply->body);
+  }
+  return w;
+}
+
+void WriteWire(httplib::Response& res, const Wire& w) {
+  res.status = w.status;
+  res.set_content(w.body, w.content_type.c_str());
+}
+
+json KeyConflict(const std::string& message) {
+  return {{"error", "conflict"},
+          {"message", message},
+          {"field", kIdempotencyKeyHeader}};
+}
+
+// Answers a POST whose Idempotency-Key is already recorded (docs/API.md,
+// "Idempotent POSTs").
+void AnswerFromRecord(const Route& route, Ctx& ctx,
+                      const IdempotencyKeys::Claim& claim,
+                      httplib::Response& res) {
+  const std::string& key = claim.row.key;
+  switch (claim.outcome) {
+    case IdempotencyKeys::Outcome::kReplay: {
+      res.set_header(kIdempotentReplayedHeader, "true");
+      if (claim.row.body.empty() && claim.row.task_id && route.replay_task) {
+        // Recorded with its effect; the reply itself was not written (the
+        // server stopped in between): the task as it is now.
+        StatusOr<Reply> reply = route.replay_task(ctx, *claim.row.task_id);
+        Wire w = WireFor(reply, ctx.req);
+        if (reply.ok()) w.status = claim.row.status;
+        WriteWire(res, w);
+        return;
+      }
+      WriteWire(res,
+                Wire{claim.row.status, "application/json", claim.row.body});
+      return;
+    }
+    case IdempotencyKeys::Outcome::kReused:
+      WriteJson(res, 422,
+                {{"error", "idempotency_key_reused"},
+                 {"message", "Idempotency-Key '" + key +
+                                 "' was first sent with a different method, "
+                                 "path or body; a new request needs a new "
+                                 "key"},
+                 {"field", kIdempotencyKeyHeader}});
+      return;
+    case IdempotencyKeys::Outcome::kInProgress:
+      res.set_header("Retry-After", "1");
+      WriteJson(
+          res, 409,
+          KeyConflict("the request first sent with Idempotency-Key '" + key +
+                      "' is still being carried out; retry shortly for "
+                      "its reply"));
+      return;
+    case IdempotencyKeys::Outcome::kUnknown:
+      WriteJson(res, 409,
+                KeyConflict("the request first sent with Idempotency-Key '" +
+                            key + "' at " + FormatTime(claim.row.created_at) +
+                            " never finished (the server stopped while "
+                            "carrying it out): whether it took effect is "
+                            "unknown; check, then send it again with a new "
+                            "key"));
+      return;
+    case IdempotencyKeys::Outcome::kProceed:
+      break;
+  }
+  WriteJson(res, 500, ErrorBody(Status::Internal("idempotency: no record")));
+}
+
 // Answers `req` with `route` on this instance: the caller (Bearer token),
 // whether the caller's role may call the route, the query check, the
-// handler, and the one mapping of its Status onto an HTTP status and JSON
-// error body. The socket server and LocalApi both call it, so the
-// in-process path is the HTTP path without the socket.
-void ServeRoute(const Route& route, ControlPlane& cp,
+// Idempotency-Key of a POST (`keys`; null: not honoured), the handler, and
+// the one mapping of its Status onto an HTTP status and JSON error body.
+// The socket server and LocalApi both call it, so the in-process path is
+// the HTTP path without the socket.
+void ServeRoute(const Route& route, ControlPlane& cp, IdempotencyKeys* keys,
                 const httplib::Request& req, httplib::Response& res) {
   Ctx ctx{req, {}, {}};
   for (std::size_t i = 1; i < req.matches.size(); ++i) {
@@ -1042,22 +1174,64 @@ void ServeRoute(const Route& route, ControlPlane& cp,
       return;
     }
   }
-  StatusOr<Reply> reply = route.fn(ctx);
-  if (!reply.ok()) {
-    const Status& s = reply.status();
-    if (s.code() == StatusCode::kInternal ||
-        s.code() == StatusCode::kUnavailable) {
-      spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
+  // Idempotency-Key (idempotency.h): a repeat is answered from the record.
+  std::optional<store::IdempotencyRow> record;
+  const bool in_txn = static_cast<bool>(route.replay_task);
+  if (keys != nullptr && req.method == "POST" && route.access.auth &&
+      req.has_header(kIdempotencyKeyHeader)) {
+    const std::string key = req.get_header_value(kIdempotencyKeyHeader);
+    if (Status s = ValidateIdempotencyKey(key); !s.ok()) {
+      WriteJson(res, 400, ErrorBody(s));
+      return;
     }
-    WriteJson(res, HttpStatusFor(s.code()), ErrorBody(s));
-    return;
+    const std::string fingerprint =
+        RequestFingerprint(req.method, req.target, req.body);
+    auto claim = keys->Begin(ctx.caller.token_id, key, fingerprint,
+                             /*record_pending=*/!in_txn);
+    if (!claim.ok()) {
+      WriteWire(res, WireFor(claim.status(), req));
+      return;
+    }
+    if (claim->outcome != IdempotencyKeys::Outcome::kProceed) {
+      AnswerFromRecord(route, ctx, *claim, res);
+      return;
+    }
+    record = claim->row;
+    if (in_txn) {
+      ctx.idempotency = &*record;
+      ctx.keys = keys;
+    }
   }
-  if (!reply->content_type.empty()) {
-    res.status = reply->status;
-    res.set_content(reply->text, reply->content_type.c_str());
-    return;
+  StatusOr<Reply> reply = route.fn(ctx);
+  if (record && ctx.idempotency_taken) {
+    // A concurrent request with the same key recorded it first: its
+    // record answers (this one's effect was rolled back with it).
+    auto claim = keys->Begin(ctx.caller.token_id, record->key,
+                             record->fingerprint, /*record_pending=*/false);
+    if (claim.ok() && claim->outcome != IdempotencyKeys::Outcome::kProceed) {
+      AnswerFromRecord(route, ctx, *claim, res);
+      return;
+    }
+    record.reset();  // not ours to record
   }
-  WriteJson(res, reply->status, reply->body);
+  const Wire wire = WireFor(reply, req);
+  if (record) {
+    Status recorded;
+    if (wire.status >= 500) {
+      // Not done (or not known to be): the key is free again. A task's
+      // record rolled back with its insert.
+      if (!in_txn) recorded = keys->Abandon(*record);
+    } else if (in_txn && !reply.ok()) {
+      recorded = keys->RecordFinished(*record, wire.status, wire.body);
+    } else {
+      recorded = keys->Finish(*record, wire.status, wire.body);
+    }
+    if (!recorded.ok()) {
+      spdlog::warn("{} {}: recording Idempotency-Key '{}': {}", req.method,
+                   req.path, record->key, recorded.ToString());
+    }
+  }
+  WriteWire(res, wire);
 }
 
 }  // namespace
@@ -1128,7 +1302,9 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
     : cp_(control_plane),
       clock_(clock),
       leadership_(leadership),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      idempotency_(std::make_unique<IdempotencyKeys>(
+          control_plane->store(), clock, options_.idempotency)) {
   http_.set_payload_max_length(options_.max_body_bytes);
   http_.set_keep_alive_max_count(100000);
   // httplib writes a response's headers and its body in separate send()
@@ -1219,7 +1395,7 @@ void ApiServer::RegisterRoutes() {
         RouteToLeader(req, res);
         return;
       }
-      ServeRoute(route, *cp_, req, res);
+      ServeRoute(route, *cp_, idempotency_.get(), req, res);
     };
     const std::string pattern = PathRegex(route.path);
     if (route.method == "GET") {
@@ -1294,8 +1470,13 @@ struct LocalApi::Routes {
   std::vector<std::regex> patterns;  // routes[i]'s path
 };
 
-LocalApi::LocalApi(ControlPlane* control_plane, const Clock* clock)
-    : cp_(control_plane), clock_(clock), routes_(std::make_unique<Routes>()) {
+LocalApi::LocalApi(ControlPlane* control_plane, const Clock* clock,
+                   IdempotencyOptions idempotency)
+    : cp_(control_plane),
+      clock_(clock),
+      routes_(std::make_unique<Routes>()),
+      idempotency_(std::make_unique<IdempotencyKeys>(control_plane->store(),
+                                                     clock, idempotency)) {
   routes_->routes = BuildRoutes(cp_, *clock_, nullptr);
   for (const Route& r : routes_->routes) {
     routes_->patterns.emplace_back(PathRegex(r.path));
@@ -1334,7 +1515,7 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
         ErrorBody(Status::NotFound("no route " + req.method + " " + req.path)));
   } else {
     try {
-      ServeRoute(*found, *cp_, req, res);
+      ServeRoute(*found, *cp_, idempotency_.get(), req, res);
     } catch (const std::exception& e) {
       // As the socket server's exception handler answers.
       spdlog::error("{} {}: {}", req.method, req.path, e.what());
@@ -1345,6 +1526,7 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
   out.status = res.status;
   out.body = std::move(res.body);
   out.content_type = res.get_header_value("Content-Type");
+  for (const auto& [name, value] : res.headers) out.headers[name] = value;
   return out;
 }
 

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -26,6 +28,7 @@ using nlohmann::json;
 using server::Caller;
 using server::ControlPlane;
 using store::Role;
+using store::RowId;
 
 constexpr const char* kAdminSecret = "admin-secret-for-the-api-test";
 
@@ -348,6 +351,269 @@ TEST_F(HttpApiTest, EveryPagedListHasAResumeCursor) {
       Body(Call("GET", "/api/v1/tenants?cursor=" + resume, admin));
   ASSERT_EQ(later["items"].size(), 1u) << later.dump();
   EXPECT_EQ(later["items"][0]["name"], "t2");
+}
+
+// ------------------------------------------------------ Idempotency-Key
+
+constexpr const char* kTask = R"({"name": "once", "gpu_memory_mb": 1024})";
+
+std::map<std::string, std::string> Key(const std::string& key) {
+  return {{"Idempotency-Key", key}};
+}
+
+TEST_F(HttpApiTest, TaskPostWithAKeyIsDoneOnceAndARepeatGetsTheSameReply) {
+  const std::string user = tokens_[Role::kUser];
+  const LocalResponse first =
+      Call("POST", "/api/v1/tasks", user, kTask, Key("create-once-1"));
+  ASSERT_EQ(first.status, 201) << first.body;
+  EXPECT_FALSE(first.headers.contains("Idempotent-Replayed"));
+  for (int i = 0; i < 3; ++i) {
+    const LocalResponse again =
+        Call("POST", "/api/v1/tasks", user, kTask, Key("create-once-1"));
+    EXPECT_EQ(again.status, 201) << again.body;
+    EXPECT_EQ(again.body, first.body);
+    EXPECT_EQ(again.headers.at("Idempotent-Replayed"), "true");
+  }
+  const json tasks = Body(Call("GET", "/api/v1/tasks", user));
+  EXPECT_EQ(tasks["items"].size(), 1u) << tasks.dump();
+  // Without a key every POST is a new task.
+  EXPECT_EQ(Call("POST", "/api/v1/tasks", user, kTask).status, 201);
+  EXPECT_EQ(Body(Call("GET", "/api/v1/tasks", user))["items"].size(), 2u);
+}
+
+TEST_F(HttpApiTest, AKeyReusedForAnotherRequestIsRefusedNamingTheHeader) {
+  const std::string admin = tokens_[Role::kAdmin];
+  ASSERT_EQ(Call("POST", "/api/v1/tasks", admin, kTask, Key("k")).status, 201);
+  const LocalResponse other_body =
+      Call("POST", "/api/v1/tasks", admin,
+           R"({"name": "twice", "gpu_memory_mb": 1024})", Key("k"));
+  EXPECT_EQ(other_body.status, 422) << other_body.body;
+  EXPECT_EQ(Body(other_body)["error"], "idempotency_key_reused");
+  EXPECT_EQ(Body(other_body)["field"], "Idempotency-Key");
+  const LocalResponse other_path =
+      Call("POST", "/api/v1/tenants", admin, R"({"name": "t9"})", Key("k"));
+  EXPECT_EQ(other_path.status, 422) << other_path.body;
+  EXPECT_EQ(Body(Call("GET", "/api/v1/tasks", admin))["items"].size(), 1u);
+  EXPECT_EQ(Call("GET", "/api/v1/tenants/t9", admin).status, 404)
+      << "the refused request did nothing";
+}
+
+TEST_F(HttpApiTest, KeysAreScopedToTheCallersToken) {
+  const std::string other_user = NewToken(Role::kUser, "t1");
+  const LocalResponse a =
+      Call("POST", "/api/v1/tasks", tokens_[Role::kUser], kTask, Key("same"));
+  const LocalResponse b =
+      Call("POST", "/api/v1/tasks", other_user, kTask, Key("same"));
+  ASSERT_EQ(a.status, 201) << a.body;
+  ASSERT_EQ(b.status, 201) << b.body;
+  EXPECT_NE(Body(a)["id"], Body(b)["id"]);
+}
+
+TEST_F(HttpApiTest, AMalformedKeyIsRefusedNamingTheHeader) {
+  for (const std::string& bad :
+       {std::string(), std::string(256, 'k'), std::string("has space"),
+        std::string("tab\there"), std::string("caf\xc3\xa9")}) {
+    SCOPED_TRACE(bad);
+    const LocalResponse r =
+        Call("POST", "/api/v1/tasks", tokens_[Role::kUser], kTask, Key(bad));
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(Body(r)["field"], "Idempotency-Key") << r.body;
+  }
+  EXPECT_EQ(Call("POST", "/api/v1/tasks", tokens_[Role::kUser], kTask,
+                 Key(std::string(255, 'k')))
+                .status,
+            201);
+  EXPECT_EQ(
+      Body(Call("GET", "/api/v1/tasks", tokens_[Role::kUser]))["items"].size(),
+      1u);
+}
+
+// Every other POST records its reply around the handler: a repeated tenant
+// create is not a 409 "already exists", a repeated reservation not a second
+// slice.
+TEST_F(HttpApiTest, OtherPostsAreDoneOnceToo) {
+  const std::string admin = tokens_[Role::kAdmin];
+  const LocalResponse tenant =
+      Call("POST", "/api/v1/tenants", admin, R"({"name": "t2"})", Key("t-1"));
+  ASSERT_EQ(tenant.status, 201) << tenant.body;
+  const LocalResponse tenant_again =
+      Call("POST", "/api/v1/tenants", admin, R"({"name": "t2"})", Key("t-1"));
+  EXPECT_EQ(tenant_again.status, 201) << tenant_again.body;
+  EXPECT_EQ(tenant_again.body, tenant.body);
+
+  server::NodeReport node;
+  node.name = "n1";
+  server::GpuReport gpu;
+  gpu.uuid = "GPU-0";
+  gpu.model = "NVIDIA A100-SXM4-80GB";
+  gpu.memory_mib = 81920;
+  gpu.cc_major = 8;
+  node.gpus.push_back(gpu);
+  ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  const std::string reserve =
+      R"({"tenant": "t1", "gpu_memory_mb": 1024, "gpu_compute_ratio": 0.1})";
+  const LocalResponse slice =
+      Call("POST", "/api/v1/slices", admin, reserve, Key("s-1"));
+  ASSERT_EQ(slice.status, 201) << slice.body;
+  EXPECT_EQ(Call("POST", "/api/v1/slices", admin, reserve, Key("s-1")).body,
+            slice.body);
+  EXPECT_EQ(Body(Call("GET", "/api/v1/slices", admin))["items"].size(), 1u);
+
+  // A refusal is recorded too: the repeat gets it, even once it would pass.
+  const LocalResponse refused =
+      Call("POST", "/api/v1/tenants", admin, R"({"name": "t3", "bogus": 1})",
+           Key("t-2"));
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(Call("POST", "/api/v1/tenants", admin,
+                 R"({"name": "t3", "bogus": 1})", Key("t-2"))
+                .body,
+            refused.body);
+}
+
+// The record of a POST still running (or one that never finished because
+// the server stopped between its pending record and its reply).
+TEST_F(HttpApiTest, ARepeatOfAnUnfinishedRequestIs409InProgressThenUnknown) {
+  const std::string admin = tokens_[Role::kAdmin];
+  const std::string body = R"({"name": "t5"})";
+  // What Begin records before the handler runs, left behind.
+  store::IdempotencyRow pending;
+  pending.token_id = admin_.token_id;
+  pending.key = "left-behind";
+  pending.fingerprint = RequestFingerprint("POST", "/api/v1/tenants", body);
+  pending.created_at = clock_.NowMillis();
+  pending.expires_at = pending.created_at + 86'400'000;
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& t) {
+                    return t.InsertIdempotencyKey(pending);
+                  })
+                  .ok());
+  const LocalResponse running =
+      Call("POST", "/api/v1/tenants", admin, body, Key("left-behind"));
+  EXPECT_EQ(running.status, 409) << running.body;
+  EXPECT_EQ(running.headers.at("Retry-After"), "1");
+  EXPECT_NE(Body(running)["message"].get<std::string>().find("still being"),
+            std::string::npos);
+  clock_.Advance(121'000);
+  const LocalResponse unknown =
+      Call("POST", "/api/v1/tenants", admin, body, Key("left-behind"));
+  EXPECT_EQ(unknown.status, 409) << unknown.body;
+  EXPECT_EQ(Body(unknown)["field"], "Idempotency-Key");
+  EXPECT_NE(Body(unknown)["message"].get<std::string>().find("unknown"),
+            std::string::npos);
+  EXPECT_FALSE(unknown.headers.contains("Retry-After"));
+  EXPECT_EQ(Call("GET", "/api/v1/tenants/t5", admin).status, 404);
+}
+
+// The task and its record commit together; a server that stopped before
+// it wrote the reply into the record still answers the repeat with the task,
+// and never creates a second one.
+TEST_F(HttpApiTest, ATaskWhoseReplyWasNeverRecordedIsFoundByItsRepeat) {
+  const std::string user = tokens_[Role::kUser];
+  const LocalResponse first =
+      Call("POST", "/api/v1/tasks", user, kTask, Key("crash"));
+  ASSERT_EQ(first.status, 201) << first.body;
+  const auto user_caller = cp_->Authenticate(user);
+  ASSERT_TRUE(user_caller.ok());
+  // As the transaction left it: status and task, no reply.
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& t) {
+                    auto row =
+                        t.GetIdempotencyKey(user_caller->token_id, "crash");
+                    if (!row.ok()) return row.status();
+                    EXPECT_EQ(row->task_id, Body(first)["id"].get<RowId>());
+                    row->body.clear();
+                    return t.UpdateIdempotencyKey(*row);
+                  })
+                  .ok());
+  const LocalResponse again =
+      Call("POST", "/api/v1/tasks", user, kTask, Key("crash"));
+  EXPECT_EQ(again.status, 201) << again.body;
+  EXPECT_EQ(Body(again)["id"], Body(first)["id"]);
+  EXPECT_EQ(again.headers.at("Idempotent-Replayed"), "true");
+  EXPECT_EQ(Body(Call("GET", "/api/v1/tasks", user))["items"].size(), 1u);
+}
+
+// Repeats racing each other (a client that retries before its first
+// attempt answered): one task per key, and every one of them gets it.
+TEST_F(HttpApiTest, ConcurrentRepeatsCreateOneTask) {
+  const std::string user = tokens_[Role::kUser];
+  constexpr int kClients = 16;
+  constexpr int kRounds = 8;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::string key = "racing-" + std::to_string(round);
+    std::vector<LocalResponse> replies(kClients);
+    std::vector<std::thread> threads;
+    threads.reserve(kClients);
+    std::atomic<int> ready{0};
+    for (int i = 0; i < kClients; ++i) {
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kClients) std::this_thread::yield();
+        replies[i] = Call("POST", "/api/v1/tasks", user, kTask, Key(key));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    std::set<RowId> ids;
+    for (const LocalResponse& r : replies) {
+      ASSERT_EQ(r.status, 201) << key << ": " << r.body;
+      ids.insert(Body(r)["id"].get<RowId>());
+    }
+    EXPECT_EQ(ids.size(), 1u) << key;
+  }
+  EXPECT_EQ(Body(Call("GET", "/api/v1/tasks", user))["items"].size(),
+            static_cast<std::size_t>(kRounds));
+}
+
+// The records live in the database: another LocalApi, and the server after a
+// restart, answer the repeat; once expired the key is new again, and the
+// sweep removes expired records.
+TEST_F(HttpApiTest, RecordsHoldAcrossRestartsAndExpire) {
+  const std::string user = tokens_[Role::kUser];
+  const LocalResponse first =
+      Call("POST", "/api/v1/tasks", user, kTask, Key("durable"));
+  ASSERT_EQ(first.status, 201) << first.body;
+  ASSERT_EQ(
+      Call("POST", "/api/v1/tasks", user, kTask, Key("short-lived")).status,
+      201);
+
+  // A restart: a new store, control plane and API on the same file.
+  api_.reset();
+  cp_.reset();
+  store_.reset();
+  auto store = store::OpenStore("sqlite:" + (dir_ / "hf.db").string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  store_ = std::move(*store);
+  auto cp = ControlPlane::Create(store_.get(), &clock_, {});
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  cp_ = std::move(*cp);
+  IdempotencyOptions options;
+  options.ttl_ms = 3'600'000;
+  api_ = std::make_unique<LocalApi>(cp_.get(), &clock_, options);
+  const LocalResponse after =
+      Call("POST", "/api/v1/tasks", user, kTask, Key("durable"));
+  EXPECT_EQ(after.status, 201);
+  EXPECT_EQ(after.body, first.body);
+
+  // 24 h later (the default expiry of the first records): a new task.
+  clock_.Advance(24LL * 3600 * 1000 + 1);
+  const LocalResponse later =
+      Call("POST", "/api/v1/tasks", user, kTask, Key("durable"));
+  ASSERT_EQ(later.status, 201) << later.body;
+  EXPECT_NE(Body(later)["id"], Body(first)["id"]);
+  // ...and the sweep that ran first removed the other expired record.
+  const auto caller = cp_->Authenticate(user);
+  ASSERT_TRUE(caller.ok());
+  const Status gone = store_->Read([&](store::Txn& t) {
+    return t.GetIdempotencyKey(caller->token_id, "short-lived").status();
+  });
+  EXPECT_EQ(gone.code(), StatusCode::kNotFound) << gone.ToString();
+}
+
+TEST_F(HttpApiTest, KeysOnOtherMethodsAreIgnored) {
+  const std::string admin = tokens_[Role::kAdmin];
+  const LocalResponse a =
+      Call("GET", "/api/v1/whoami", admin, "", Key("has space"));
+  EXPECT_EQ(a.status, 200) << a.body;
 }
 
 }  // namespace

@@ -103,6 +103,10 @@ struct TaskCreate {
   store::StringMap env;
   store::StringMap labels;
   std::optional<std::string> tenant;  // admins acting for a tenant
+  // Runs inside the transaction that inserts the task, with the stored row;
+  // its failure rolls the insert back. The API records the request's
+  // Idempotency-Key here, so the task and its record commit together.
+  std::function<Status(store::Txn&, const store::TaskRow&)> in_txn;
 };
 
 // The one function holding the value rules of SPEC.md section 4.

@@ -44,6 +44,7 @@ struct Flags {
   double mig_command_deadline_s = 120;
   int heartbeat_interval_s = 5;
   int http_threads = 128;
+  double idempotency_ttl_s = 86400;
   std::string log_level = "info";
   // Several instances on one database (issue 8).
   std::string advertise_url;  // empty: from --listen
@@ -156,6 +157,12 @@ int Main(int argc, char** argv) {
   app.add_option("--http-threads", f.http_threads, "HTTP worker threads")
       ->envname("HF_HTTP_THREADS")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--idempotency-ttl", f.idempotency_ttl_s,
+                 "Seconds the reply of a POST sent with an Idempotency-Key "
+                 "is kept for its repeats")
+      ->envname("HF_IDEMPOTENCY_TTL")
+      ->check(CLI::Range(1.0, 30.0 * 86400))
       ->capture_default_str();
   app.add_option("--advertise-url", f.advertise_url,
                  "URL other hf-server instances use to reach this one "
@@ -293,6 +300,8 @@ int Main(int argc, char** argv) {
   hf::api::ApiOptions api_options;
   api_options.threads = f.http_threads;
   api_options.console_dir = f.console_dir;
+  api_options.idempotency.ttl_ms =
+      static_cast<std::int64_t>(f.idempotency_ttl_s * 1000);
   hf::api::ApiServer api(cp->get(), &clock, api_options, &leadership);
   if (auto s = api.Bind(host, port); !s.ok()) {
     std::fprintf(stderr, "hf-server: --listen: %s\n", s.message().c_str());
