@@ -902,6 +902,79 @@ TEST_F(OutputTest, HistoryFollowResumesAfterTheLastEntryShown) {
   EXPECT_EQ(old.requests.size(), 1u);
 }
 
+// ------------------------------------------------------ Idempotency-Key
+
+std::string KeyOf(const Request& request) {
+  for (const auto& [name, value] : request.headers) {
+    if (name == "Idempotency-Key") return value;
+  }
+  return "";
+}
+
+TEST_F(RequestTest, EveryPostCarriesItsOwnIdempotencyKey) {
+  FakeServer server;
+  ASSERT_EQ(Hfctl({"tenants", "create", "a"}, server).exit_code, 0);
+  ASSERT_EQ(Hfctl({"tenants", "create", "b"}, server).exit_code, 0);
+  ASSERT_EQ(Hfctl({"tenants", "list"}, server).exit_code, 0);
+  ASSERT_EQ(server.requests.size(), 3u);
+  const std::string a = KeyOf(server.requests[0]);
+  EXPECT_TRUE(a.starts_with("hfctl-")) << a;
+  EXPECT_EQ(a.size(), 6u + 32u) << a;
+  EXPECT_NE(KeyOf(server.requests[1]), a) << "a new key per invocation";
+  EXPECT_EQ(KeyOf(server.requests[2]), "") << "GETs need none";
+}
+
+// A POST whose reply was lost, or that a follower or proxy could not pass
+// on (502/503/504), is sent again with the same key.
+TEST_F(RequestTest, APostWithoutAnAnswerIsSentAgainWithTheSameKey) {
+  FakeServer server;
+  server.replies.emplace_back(
+      Status::Unavailable("the connection closed before a full reply arrived"));
+  server.Reply(503, R"({"error": "unavailable", "message": "no leader"})");
+  server.Reply(201, R"({"id": 5, "name": "t", "status": "pending"})");
+  RunResult run = Hfctl(
+      {"tasks", "create", "--name", "t", "--memory", "1024", "-o", "json"},
+      server);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(server.requests.size(), 3u);
+  const std::string key = KeyOf(server.requests[0]);
+  EXPECT_FALSE(key.empty());
+  EXPECT_EQ(KeyOf(server.requests[1]), key);
+  EXPECT_EQ(KeyOf(server.requests[2]), key);
+  EXPECT_EQ(server.requests[2].body, server.requests[0].body);
+  EXPECT_NE(run.err.find("same Idempotency-Key"), std::string::npos) << run.err;
+  EXPECT_EQ(nlohmann::json::parse(run.out)["id"], 5);
+}
+
+TEST_F(RequestTest, PostRetriesAreBoundedAndSkipWhatNeverReachedTheServer) {
+  FakeServer busy;
+  for (int i = 0; i < 5; ++i) {
+    busy.Reply(503, R"({"error": "unavailable", "message": "no leader"})");
+  }
+  RunResult run = Hfctl({"tenants", "create", "a"}, busy);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  EXPECT_EQ(busy.requests.size(), 3u);
+
+  FakeServer refused;
+  refused.replies.emplace_back(Status::Unavailable("connection refused"));
+  run = Hfctl({"tenants", "create", "a"}, refused);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_EQ(refused.requests.size(), 1u);
+
+  // A 4xx is an answer: never sent again.
+  FakeServer conflict;
+  conflict.Reply(409, R"({"error": "conflict", "message": "exists"})");
+  run = Hfctl({"tenants", "create", "a"}, conflict);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  EXPECT_EQ(conflict.requests.size(), 1u);
+
+  // GETs are not retried.
+  FakeServer get;
+  get.Reply(503, R"({"error": "unavailable", "message": "no leader"})");
+  run = Hfctl({"tenants", "list"}, get);
+  EXPECT_EQ(get.requests.size(), 1u);
+}
+
 TEST_F(OutputTest, TokenCreatePrintsTheSecretOnceAndClearly) {
   FakeServer server;
   server.Reply(201, R"({"id": 7, "role": "user", "tenant": "acme",
@@ -1078,7 +1151,8 @@ TEST_F(RequestTest, HttpTransportSendsMethodPathTokenAndBody) {
     }
     seen.push_back(req.method + " " + target + " | " +
                    req.get_header_value("Authorization") + " | " +
-                   req.get_header_value("Content-Type") + " | " + req.body);
+                   req.get_header_value("Content-Type") + " | " + req.body +
+                   (req.has_header("Idempotency-Key") ? " | keyed" : ""));
     if (req.path.ends_with("/tasks/404")) {
       res.status = 404;
       res.set_content(R"({"error": "not_found", "message": "no task 404"})",
@@ -1119,7 +1193,7 @@ TEST_F(RequestTest, HttpTransportSendsMethodPathTokenAndBody) {
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0],
             "POST /hf/api/v1/tasks | Bearer s3cret | application/json | "
-            R"({"name":"t","gpu_compute_ratio":0.5})");
+            R"({"name":"t","gpu_compute_ratio":0.5} | keyed)");
   EXPECT_EQ(seen[1], "GET /hf/api/v1/tasks?tenant=a b; | Bearer s3cret |  | ");
   EXPECT_EQ(seen[2], "GET /hf/api/v1/tasks/404 |  |  | ");
 }

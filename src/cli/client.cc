@@ -1,6 +1,7 @@
 #include "cli/client.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -8,9 +9,11 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -853,11 +856,70 @@ struct Exchange {
   int exit_code = kExitOk;
 };
 
+// A fresh Idempotency-Key for one POST of this invocation (docs/API.md,
+// "Idempotent POSTs"): 128 random bits.
+std::string NewIdempotencyKey() {
+  std::random_device random;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key = "hfctl-";
+  for (int i = 0; i < 4; ++i) {
+    std::uint32_t word = random();
+    for (int j = 0; j < 8; ++j) {
+      key.push_back(kHex[word & 0xf]);
+      word >>= 4;
+    }
+  }
+  return key;
+}
+
+bool HasHeader(const Request& request, std::string_view name) {
+  return std::any_of(request.headers.begin(), request.headers.end(),
+                     [&](const auto& header) { return header.first == name; });
+}
+
+// A failure after which the server may have carried the request out: the
+// connection broke or timed out once the request was (being) sent. A
+// refused connection or an unknown host name never reached it.
+bool MayHaveReachedTheServer(std::string_view reason) {
+  return reason != "connection refused" &&
+         !reason.starts_with("cannot resolve host name") &&
+         !reason.starts_with("TLS") && !reason.starts_with("cannot load") &&
+         !reason.starts_with("the server's TLS");
+}
+
+// The times a POST carrying an Idempotency-Key is sent at most, when no
+// reply comes back or the server answers 502/503/504 (a follower that
+// could not reach the leader, a proxy): the key makes the repeat safe, the
+// server answers it from its record.
+constexpr int kPostAttempts = 3;
+constexpr std::chrono::milliseconds kFirstBackoff{250};
+
 // Sends `request`; on success returns the parsed JSON reply (null for an
 // empty body). On failure writes the error to `err` and returns its exit code.
 Exchange SendOnce(Transport& transport, const Request& request,
                   const Settings& settings, std::ostream& err) {
+  const bool retry =
+      request.method == "POST" && HasHeader(request, "Idempotency-Key");
   StatusOr<HttpResponse> response = transport.Send(request);
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  for (int attempt = 1; retry && attempt < kPostAttempts; ++attempt) {
+    std::string why;
+    if (!response.ok()) {
+      if (!MayHaveReachedTheServer(response.status().message())) break;
+      why = response.status().message();
+    } else if (response->status == 502 || response->status == 503 ||
+               response->status == 504) {
+      why = "HTTP " + std::to_string(response->status);
+    } else {
+      break;
+    }
+    err << "hfctl: " << request.method << " " << request.path << ": " << why
+        << "; sending it again with the same Idempotency-Key (the server "
+           "does it only once)\n";
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+    response = transport.Send(request);
+  }
   if (!response.ok()) {
     err << FormatUnreachable(settings, response.status().message());
     return {std::nullopt, kExitLocalError};
@@ -1006,6 +1068,11 @@ int Run(const std::vector<std::string>& args,
   if (!request.ok()) {
     err << "hfctl: " << request.status().message() << '\n';
     return kExitLocalError;
+  }
+  // Every POST may be sent more than once (SendOnce): the server does it
+  // once per key.
+  if (request->method == "POST" && !HasHeader(*request, "Idempotency-Key")) {
+    request->headers.emplace_back("Idempotency-Key", NewIdempotencyKey());
   }
   StatusOr<Settings> settings = ResolveSettings(command_line.connection());
   if (!settings.ok()) {
