@@ -739,6 +739,25 @@ TEST_F(OutputTest, SliceNodeAndRequestCellsAreDerived) {
                               "25%      silver  mps          allocated  admin"),
             std::string::npos)
       << slices.str();
+  // Whole GPUs are exclusive and need no enforcement; an unenforced slice
+  // shows "-".
+  std::ostringstream whole;
+  RenderTable(Resource::kSlice, Json::parse(R"([
+    {"id": 5, "task_id": 9, "tenant": "acme", "node_id": "n1",
+     "gpu_index": 0, "gpu_indices": [0, 1], "memory_mb": 163840,
+     "compute_percent": 100, "kind": "whole", "qos_level": "exclusive",
+     "enforcement": [], "state": "allocated", "origin": "scheduler",
+     "created_at": "2026-11-29T12:00:00.000Z"},
+    {"id": 6, "task_id": 10, "tenant": "acme", "node_id": "n1",
+     "gpu_index": 2, "gpu_indices": [2], "memory_mb": 1024,
+     "compute_percent": 50, "kind": "slice", "qos_level": "bronze",
+     "enforcement": [], "state": "allocated", "origin": "scheduler",
+     "created_at": "2026-11-29T12:00:00.000Z"}])"),
+              whole);
+  EXPECT_NE(whole.str().find("exclusive  none-needed"), std::string::npos)
+      << whole.str();
+  EXPECT_NE(whole.str().find("bronze     -  "), std::string::npos)
+      << whole.str();
 
   std::ostringstream nodes;
   RenderTable(Resource::kNode, Json::parse(R"([

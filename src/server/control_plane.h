@@ -497,8 +497,9 @@ class ControlPlane {
                                const std::string& reason,
                                std::vector<RowId>& released);
 
-  // The tier a slice on `gpu` gets (the one derivation, scheduler::DeriveQos).
-  scheduler::QosDecision QosForGpuLocked(GpuId gpu);
+  // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
+  // (the one derivation, scheduler::DeriveQos).
+  scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false);
   // Allowed models for a task's gpu_type (empty: any GPU qualifies).
   std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const;
   // Places `request` with the configured policy. A slice that lands on a

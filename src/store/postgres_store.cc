@@ -514,6 +514,26 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys(expires_at);
 )sql",
+    // 5: grants of whole GPUs are "exclusive": they were stored with the
+    // tier a slice of their first GPU would get, though no MIG, MPS or hook
+    // limit applies to them. The tier they had is kept in the history.
+    R"sql(
+INSERT INTO slice_history (at, op, slice_id, task_id, tenant_id, node_id,
+                           gpu_indices, memory_mib, compute_percent, actor,
+                           reason)
+SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+       'qos_relabelled', id, task_id, tenant_id, node_id, gpu_indices,
+       memory_mib, compute_percent, 'migration',
+       convert_to('qos_level ' || qos_level || ' -> exclusive: a grant of whole GPUs has no MIG, MPS or hook limit', 'UTF8')
+  FROM slices WHERE whole AND qos_level <> 'exclusive' ORDER BY id;
+UPDATE tasks
+   SET env = jsonb_set(env::jsonb, '{HETEROFLOW_SLICE_QOS}',
+                       '"exclusive"')::text
+ WHERE slice_id IN (SELECT id FROM slices WHERE whole)
+   AND env::jsonb ? 'HETEROFLOW_SLICE_QOS';
+UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
+ WHERE whole AND qos_level <> 'exclusive';
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));

@@ -537,6 +537,25 @@ CREATE TABLE idempotency_keys (
 );
 CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys(expires_at);
 )sql",
+    // 5: grants of whole GPUs are "exclusive": they were stored with the
+    // tier a slice of their first GPU would get, though no MIG, MPS or hook
+    // limit applies to them. The tier they had is kept in the history.
+    R"sql(
+INSERT INTO slice_history (at, op, slice_id, task_id, tenant_id, node_id,
+                           gpu_indices, memory_mib, compute_percent, actor,
+                           reason)
+SELECT CAST(strftime('%s', 'now') AS INTEGER) * 1000, 'qos_relabelled', id,
+       task_id, tenant_id, node_id, gpu_indices, memory_mib, compute_percent,
+       'migration',
+       'qos_level ' || qos_level ||
+       ' -> exclusive: a grant of whole GPUs has no MIG, MPS or hook limit'
+  FROM slices WHERE whole = 1 AND qos_level <> 'exclusive' ORDER BY id;
+UPDATE tasks SET env = json_set(env, '$.HETEROFLOW_SLICE_QOS', 'exclusive')
+ WHERE slice_id IN (SELECT id FROM slices WHERE whole = 1)
+   AND json_extract(env, '$.HETEROFLOW_SLICE_QOS') IS NOT NULL;
+UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
+ WHERE whole = 1 AND qos_level <> 'exclusive';
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));

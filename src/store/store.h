@@ -151,7 +151,7 @@ struct SliceRow {
   std::int64_t memory_mib = 0;   // accounted per slice (whole: sum of GPUs)
   int compute_percent = 0;       // accounted per GPU
   bool compute_defaulted = false;
-  std::string qos_level;                 // "gold", "silver", "bronze"
+  std::string qos_level;  // "gold", "silver", "bronze"; whole: "exclusive"
   std::vector<std::string> enforcement;  // e.g. {"mps", "hook"}
   SliceState state = SliceState::kAllocated;
   std::string origin;  // "scheduler", "admin", "compensation"

@@ -476,6 +476,9 @@ TEST_F(AgentE2eTest, LargeOutputReachesTheServerWhole) {
 
 TEST_F(AgentE2eTest, WholeGpuTaskIsPinnedToOneGpu) {
   AgentProcess& agent = StartAgent("whole", {A100(), A100()});
+  ASSERT_TRUE(WaitFor([&] {
+    return NodeView("whole")["gpus"][0]["mps_capable"] == true;
+  })) << Logs(agent);
   const std::int64_t id =
       CreateId({{"name", "whole"}, {"command", "env"}, {"gpu_required", 1}});
   json t = WaitTerminal(id);
@@ -487,12 +490,19 @@ TEST_F(AgentE2eTest, WholeGpuTaskIsPinnedToOneGpu) {
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), index);
   EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"), index);
   EXPECT_EQ(env.at("HETEROFLOW_GPU_INDEX"), index);
-  // A whole GPU has no slice limits.
+  // A whole GPU has no slice limits, and is not run under MPS (issue 14:
+  // on an MPS-capable card it was called silver and joined the daemon).
+  EXPECT_EQ(t["qos_level"], "exclusive") << t.dump();
+  EXPECT_EQ(env.at("HETEROFLOW_SLICE_QOS"), "exclusive");
   EXPECT_FALSE(env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")) << TaskLog(id);
   EXPECT_FALSE(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
       << TaskLog(id);
+  EXPECT_FALSE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << TaskLog(id);
+  EXPECT_FALSE(env.contains("CUDA_MPS_LOG_DIRECTORY")) << TaskLog(id);
   json s = WaitSliceReleased(t["slice_id"].get<std::int64_t>());
   EXPECT_EQ(s["kind"], "whole") << s.dump();
+  EXPECT_EQ(s["qos_level"], "exclusive") << s.dump();
+  EXPECT_EQ(s["enforcement"], json::array()) << s.dump();
   EXPECT_EQ(s["state"], "released") << s.dump();
 }
 
