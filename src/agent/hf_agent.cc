@@ -19,6 +19,7 @@
 
 #include "agent/agent.h"
 #include "agent/server_client.h"
+#include "common/flag_paths.h"
 #include "common/main_guard.h"
 #include "gpu/nvml/nvml_driver.h"
 #include "gpu/sim_driver.h"
@@ -78,7 +79,10 @@ int Main(int argc, char** argv) {
       "hf-agent: the HeteroFlow node agent (GPU probing, task runtime, MIG "
       "and MPS execution).\nEvery option can also come from the HF_AGENT_* "
       "environment variable shown, or from a config file (--config, "
-      "TOML/INI: key = value with the long option names)."};
+      "TOML/INI: key = value with the long option names).\nRelative paths "
+      "are made absolute against the working directory at start; a program "
+      "or library given as a bare name (no '/') is looked up in PATH or the "
+      "dynamic linker's search path."};
   app.set_config("--config", "", "Read options from this file");
   app.add_option("--server", f.server,
                  "Control plane URL (http://HOST:PORT); several instances "
@@ -191,6 +195,27 @@ int Main(int argc, char** argv) {
     if (value->empty() && !(f.probe && (std::string(flag) == "--server" ||
                                         std::string(flag) == "--token-file"))) {
       return Fail(std::string(flag) + ": required");
+    }
+  }
+  // Every path is made absolute now: the MPS pipe directory goes into
+  // tasks' environments, the hook library and the state directory into
+  // containers' mounts, where a relative path means nothing.
+  for (const auto& [value, flag] : {std::pair{&f.token_file, "--token-file"},
+                                    std::pair{&f.inventory, "--inventory"},
+                                    std::pair{&f.state_dir, "--state-dir"},
+                                    std::pair{&f.mps_dir, "--mps-dir"}}) {
+    if (auto s = hf::MakeFlagPathAbsolute(flag, *value); !s.ok()) {
+      return Fail(s.field() + ": " + s.message());
+    }
+  }
+  for (const auto& [value, flag] :
+       {std::pair{&f.hook_library, "--hook-library"},
+        std::pair{&f.task_shim, "--task-shim"},
+        std::pair{&f.mps_control, "--mps-control"},
+        std::pair{&f.docker, "--docker"},
+        std::pair{&f.nvml_library, "--nvml-library"}}) {
+    if (auto s = hf::MakeFlagProgramAbsolute(flag, *value); !s.ok()) {
+      return Fail(s.field() + ": " + s.message());
     }
   }
   std::unique_ptr<hf::agent::ServerClient> server;

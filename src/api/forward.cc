@@ -7,6 +7,9 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <thread>
+
+#include "api/idempotency.h"
 
 namespace hf::api {
 
@@ -42,14 +45,7 @@ void WriteNoLeader(httplib::Response& res, const std::string& why) {
 }
 
 void ForwardToLeader(const httplib::Request& req, const ForwardTarget& target,
-                     httplib::Response& res) {
-  httplib::Client client(target.leader_url);
-  client.set_url_encode(false);  // the target is passed on as it came
-  client.set_connection_timeout(2, 0);
-  client.set_read_timeout(30, 0);
-  client.set_write_timeout(30, 0);
-  client.set_tcp_nodelay(true);
-
+                     httplib::Response& res, const ForwardOptions& options) {
   httplib::Request out;
   out.method = req.method;
   out.path = req.target;  // path and query, still encoded
@@ -64,22 +60,68 @@ void ForwardToLeader(const httplib::Request& req, const ForwardTarget& target,
     out.headers.emplace("Content-Type",
                         type.empty() ? "application/json" : type);
   }
-  httplib::Result result = client.send(out);
-  if (!result) {
-    const std::string why =
-        "the leader, instance " + target.leader_id + " at " +
-        target.leader_url + ", cannot be reached (" +
-        httplib::to_string(result.error()) + "); retry shortly";
-    spdlog::warn("forward {} {}: {}", req.method, req.path, why);
-    WriteNoLeader(res, why);
+  const bool post = req.method == "POST";
+  // The leader records the POST under this key: every send below is the
+  // same request, whichever of them it carries out.
+  if (post && !req.has_header(kIdempotencyKeyHeader)) {
+    StatusOr<std::string> key = NewForwardedKey();
+    if (!key.ok()) {
+      WriteNoLeader(res, "cannot forward: " + key.status().message());
+      return;
+    }
+    out.headers.emplace(kIdempotencyKeyHeader, *key);
+  }
+  const int attempts =
+      post || req.method == "GET" ? std::max(1, options.attempts) : 1;
+  // Every send together takes no longer than one would (a leader that
+  // hangs is not waited for three times over).
+  using SteadyClock = std::chrono::steady_clock;
+  const SteadyClock::time_point deadline =
+      SteadyClock::now() + options.connect_timeout + options.read_timeout;
+  std::chrono::milliseconds backoff = options.backoff;
+  std::string why;
+  int attempt = 0;
+  while (attempt < attempts) {
+    if (attempt > 0) {
+      if (SteadyClock::now() + backoff >= deadline) break;
+      std::this_thread::sleep_for(backoff);
+      backoff *= 2;
+    }
+    ++attempt;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - SteadyClock::now());
+    httplib::Client client(target.leader_url);
+    client.set_url_encode(false);  // the target is passed on as it came
+    client.set_connection_timeout(std::min(options.connect_timeout, left));
+    client.set_read_timeout(left);
+    client.set_write_timeout(left);
+    client.set_tcp_nodelay(true);
+    httplib::Result result = client.send(out);
+    if (!result) {
+      why = "the leader, instance " + target.leader_id + " at " +
+            target.leader_url + ", cannot be reached (" +
+            httplib::to_string(result.error()) + ")";
+      spdlog::warn("forward {} {} (send {} of {}): {}", req.method, req.path,
+                   attempt, attempts, why);
+      continue;
+    }
+    if (post && attempt < attempts && result->status == 409 &&
+        result->has_header("Retry-After")) {
+      // An earlier send is still being carried out: its reply is coming.
+      why = "the leader is still carrying out the request";
+      continue;
+    }
+    res.status = result->status;
+    for (const auto& [name, value] : result->headers) {
+      if (!Skipped(name)) res.set_header(name, value);
+    }
+    const std::string type = result->get_header_value("Content-Type");
+    res.set_content(result->body, type.empty() ? "text/plain" : type);
     return;
   }
-  res.status = result->status;
-  for (const auto& [name, value] : result->headers) {
-    if (!Skipped(name)) res.set_header(name, value);
-  }
-  const std::string type = result->get_header_value("Content-Type");
-  res.set_content(result->body, type.empty() ? "text/plain" : type);
+  WriteNoLeader(res, why + " after " + std::to_string(attempt) +
+                         (attempt == 1 ? " attempt" : " attempts") +
+                         "; retry shortly");
 }
 
 }  // namespace hf::api

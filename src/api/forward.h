@@ -6,11 +6,12 @@
 // verbatim. docs/OPERATIONS.md ("Several instances") has the table of which
 // routes go where.
 //
-// Thread-safety: pure functions; each call uses its own connection.
+// Thread-safety: pure functions; each send uses its own connection.
 #pragma once
 
 #include <httplib.h>
 
+#include <chrono>
 #include <string>
 
 namespace hf::api {
@@ -26,10 +27,26 @@ struct ForwardTarget {
   std::string self_id;
 };
 
-// Sends `req` to the leader and copies its reply into `res`. When the
-// leader cannot be reached: 503 with a JSON error naming it.
+struct ForwardOptions {
+  // Sends of one GET or POST at most: a send whose reply does not come back
+  // (connection refused, reset, timed out) is made again, and so is a POST
+  // the leader answers 409 + Retry-After (its first send is still being
+  // carried out there). Other methods are sent once.
+  int attempts = 3;
+  std::chrono::milliseconds backoff{200};  // before the second; then doubled
+  std::chrono::milliseconds connect_timeout{2'000};
+  std::chrono::milliseconds read_timeout{30'000};
+};
+
+// Sends `req` to the leader and copies its reply into `res`. A POST goes
+// with the client's Idempotency-Key, or one made up here when it has none
+// (idempotency.h, kForwardedKeyPrefix), the same on every send, so a reply
+// lost between this instance and the leader is answered from the leader's
+// record instead of being carried out twice. When the leader cannot be
+// reached after every attempt: 503 with a JSON error naming it.
 void ForwardToLeader(const httplib::Request& req, const ForwardTarget& target,
-                     httplib::Response& res);
+                     httplib::Response& res,
+                     const ForwardOptions& options = {});
 
 // The 503 JSON error a follower answers when it cannot forward: `why`
 // explains (no leader yet, leader unreachable, ...).

@@ -6,12 +6,14 @@
 #include <charconv>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <regex>
 #include <set>
 #include <utility>
 
 #include "api/codec.h"
 #include "api/forward.h"
+#include "api/idempotency.h"
 
 namespace hf::api {
 
@@ -34,17 +36,92 @@ struct Ctx {
   const httplib::Request& req;
   Caller caller;
   std::vector<std::string> params;  // path parameters, in order
+  // A POST with an Idempotency-Key on a route that records it in its
+  // effect's transaction (Route::replay_task): the record to insert there
+  // (IdempotencyKeys::RecordInTxn), and whether another request with the
+  // key got there first.
+  const store::IdempotencyRow* idempotency = nullptr;
+  IdempotencyKeys* keys = nullptr;
+  bool idempotency_taken = false;
 };
 
 using HandlerFn = std::function<StatusOr<Reply>(Ctx&)>;
 
+// The roles that may call a route, one bit per store::Role.
+class RoleSet {
+ public:
+  constexpr RoleSet() = default;
+  constexpr RoleSet(std::initializer_list<Role> roles) {
+    for (Role r : roles) bits_ |= Bit(r);
+  }
+  constexpr bool Has(Role r) const { return (bits_ & Bit(r)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  // "admin or tenant-admin", in the order of kAllRoles.
+  std::string Describe() const;
+  std::vector<std::string> Names() const;
+
+ private:
+  static constexpr unsigned Bit(Role r) {
+    return 1U << static_cast<unsigned>(r);
+  }
+  unsigned bits_ = 0;
+};
+
+constexpr Role kAllRoles[] = {Role::kAdmin, Role::kTenantAdmin, Role::kUser,
+                              Role::kNode};
+
+std::vector<std::string> RoleSet::Names() const {
+  std::vector<std::string> out;
+  for (Role r : kAllRoles) {
+    if (Has(r)) out.emplace_back(store::RoleName(r));
+  }
+  return out;
+}
+
+std::string RoleSet::Describe() const {
+  const std::vector<std::string> names = Names();
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+// Who may call a route. Checked by ServeRoute right after authentication,
+// before anything of the request (query, body) is parsed, so a caller who
+// may not call a route learns 403 and nothing about what it sent. The
+// ControlPlane checks again (and narrows what each role sees).
+struct Access {
+  bool auth = true;  // false: public (no token; `roles` unused)
+  RoleSet roles;
+};
+
+// Every role: what each sees is narrowed by the ControlPlane (a node token
+// sees no tenant's tasks, slices, stats or history).
+constexpr Access kAnyRole{
+    true, {Role::kAdmin, Role::kTenantAdmin, Role::kUser, Role::kNode}};
+constexpr Access kTenantRoles{true,
+                              {Role::kAdmin, Role::kTenantAdmin, Role::kUser}};
+constexpr Access kTenantAdmins{true, {Role::kAdmin, Role::kTenantAdmin}};
+constexpr Access kAdminOnly{true, {Role::kAdmin}};
+constexpr Access kAgents{true, {Role::kAdmin, Role::kNode}};
+constexpr Access kPublic{false, {}};
+
 struct Route {
   std::string method;
   std::string path;
-  bool auth = true;
+  Access access;
   std::vector<std::string> query;  // allowed query parameters
   HandlerFn fn;
   bool leader_only = false;  // see LeaderOnly
+  // Index in Ctx::params of the {node} path parameter, or -1: a node token
+  // bound to one node may name only that node there.
+  int node_param = -1;
+  // Set for POST /api/v1/tasks, which records its Idempotency-Key in the
+  // transaction that inserts the task (idempotency.h): how to answer a
+  // repeat whose record names the task but holds no reply yet.
+  std::function<StatusOr<Reply>(Ctx&, RowId task_id)> replay_task;
 };
 
 // The routes that need the ledger (or the leader's memory, or that change
@@ -92,10 +169,13 @@ json ErrorBody(const Status& s) {
   return j;
 }
 
+std::string DumpJson(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 void WriteJson(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
-                  "application/json");
+  res.set_content(DumpJson(body), "application/json");
 }
 
 StatusOr<RowId> ParseId(const std::string& text, const std::string& field) {
@@ -125,9 +205,11 @@ StatusOr<int> ParseLimit(const httplib::Request& req) {
   return static_cast<int>(*id);
 }
 
+// A cursor: `next_cursor` or `resume_cursor` of an earlier page; "0" (or
+// none) is the beginning.
 StatusOr<RowId> ParseCursor(const httplib::Request& req) {
   auto v = Query(req, "cursor");
-  if (!v || v->empty()) return RowId{0};
+  if (!v || v->empty() || *v == "0") return RowId{0};
   auto id = ParseId(*v, "cursor");
   if (!id.ok()) {
     return Status::InvalidArgument("is not a cursor this server handed out",
@@ -149,14 +231,25 @@ Status ParsePage(const httplib::Request& req, Query& query) {
   return Status::Ok();
 }
 
+// The body of a page: its items, `next_cursor` (the next page; null on the
+// last one, so a client looping over pages stops) and `resume_cursor`,
+// always set: after the last item sent, or where the request started when
+// the page is empty. A client that follows a growing list (the history)
+// passes resume_cursor later and gets only what came after.
+json PageBody(json items, std::optional<RowId> next_after, RowId resume_after) {
+  return {{"items", std::move(items)},
+          {"next_cursor",
+           next_after ? json(std::to_string(*next_after)) : json(nullptr)},
+          {"resume_cursor", std::to_string(resume_after)}};
+}
+
+// `after_id`: the request's cursor.
 template <typename T, typename F>
-json PageJson(const server::Page<T>& page, F&& render) {
+json PageJson(const server::Page<T>& page, RowId after_id, F&& render) {
   json items = json::array();
   for (const T& row : page.items) items.push_back(render(row));
-  return {
-      {"items", std::move(items)},
-      {"next_cursor", page.next_after ? json(std::to_string(*page.next_after))
-                                      : json(nullptr)}};
+  const RowId resume = page.items.empty() ? after_id : page.items.back().id;
+  return PageBody(std::move(items), page.next_after, resume);
 }
 
 StatusOr<json> Body(const Ctx& ctx) { return ParseBody(ctx.req.body); }
@@ -173,7 +266,7 @@ StatusOr<json> PagedList(const httplib::Request& req,
   if (!cursor.ok()) return cursor.status();
   json items = json::array();
   std::optional<RowId> next;
-  RowId last = 0;
+  RowId last = *cursor;
   for (const T& row : rows) {
     if (id_of(row) <= *cursor) continue;
     if (static_cast<int>(items.size()) == *limit) {
@@ -183,9 +276,7 @@ StatusOr<json> PagedList(const httplib::Request& req,
     items.push_back(render(row));
     last = id_of(row);
   }
-  return json{
-      {"items", std::move(items)},
-      {"next_cursor", next ? json(std::to_string(*next)) : json(nullptr)}};
+  return PageBody(std::move(items), next, last);
 }
 
 std::string PathRegex(const std::string& path) {
@@ -197,75 +288,73 @@ std::string PathRegex(const std::string& path) {
 std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
                                const server::Leadership* leadership) {
   std::vector<Route> r;
-  auto add = [&](std::string method, std::string path,
-                 std::vector<std::string> query, HandlerFn fn,
-                 bool auth = true) {
+  // Every route says who may call it (`access`): there is no default.
+  auto add = [&](std::string method, std::string path, Access access,
+                 std::vector<std::string> query, HandlerFn fn) {
     const bool leader_only = LeaderOnly(method, path);
-    r.push_back(Route{std::move(method), std::move(path), auth,
-                      std::move(query), std::move(fn), leader_only});
+    int node_param = -1;
+    static const std::regex kParam(R"(\{[a-z_]+\})");
+    int index = 0;
+    for (auto it = std::sregex_iterator(path.begin(), path.end(), kParam);
+         it != std::sregex_iterator(); ++it, ++index) {
+      if (it->str() == "{node}") node_param = index;
+    }
+    r.push_back(Route{std::move(method), std::move(path), access,
+                      std::move(query), std::move(fn), leader_only,
+                      node_param});
   };
 
   // ---- public
-  add(
-      "GET", "/healthz", {},
-      [](Ctx&) -> StatusOr<Reply> {
-        return Ok({{"ok", true}});
-      },
-      false);
-  add(
-      "GET", "/api/v1/openapi.json", {},
-      [](Ctx&) -> StatusOr<Reply> {
-        Reply reply;
-        reply.text = OpenApiDocument();
-        reply.content_type = "application/json";
-        return reply;
-      },
-      false);
-  add(
-      "GET", "/metrics", {},
-      [cpp](Ctx&) -> StatusOr<Reply> {
-        ControlPlane& cp = *cpp;
-        Caller admin;
-        admin.role = Role::kAdmin;
-        auto stats = cp.Stats(admin);
-        if (!stats.ok()) return stats.status();
-        std::string out;
-        out += "# HELP heteroflow_slices_live Live slices.\n";
-        out += "# TYPE heteroflow_slices_live gauge\n";
-        out += "heteroflow_slices_live " + std::to_string(stats->live_slices) +
-               "\n";
-        out += "# HELP heteroflow_tasks_pending Tasks waiting to be bound.\n";
-        out += "# TYPE heteroflow_tasks_pending gauge\n";
-        out += "heteroflow_tasks_pending " +
-               std::to_string(stats->pending_tasks) + "\n";
-        out +=
-            "# HELP heteroflow_gpu_memory_accounted_mb Memory the ledger "
-            "accounts per GPU.\n";
-        out += "# TYPE heteroflow_gpu_memory_accounted_mb gauge\n";
-        for (const auto& g : stats->per_gpu) {
-          out += "heteroflow_gpu_memory_accounted_mb{node=\"" + g.node +
-                 "\",gpu=\"" + std::to_string(g.index) + "\",qos=\"" +
-                 g.qos_level + "\"} " + std::to_string(g.accounted_memory_mib) +
-                 "\n";
-        }
-        out +=
-            "# HELP heteroflow_gpu_memory_total_mb Physical memory per "
-            "GPU.\n";
-        out += "# TYPE heteroflow_gpu_memory_total_mb gauge\n";
-        for (const auto& g : stats->per_gpu) {
-          out += "heteroflow_gpu_memory_total_mb{node=\"" + g.node +
-                 "\",gpu=\"" + std::to_string(g.index) + "\"} " +
-                 std::to_string(g.total_memory_mib) + "\n";
-        }
-        Reply reply;
-        reply.text = std::move(out);
-        reply.content_type = "text/plain; version=0.0.4";
-        return reply;
-      },
-      false);
+  add("GET", "/healthz", kPublic, {}, [](Ctx&) -> StatusOr<Reply> {
+    return Ok({{"ok", true}});
+  });
+  add("GET", "/api/v1/openapi.json", kPublic, {}, [](Ctx&) -> StatusOr<Reply> {
+    Reply reply;
+    reply.text = OpenApiDocument();
+    reply.content_type = "application/json";
+    return reply;
+  });
+  add("GET", "/metrics", kPublic, {}, [cpp](Ctx&) -> StatusOr<Reply> {
+    ControlPlane& cp = *cpp;
+    Caller admin;
+    admin.role = Role::kAdmin;
+    auto stats = cp.Stats(admin);
+    if (!stats.ok()) return stats.status();
+    std::string out;
+    out += "# HELP heteroflow_slices_live Live slices.\n";
+    out += "# TYPE heteroflow_slices_live gauge\n";
+    out +=
+        "heteroflow_slices_live " + std::to_string(stats->live_slices) + "\n";
+    out += "# HELP heteroflow_tasks_pending Tasks waiting to be bound.\n";
+    out += "# TYPE heteroflow_tasks_pending gauge\n";
+    out += "heteroflow_tasks_pending " + std::to_string(stats->pending_tasks) +
+           "\n";
+    out +=
+        "# HELP heteroflow_gpu_memory_accounted_mb Memory the ledger "
+        "accounts per GPU.\n";
+    out += "# TYPE heteroflow_gpu_memory_accounted_mb gauge\n";
+    for (const auto& g : stats->per_gpu) {
+      out += "heteroflow_gpu_memory_accounted_mb{node=\"" + g.node +
+             "\",gpu=\"" + std::to_string(g.index) + "\",qos=\"" + g.qos_level +
+             "\"} " + std::to_string(g.accounted_memory_mib) + "\n";
+    }
+    out +=
+        "# HELP heteroflow_gpu_memory_total_mb Physical memory per "
+        "GPU.\n";
+    out += "# TYPE heteroflow_gpu_memory_total_mb gauge\n";
+    for (const auto& g : stats->per_gpu) {
+      out += "heteroflow_gpu_memory_total_mb{node=\"" + g.node + "\",gpu=\"" +
+             std::to_string(g.index) + "\"} " +
+             std::to_string(g.total_memory_mib) + "\n";
+    }
+    Reply reply;
+    reply.text = std::move(out);
+    reply.content_type = "text/plain; version=0.0.4";
+    return reply;
+  });
 
   // ---- several instances (issue 8): who is there, who leads
-  add("GET", "/api/v1/cluster", {},
+  add("GET", "/api/v1/cluster", kAdminOnly, {},
       [cpp, leadership](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         if (!c.caller.admin()) {
@@ -296,7 +385,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       });
 
   // ---- identity
-  add("GET", "/api/v1/whoami", {}, [](Ctx& c) -> StatusOr<Reply> {
+  add("GET", "/api/v1/whoami", kAnyRole, {}, [](Ctx& c) -> StatusOr<Reply> {
     return Ok({{"role", store::RoleName(c.caller.role)},
                {"tenant", c.caller.tenant.empty() ? json(nullptr)
                                                   : json(c.caller.tenant)},
@@ -304,17 +393,41 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
   });
 
   // ---- tasks
-  add("POST", "/api/v1/tasks", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
+  add("POST", "/api/v1/tasks", kTenantRoles, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto task = ParseTaskCreate(*body);
+        if (!task.ok()) return task.status();
+        if (c.idempotency != nullptr) {
+          // The key is recorded with the task, in one transaction: a crash
+          // cannot leave a task its repeat would not find.
+          store::IdempotencyRow record = *c.idempotency;
+          record.status = 201;
+          IdempotencyKeys* keys = c.keys;
+          bool* taken = &c.idempotency_taken;
+          task->in_txn = [record, keys, taken](
+                             store::Txn& txn,
+                             const store::TaskRow& row) -> Status {
+            store::IdempotencyRow r = record;
+            r.task_id = row.id;
+            Status s = IdempotencyKeys::RecordInTxn(txn, r, keys->NowMillis());
+            *taken = s.code() == StatusCode::kAlreadyExists;
+            return s;
+          };
+        }
+        auto row = cp.CreateTask(c.caller, std::move(*task));
+        if (!row.ok()) return row.status();
+        return Ok(TaskJson(cp, *row), 201);
+      });
+  r.back().replay_task = [cpp](Ctx& c, RowId task_id) -> StatusOr<Reply> {
     ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    auto task = ParseTaskCreate(*body);
-    if (!task.ok()) return task.status();
-    auto row = cp.CreateTask(c.caller, std::move(*task));
+    auto row = cp.GetTask(c.caller, task_id);
     if (!row.ok()) return row.status();
     return Ok(TaskJson(cp, *row), 201);
-  });
-  add("GET", "/api/v1/tasks", {"status", "tenant", "limit", "cursor"},
+  };
+  add("GET", "/api/v1/tasks", kAnyRole, {"status", "tenant", "limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         server::TaskQuery q;
@@ -331,18 +444,20 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListTasks(c.caller, q);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(
-            *page, [&](const store::TaskRow& t) { return TaskJson(cp, t); }));
+        return Ok(PageJson(*page, q.after_id, [&](const store::TaskRow& t) {
+          return TaskJson(cp, t);
+        }));
       });
-  add("GET", "/api/v1/tasks/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto id = ParseId(c.params[0], "id");
-    if (!id.ok()) return id.status();
-    auto row = cp.GetTask(c.caller, *id);
-    if (!row.ok()) return row.status();
-    return Ok(TaskJson(cp, *row));
-  });
-  add("GET", "/api/v1/tasks/{id}/logs", {"offset", "limit"},
+  add("GET", "/api/v1/tasks/{id}", kAnyRole, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return id.status();
+        auto row = cp.GetTask(c.caller, *id);
+        if (!row.ok()) return row.status();
+        return Ok(TaskJson(cp, *row));
+      });
+  add("GET", "/api/v1/tasks/{id}/logs", kAnyRole, {"offset", "limit"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto id = ParseId(c.params[0], "id");
@@ -368,7 +483,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!log.ok()) return log.status();
         return Ok(TaskLogJson(*id, *log));
       });
-  add("POST", "/api/v1/tasks/{id}/cancel", {},
+  add("POST", "/api/v1/tasks/{id}/cancel", kTenantRoles, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto id = ParseId(c.params[0], "id");
@@ -384,13 +499,14 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       });
 
   // ---- slices (fixed paths before /{id})
-  add("GET", "/api/v1/slices/stats", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto stats = cp.Stats(c.caller);
-    if (!stats.ok()) return stats.status();
-    return Ok(StatsJson(*stats));
-  });
-  add("GET", "/api/v1/slices/history",
+  add("GET", "/api/v1/slices/stats", kAnyRole, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto stats = cp.Stats(c.caller);
+        if (!stats.ok()) return stats.status();
+        return Ok(StatsJson(*stats));
+      });
+  add("GET", "/api/v1/slices/history", kAnyRole,
       {"limit", "cursor", "slice_id", "task_id"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
@@ -408,11 +524,11 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         }
         auto page = cp.History(c.caller, f);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, [&](const store::HistoryRow& h) {
+        return Ok(PageJson(*page, f.after_id, [&](const store::HistoryRow& h) {
           return HistoryJson(cp, h);
         }));
       });
-  add("GET", "/api/v1/slices",
+  add("GET", "/api/v1/slices", kAnyRole,
       {"node_id", "gpu_index", "state", "limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
@@ -442,42 +558,46 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListSlices(c.caller, q);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(
-            *page, [&](const store::SliceRow& s) { return SliceJson(cp, s); }));
+        return Ok(PageJson(*page, q.after_id, [&](const store::SliceRow& s) {
+          return SliceJson(cp, s);
+        }));
       });
-  add("POST", "/api/v1/slices", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    auto request = ParseSliceCreate(*body);
-    if (!request.ok()) return request.status();
-    auto slice = cp.CreateSlice(c.caller, *request);
-    if (!slice.ok()) return slice.status();
-    return Ok(SliceJson(cp, *slice), 201);
-  });
-  add("GET", "/api/v1/slices/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto id = ParseId(c.params[0], "id");
-    if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
-    auto slice = cp.GetSlice(c.caller, *id);
-    if (!slice.ok()) return slice.status();
-    return Ok(SliceJson(cp, *slice));
-  });
-  add("PATCH", "/api/v1/slices/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto id = ParseId(c.params[0], "id");
-    if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    auto request = ParseSliceResize(*body);
-    if (!request.ok()) return request.status();
-    auto resized = cp.ResizeSlice(c.caller, *id, *request);
-    if (!resized.ok()) return resized.status();
-    json j = SliceJson(cp, resized->slice);
-    j["warnings"] = resized->warnings;
-    return Ok(std::move(j));
-  });
-  add("DELETE", "/api/v1/slices/{id}", {"reason"},
+  add("POST", "/api/v1/slices", kTenantAdmins, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto request = ParseSliceCreate(*body);
+        if (!request.ok()) return request.status();
+        auto slice = cp.CreateSlice(c.caller, *request);
+        if (!slice.ok()) return slice.status();
+        return Ok(SliceJson(cp, *slice), 201);
+      });
+  add("GET", "/api/v1/slices/{id}", kAnyRole, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+        auto slice = cp.GetSlice(c.caller, *id);
+        if (!slice.ok()) return slice.status();
+        return Ok(SliceJson(cp, *slice));
+      });
+  add("PATCH", "/api/v1/slices/{id}", kTenantAdmins, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        auto request = ParseSliceResize(*body);
+        if (!request.ok()) return request.status();
+        auto resized = cp.ResizeSlice(c.caller, *id, *request);
+        if (!resized.ok()) return resized.status();
+        json j = SliceJson(cp, resized->slice);
+        j["warnings"] = resized->warnings;
+        return Ok(std::move(j));
+      });
+  add("DELETE", "/api/v1/slices/{id}", kTenantAdmins, {"reason"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto id = ParseId(c.params[0], "id");
@@ -493,7 +613,8 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       });
 
   // ---- MIG command channel
-  add("GET", "/api/v1/slice-requests", {"node_id", "state", "limit", "cursor"},
+  add("GET", "/api/v1/slice-requests", kAdminOnly,
+      {"node_id", "state", "limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         store::SliceRequestFilter f;
@@ -517,11 +638,12 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, f));
         auto page = cp.ListSliceRequests(c.caller, f);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, [&](const store::SliceRequestRow& row) {
-          return SliceRequestJson(cp, row);
-        }));
+        return Ok(
+            PageJson(*page, f.after_id, [&](const store::SliceRequestRow& row) {
+              return SliceRequestJson(cp, row);
+            }));
       });
-  add("POST", "/api/v1/slice-requests/{id}/result", {},
+  add("POST", "/api/v1/slice-requests/{id}/result", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto id = ParseId(c.params[0], "id");
@@ -536,28 +658,29 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       });
 
   // ---- tenants and groups
-  add("POST", "/api/v1/tenants", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    HF_RETURN_IF_ERROR(CheckFields(*body, {"name", "shared_group"}));
-    const json& b = *body;
-    if (!b.contains("name") || !b["name"].is_string()) {
-      return Status::InvalidArgument("is required (a string)", "name");
-    }
-    std::optional<std::string> group;
-    if (b.contains("shared_group") && !b["shared_group"].is_null()) {
-      if (!b["shared_group"].is_string()) {
-        return Status::InvalidArgument("must be a string", "shared_group");
-      }
-      group = b["shared_group"].get<std::string>();
-      if (group->empty()) group.reset();
-    }
-    auto t = cp.CreateTenant(c.caller, b["name"].get<std::string>(), group);
-    if (!t.ok()) return t.status();
-    return Ok(TenantJson(cp, *t), 201);
-  });
-  add("GET", "/api/v1/tenants", {"limit", "cursor"},
+  add("POST", "/api/v1/tenants", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        HF_RETURN_IF_ERROR(CheckFields(*body, {"name", "shared_group"}));
+        const json& b = *body;
+        if (!b.contains("name") || !b["name"].is_string()) {
+          return Status::InvalidArgument("is required (a string)", "name");
+        }
+        std::optional<std::string> group;
+        if (b.contains("shared_group") && !b["shared_group"].is_null()) {
+          if (!b["shared_group"].is_string()) {
+            return Status::InvalidArgument("must be a string", "shared_group");
+          }
+          group = b["shared_group"].get<std::string>();
+          if (group->empty()) group.reset();
+        }
+        auto t = cp.CreateTenant(c.caller, b["name"].get<std::string>(), group);
+        if (!t.ok()) return t.status();
+        return Ok(TenantJson(cp, *t), 201);
+      });
+  add("GET", "/api/v1/tenants", kAnyRole, {"limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto rows = cp.ListTenants(c.caller);
@@ -568,51 +691,54 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!page.ok()) return page.status();
         return Ok(std::move(*page));
       });
-  add("GET", "/api/v1/tenants/{name}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto t = cp.GetTenant(c.caller, c.params[0]);
-    if (!t.ok()) return t.status();
-    return Ok(TenantJson(cp, *t));
-  });
-  add("PATCH", "/api/v1/tenants/{name}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    HF_RETURN_IF_ERROR(CheckFields(*body, {"shared_group"}));
-    if (!body->contains("shared_group")) {
-      return Status::InvalidArgument("is required (a name or null)",
-                                     "shared_group");
-    }
-    const json& g = (*body)["shared_group"];
-    std::optional<std::string> group;
-    if (!g.is_null()) {
-      if (!g.is_string()) {
-        return Status::InvalidArgument("must be a string or null",
-                                       "shared_group");
-      }
-      group = g.get<std::string>();
-      if (group->empty()) group.reset();
-    }
-    auto t = cp.SetTenantGroup(c.caller, c.params[0], group);
-    if (!t.ok()) return t.status();
-    return Ok(TenantJson(cp, *t));
-  });
-  add("POST", "/api/v1/groups", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    HF_RETURN_IF_ERROR(CheckFields(*body, {"name"}));
-    if (!body->contains("name") || !(*body)["name"].is_string()) {
-      return Status::InvalidArgument("is required (a string)", "name");
-    }
-    auto g = cp.CreateGroup(c.caller, (*body)["name"].get<std::string>());
-    if (!g.ok()) return g.status();
-    return Ok({{"name", g->name},
-               {"tenants", json::array()},
-               {"created_at", FormatTime(g->created_at)}},
-              201);
-  });
-  add("GET", "/api/v1/groups", {"limit", "cursor"},
+  add("GET", "/api/v1/tenants/{name}", kAnyRole, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto t = cp.GetTenant(c.caller, c.params[0]);
+        if (!t.ok()) return t.status();
+        return Ok(TenantJson(cp, *t));
+      });
+  add("PATCH", "/api/v1/tenants/{name}", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        HF_RETURN_IF_ERROR(CheckFields(*body, {"shared_group"}));
+        if (!body->contains("shared_group")) {
+          return Status::InvalidArgument("is required (a name or null)",
+                                         "shared_group");
+        }
+        const json& g = (*body)["shared_group"];
+        std::optional<std::string> group;
+        if (!g.is_null()) {
+          if (!g.is_string()) {
+            return Status::InvalidArgument("must be a string or null",
+                                           "shared_group");
+          }
+          group = g.get<std::string>();
+          if (group->empty()) group.reset();
+        }
+        auto t = cp.SetTenantGroup(c.caller, c.params[0], group);
+        if (!t.ok()) return t.status();
+        return Ok(TenantJson(cp, *t));
+      });
+  add("POST", "/api/v1/groups", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        HF_RETURN_IF_ERROR(CheckFields(*body, {"name"}));
+        if (!body->contains("name") || !(*body)["name"].is_string()) {
+          return Status::InvalidArgument("is required (a string)", "name");
+        }
+        auto g = cp.CreateGroup(c.caller, (*body)["name"].get<std::string>());
+        if (!g.ok()) return g.status();
+        return Ok({{"name", g->name},
+                   {"tenants", json::array()},
+                   {"created_at", FormatTime(g->created_at)}},
+                  201);
+      });
+  add("GET", "/api/v1/groups", kAdminOnly, {"limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto groups = cp.ListGroups(c.caller);
@@ -633,60 +759,63 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!page.ok()) return page.status();
         return Ok(std::move(*page));
       });
-  add("DELETE", "/api/v1/groups/{name}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto g = cp.DeleteGroup(c.caller, c.params[0]);
-    if (!g.ok()) return g.status();
-    return Ok({{"name", g->name},
-               {"tenants", json::array()},
-               {"created_at", FormatTime(g->created_at)}});
-  });
+  add("DELETE", "/api/v1/groups/{name}", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto g = cp.DeleteGroup(c.caller, c.params[0]);
+        if (!g.ok()) return g.status();
+        return Ok({{"name", g->name},
+                   {"tenants", json::array()},
+                   {"created_at", FormatTime(g->created_at)}});
+      });
 
   // ---- tokens
-  add("POST", "/api/v1/tokens", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    HF_RETURN_IF_ERROR(
-        CheckFields(*body, {"role", "tenant", "description", "node"}));
-    const json& b = *body;
-    if (!b.contains("role") || !b["role"].is_string()) {
-      return Status::InvalidArgument(
-          "is required: admin, tenant-admin, user or node", "role");
-    }
-    auto role = store::ParseRole(b["role"].get<std::string>());
-    if (!role) {
-      return Status::InvalidArgument(
-          "must be admin, tenant-admin, user or node", "role");
-    }
-    std::optional<std::string> tenant;
-    if (b.contains("tenant") && !b["tenant"].is_null()) {
-      if (!b["tenant"].is_string()) {
-        return Status::InvalidArgument("must be a string", "tenant");
-      }
-      tenant = b["tenant"].get<std::string>();
-    }
-    std::string description;
-    if (b.contains("description") && !b["description"].is_null()) {
-      if (!b["description"].is_string()) {
-        return Status::InvalidArgument("must be a string", "description");
-      }
-      description = b["description"].get<std::string>();
-    }
-    std::optional<std::string> node;
-    if (b.contains("node") && !b["node"].is_null()) {
-      if (!b["node"].is_string()) {
-        return Status::InvalidArgument("must be a string", "node");
-      }
-      node = b["node"].get<std::string>();
-    }
-    auto created = cp.CreateToken(c.caller, *role, tenant, description, node);
-    if (!created.ok()) return created.status();
-    json j = TokenJson(cp, created->first);
-    j["token"] = created->second;
-    return Ok(std::move(j), 201);
-  });
-  add("GET", "/api/v1/tokens", {"limit", "cursor"},
+  add("POST", "/api/v1/tokens", kTenantAdmins, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        HF_RETURN_IF_ERROR(
+            CheckFields(*body, {"role", "tenant", "description", "node"}));
+        const json& b = *body;
+        if (!b.contains("role") || !b["role"].is_string()) {
+          return Status::InvalidArgument(
+              "is required: admin, tenant-admin, user or node", "role");
+        }
+        auto role = store::ParseRole(b["role"].get<std::string>());
+        if (!role) {
+          return Status::InvalidArgument(
+              "must be admin, tenant-admin, user or node", "role");
+        }
+        std::optional<std::string> tenant;
+        if (b.contains("tenant") && !b["tenant"].is_null()) {
+          if (!b["tenant"].is_string()) {
+            return Status::InvalidArgument("must be a string", "tenant");
+          }
+          tenant = b["tenant"].get<std::string>();
+        }
+        std::string description;
+        if (b.contains("description") && !b["description"].is_null()) {
+          if (!b["description"].is_string()) {
+            return Status::InvalidArgument("must be a string", "description");
+          }
+          description = b["description"].get<std::string>();
+        }
+        std::optional<std::string> node;
+        if (b.contains("node") && !b["node"].is_null()) {
+          if (!b["node"].is_string()) {
+            return Status::InvalidArgument("must be a string", "node");
+          }
+          node = b["node"].get<std::string>();
+        }
+        auto created =
+            cp.CreateToken(c.caller, *role, tenant, description, node);
+        if (!created.ok()) return created.status();
+        json j = TokenJson(cp, created->first);
+        j["token"] = created->second;
+        return Ok(std::move(j), 201);
+      });
+  add("GET", "/api/v1/tokens", kTenantAdmins, {"limit", "cursor"},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto rows = cp.ListTokens(c.caller);
@@ -697,16 +826,17 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!page.ok()) return page.status();
         return Ok(std::move(*page));
       });
-  add("DELETE", "/api/v1/tokens/{id}", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto id = ParseId(c.params[0], "id");
-    if (!id.ok()) return Status::NotFound("no token '" + c.params[0] + "'");
-    auto row = cp.RevokeToken(c.caller, *id);
-    if (!row.ok()) return row.status();
-    return Ok(TokenJson(cp, *row));
-  });
+  add("DELETE", "/api/v1/tokens/{id}", kTenantAdmins, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no token '" + c.params[0] + "'");
+        auto row = cp.RevokeToken(c.caller, *id);
+        if (!row.ok()) return row.status();
+        return Ok(TokenJson(cp, *row));
+      });
 
-  add("POST", "/api/v1/nodes/{node}/tasks/{id}/logs", {},
+  add("POST", "/api/v1/nodes/{node}/tasks/{id}/logs", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto id = ParseId(c.params[1], "id");
@@ -735,7 +865,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       });
 
   // ---- cross-tenant sharing approvals (SPEC.md section 7)
-  add("POST", "/api/v1/sharing-approvals", {},
+  add("POST", "/api/v1/sharing-approvals", kAdminOnly, {},
       [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto body = Body(c);
@@ -746,7 +876,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!row.ok()) return row.status();
         return Ok(ApprovalJson(cp, *row, clock.NowMillis()), 201);
       });
-  add("GET", "/api/v1/sharing-approvals", {"limit", "cursor"},
+  add("GET", "/api/v1/sharing-approvals", kAdminOnly, {"limit", "cursor"},
       [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto rows = cp.ListApprovals(c.caller);
@@ -760,7 +890,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!page.ok()) return page.status();
         return Ok(std::move(*page));
       });
-  add("DELETE", "/api/v1/sharing-approvals/{id}", {},
+  add("DELETE", "/api/v1/sharing-approvals/{id}", kAdminOnly, {},
       [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto id = ParseId(c.params[0], "id");
@@ -773,22 +903,25 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       });
 
   // ---- nodes and agents
-  add("POST", "/api/v1/nodes/register", {}, [cpp](Ctx& c) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    auto body = Body(c);
-    if (!body.ok()) return body.status();
-    if (body->contains("tasks")) {
-      return Status::InvalidArgument(
-          "unknown field 'tasks' (running tasks go in heartbeats)", "tasks");
-    }
-    auto report = ParseNodeReport(*body, true);
-    if (!report.ok()) return report.status();
-    auto node = cp.RegisterNode(c.caller, *report);
-    if (!node.ok()) return node.status();
-    return Ok({{"node_id", node->name},
-               {"heartbeat_interval_s", cp.options().heartbeat_interval_s}});
-  });
-  add("POST", "/api/v1/nodes/{node}/heartbeat", {},
+  add("POST", "/api/v1/nodes/register", kAgents, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto body = Body(c);
+        if (!body.ok()) return body.status();
+        if (body->contains("tasks")) {
+          return Status::InvalidArgument(
+              "unknown field 'tasks' (running tasks go in heartbeats)",
+              "tasks");
+        }
+        auto report = ParseNodeReport(*body, true);
+        if (!report.ok()) return report.status();
+        auto node = cp.RegisterNode(c.caller, *report);
+        if (!node.ok()) return node.status();
+        return Ok(
+            {{"node_id", node->name},
+             {"heartbeat_interval_s", cp.options().heartbeat_interval_s}});
+      });
+  add("POST", "/api/v1/nodes/{node}/heartbeat", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto body = Body(c);
@@ -812,7 +945,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         }
         return Ok({{"ok", true}, {"quotas", std::move(quotas)}});
       });
-  add("GET", "/api/v1/nodes/{node}/assignments", {},
+  add("GET", "/api/v1/nodes/{node}/assignments", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto a = cp.GetAssignments(c.caller, c.params[0]);
@@ -828,7 +961,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
                    {"bound", a->bound},
                    {"slices", std::move(slices)}});
       });
-  add("POST", "/api/v1/nodes/{node}/task-states", {},
+  add("POST", "/api/v1/nodes/{node}/task-states", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto body = Body(c);
@@ -839,7 +972,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!n.ok()) return n.status();
         return Ok({{"accepted", *n}});
       });
-  add("POST", "/api/v1/nodes/{node}/slice-requests/claim", {},
+  add("POST", "/api/v1/nodes/{node}/slice-requests/claim", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto rows = cp.ClaimSliceRequests(c.caller, c.params[0]);
@@ -849,7 +982,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
           items.push_back(SliceRequestJson(cp, row));
         return Ok({{"items", std::move(items)}});
       });
-  add("GET", "/api/v1/nodes", {"limit", "cursor"},
+  add("GET", "/api/v1/nodes", kAdminOnly, {"limit", "cursor"},
       [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto nodes = cp.ListNodes(c.caller);
@@ -862,7 +995,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!page.ok()) return page.status();
         return Ok(std::move(*page));
       });
-  add("GET", "/api/v1/nodes/{node}", {},
+  add("GET", "/api/v1/nodes/{node}", kAdminOnly, {},
       [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         auto node = cp.GetNode(c.caller, c.params[0]);
@@ -904,12 +1037,139 @@ std::string BearerToken(const httplib::Request& req) {
   return "";
 }
 
-// Answers `req` with `route` on this instance: the query check, the caller
-// (Bearer token), the handler, and the one mapping of its Status onto an
-// HTTP status and JSON error body. The socket server and LocalApi both
-// call it, so the in-process path is the HTTP path without the socket.
-void ServeRoute(const Route& route, ControlPlane& cp,
+// A reply as it goes on the wire.
+struct Wire {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+Wire WireFor(const StatusOr<Reply>& reply, const httplib::Request& req) {
+  Wire w;
+  if (!reply.ok()) {
+    const Status& s = reply.status();
+    if (s.code() == StatusCode::kInternal ||
+        s.code() == StatusCode::kUnavailable) {
+      spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
+    }
+    w.status = HttpStatusFor(s.code());
+    w.body = DumpJson(ErrorBody(s));
+  } else if (!reply->content_type.empty()) {
+    w.status = reply->status;
+    w.content_type = reply->content_type;
+    w.body = reply->text;
+  } else {
+    w.status = reply->status;
+    w.body = DumpJson(reply->body);
+  }
+  return w;
+}
+
+void WriteWire(httplib::Response& res, const Wire& w) {
+  res.status = w.status;
+  res.set_content(w.body, w.content_type.c_str());
+}
+
+json KeyConflict(const std::string& message) {
+  return {{"error", "conflict"},
+          {"message", message},
+          {"field", kIdempotencyKeyHeader}};
+}
+
+// Answers a POST whose Idempotency-Key is already recorded (docs/API.md,
+// "Idempotent POSTs").
+void AnswerFromRecord(const Route& route, Ctx& ctx,
+                      const IdempotencyKeys::Claim& claim,
+                      httplib::Response& res) {
+  const std::string& key = claim.row.key;
+  switch (claim.outcome) {
+    case IdempotencyKeys::Outcome::kReplay: {
+      res.set_header(kIdempotentReplayedHeader, "true");
+      if (claim.row.body.empty() && claim.row.task_id && route.replay_task) {
+        // Recorded with its effect; the reply itself was not written (the
+        // server stopped in between): the task as it is now.
+        StatusOr<Reply> reply = route.replay_task(ctx, *claim.row.task_id);
+        Wire w = WireFor(reply, ctx.req);
+        if (reply.ok()) w.status = claim.row.status;
+        WriteWire(res, w);
+        return;
+      }
+      WriteWire(res,
+                Wire{claim.row.status, "application/json", claim.row.body});
+      return;
+    }
+    case IdempotencyKeys::Outcome::kReused:
+      WriteJson(res, 422,
+                {{"error", "idempotency_key_reused"},
+                 {"message", "Idempotency-Key '" + key +
+                                 "' was first sent with a different method, "
+                                 "path or body; a new request needs a new "
+                                 "key"},
+                 {"field", kIdempotencyKeyHeader}});
+      return;
+    case IdempotencyKeys::Outcome::kInProgress:
+      res.set_header("Retry-After", "1");
+      WriteJson(
+          res, 409,
+          KeyConflict("the request first sent with Idempotency-Key '" + key +
+                      "' is still being carried out; retry shortly for "
+                      "its reply"));
+      return;
+    case IdempotencyKeys::Outcome::kUnknown:
+      WriteJson(res, 409,
+                KeyConflict("the request first sent with Idempotency-Key '" +
+                            key + "' at " + FormatTime(claim.row.created_at) +
+                            " never finished (the server stopped while "
+                            "carrying it out): whether it took effect is "
+                            "unknown; check, then send it again with a new "
+                            "key"));
+      return;
+    case IdempotencyKeys::Outcome::kProceed:
+      break;
+  }
+  WriteJson(res, 500, ErrorBody(Status::Internal("idempotency: no record")));
+}
+
+// Answers `req` with `route` on this instance: the caller (Bearer token),
+// whether the caller's role may call the route, the query check, the
+// Idempotency-Key of a POST (`keys`; null: not honoured), the handler, and
+// the one mapping of its Status onto an HTTP status and JSON error body.
+// The socket server and LocalApi both call it, so the in-process path is
+// the HTTP path without the socket.
+void ServeRoute(const Route& route, ControlPlane& cp, IdempotencyKeys* keys,
                 const httplib::Request& req, httplib::Response& res) {
+  Ctx ctx{req, {}, {}};
+  for (std::size_t i = 1; i < req.matches.size(); ++i) {
+    ctx.params.push_back(req.matches[i].str());
+  }
+  if (route.access.auth) {
+    auto caller = cp.Authenticate(BearerToken(req));
+    if (!caller.ok()) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      WriteJson(res, 401, ErrorBody(caller.status()));
+      return;
+    }
+    ctx.caller = *caller;
+    // Who may call this, before anything the caller sent is looked at.
+    if (!route.access.roles.Has(ctx.caller.role)) {
+      WriteJson(
+          res, 403,
+          ErrorBody(Status::PermissionDenied(
+              route.method + " " + route.path + " needs a token of role " +
+              route.access.roles.Describe() + " (this token's role is " +
+              std::string(store::RoleName(ctx.caller.role)) + ")")));
+      return;
+    }
+    if (route.node_param >= 0 && ctx.caller.node &&
+        static_cast<std::size_t>(route.node_param) < ctx.params.size() &&
+        ctx.params[route.node_param] != *ctx.caller.node) {
+      WriteJson(res, 403,
+                ErrorBody(Status::PermissionDenied(
+                    "this node token is bound to node '" + *ctx.caller.node +
+                    "', not '" + ctx.params[route.node_param] + "'")));
+      return;
+    }
+  }
   // Only the URL's query counts (httplib also puts form bodies in params,
   // and curl -d sends JSON as a form by default).
   for (const std::string& name : QueryNames(req.target)) {
@@ -921,35 +1181,64 @@ void ServeRoute(const Route& route, ControlPlane& cp,
       return;
     }
   }
-  Ctx ctx{req, {}, {}};
-  for (std::size_t i = 1; i < req.matches.size(); ++i) {
-    ctx.params.push_back(req.matches[i].str());
-  }
-  if (route.auth) {
-    auto caller = cp.Authenticate(BearerToken(req));
-    if (!caller.ok()) {
-      res.set_header("WWW-Authenticate", "Bearer");
-      WriteJson(res, 401, ErrorBody(caller.status()));
+  // Idempotency-Key (idempotency.h): a repeat is answered from the record.
+  std::optional<store::IdempotencyRow> record;
+  const bool in_txn = static_cast<bool>(route.replay_task);
+  if (keys != nullptr && req.method == "POST" && route.access.auth &&
+      req.has_header(kIdempotencyKeyHeader)) {
+    const std::string key = req.get_header_value(kIdempotencyKeyHeader);
+    if (Status s = ValidateIdempotencyKey(key); !s.ok()) {
+      WriteJson(res, 400, ErrorBody(s));
       return;
     }
-    ctx.caller = *caller;
+    const std::string fingerprint =
+        RequestFingerprint(req.method, req.target, req.body);
+    auto claim = keys->Begin(ctx.caller.token_id, key, fingerprint,
+                             /*record_pending=*/!in_txn);
+    if (!claim.ok()) {
+      WriteWire(res, WireFor(claim.status(), req));
+      return;
+    }
+    if (claim->outcome != IdempotencyKeys::Outcome::kProceed) {
+      AnswerFromRecord(route, ctx, *claim, res);
+      return;
+    }
+    record = claim->row;
+    if (in_txn) {
+      ctx.idempotency = &*record;
+      ctx.keys = keys;
+    }
   }
   StatusOr<Reply> reply = route.fn(ctx);
-  if (!reply.ok()) {
-    const Status& s = reply.status();
-    if (s.code() == StatusCode::kInternal ||
-        s.code() == StatusCode::kUnavailable) {
-      spdlog::error("{} {}: {}", req.method, req.path, s.ToString());
+  if (record && ctx.idempotency_taken) {
+    // A concurrent request with the same key recorded it first: its
+    // record answers (this one's effect was rolled back with it).
+    auto claim = keys->Begin(ctx.caller.token_id, record->key,
+                             record->fingerprint, /*record_pending=*/false);
+    if (claim.ok() && claim->outcome != IdempotencyKeys::Outcome::kProceed) {
+      AnswerFromRecord(route, ctx, *claim, res);
+      return;
     }
-    WriteJson(res, HttpStatusFor(s.code()), ErrorBody(s));
-    return;
+    record.reset();  // not ours to record
   }
-  if (!reply->content_type.empty()) {
-    res.status = reply->status;
-    res.set_content(reply->text, reply->content_type.c_str());
-    return;
+  const Wire wire = WireFor(reply, req);
+  if (record) {
+    Status recorded;
+    if (wire.status >= 500) {
+      // Not done (or not known to be): the key is free again. A task's
+      // record rolled back with its insert.
+      if (!in_txn) recorded = keys->Abandon(*record);
+    } else if (in_txn && !reply.ok()) {
+      recorded = keys->RecordFinished(*record, wire.status, wire.body);
+    } else {
+      recorded = keys->Finish(*record, wire.status, wire.body);
+    }
+    if (!recorded.ok()) {
+      spdlog::warn("{} {}: recording Idempotency-Key '{}': {}", req.method,
+                   req.path, record->key, recorded.ToString());
+    }
   }
-  WriteJson(res, reply->status, reply->body);
+  WriteWire(res, wire);
 }
 
 }  // namespace
@@ -1009,7 +1298,8 @@ std::vector<RouteInfo> ServedRoutes() {
   std::vector<RouteInfo> out;
   SystemClock clock;
   for (const Route& r : BuildRoutes(nullptr, clock, nullptr)) {
-    out.push_back({r.method, r.path, r.leader_only});
+    out.push_back({r.method, r.path, r.leader_only, r.access.auth,
+                   r.access.roles.Names()});
   }
   return out;
 }
@@ -1019,7 +1309,9 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
     : cp_(control_plane),
       clock_(clock),
       leadership_(leadership),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      idempotency_(std::make_unique<IdempotencyKeys>(
+          control_plane->store(), clock, options_.idempotency)) {
   http_.set_payload_max_length(options_.max_body_bytes);
   http_.set_keep_alive_max_count(100000);
   // httplib writes a response's headers and its body in separate send()
@@ -1110,7 +1402,7 @@ void ApiServer::RegisterRoutes() {
         RouteToLeader(req, res);
         return;
       }
-      ServeRoute(route, *cp_, req, res);
+      ServeRoute(route, *cp_, idempotency_.get(), req, res);
     };
     const std::string pattern = PathRegex(route.path);
     if (route.method == "GET") {
@@ -1185,8 +1477,13 @@ struct LocalApi::Routes {
   std::vector<std::regex> patterns;  // routes[i]'s path
 };
 
-LocalApi::LocalApi(ControlPlane* control_plane, const Clock* clock)
-    : cp_(control_plane), clock_(clock), routes_(std::make_unique<Routes>()) {
+LocalApi::LocalApi(ControlPlane* control_plane, const Clock* clock,
+                   IdempotencyOptions idempotency)
+    : cp_(control_plane),
+      clock_(clock),
+      routes_(std::make_unique<Routes>()),
+      idempotency_(std::make_unique<IdempotencyKeys>(control_plane->store(),
+                                                     clock, idempotency)) {
   routes_->routes = BuildRoutes(cp_, *clock_, nullptr);
   for (const Route& r : routes_->routes) {
     routes_->patterns.emplace_back(PathRegex(r.path));
@@ -1202,8 +1499,7 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
   const std::size_t q = request.target.find('?');
   req.path = httplib::detail::decode_url(request.target.substr(0, q), false);
   if (q != std::string::npos) {
-    httplib::detail::parse_query_text(request.target.substr(q + 1),
-                                      req.params);
+    httplib::detail::parse_query_text(request.target.substr(q + 1), req.params);
   }
   req.body = request.body;
   for (const auto& [k, v] : request.headers) req.headers.emplace(k, v);
@@ -1221,12 +1517,12 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
     }
   }
   if (found == nullptr) {
-    WriteJson(res, 404,
-              ErrorBody(Status::NotFound("no route " + req.method + " " +
-                                         req.path)));
+    WriteJson(
+        res, 404,
+        ErrorBody(Status::NotFound("no route " + req.method + " " + req.path)));
   } else {
     try {
-      ServeRoute(*found, *cp_, req, res);
+      ServeRoute(*found, *cp_, idempotency_.get(), req, res);
     } catch (const std::exception& e) {
       // As the socket server's exception handler answers.
       spdlog::error("{} {}: {}", req.method, req.path, e.what());
@@ -1237,6 +1533,7 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
   out.status = res.status;
   out.body = std::move(res.body);
   out.content_type = res.get_header_value("Content-Type");
+  for (const auto& [name, value] : res.headers) out.headers[name] = value;
   return out;
 }
 

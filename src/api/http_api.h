@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "api/idempotency.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/control_plane.h"
@@ -27,6 +28,11 @@ struct RouteInfo {
   // Needs the ledger: a follower instance forwards it to the leader
   // (docs/OPERATIONS.md, "Several instances").
   bool leader_only = false;
+  // False: public (no token). Otherwise the roles ("admin", "tenant-admin",
+  // "user", "node") that may call it; every other role gets 403 before the
+  // request's query or body is looked at.
+  bool auth = true;
+  std::vector<std::string> roles;
 };
 
 // Every route hf-server serves.
@@ -44,6 +50,8 @@ struct ApiOptions {
   // The built web console (index.html and its assets), served at /. Empty
   // or missing: / says how to build it.
   std::string console_dir;
+  // Idempotency-Key records: how long they are honoured, and the sweep.
+  IdempotencyOptions idempotency;
 };
 
 int HttpStatusFor(StatusCode code);
@@ -76,6 +84,7 @@ class ApiServer {
   const Clock* const clock_;
   const server::Leadership* const leadership_;
   const ApiOptions options_;
+  const std::unique_ptr<IdempotencyKeys> idempotency_;
   httplib::Server http_;
   int port_ = 0;
 };
@@ -93,6 +102,7 @@ struct LocalResponse {
   int status = 0;
   std::string body;
   std::string content_type;
+  std::map<std::string, std::string> headers;  // e.g. Idempotent-Replayed
 };
 
 // The routes of ApiServer without a socket: the same table, the same
@@ -104,7 +114,8 @@ struct LocalResponse {
 class LocalApi {
  public:
   // Both must outlive the LocalApi.
-  LocalApi(server::ControlPlane* control_plane, const Clock* clock);
+  LocalApi(server::ControlPlane* control_plane, const Clock* clock,
+           IdempotencyOptions idempotency = {});
   ~LocalApi();
   LocalApi(const LocalApi&) = delete;
   LocalApi& operator=(const LocalApi&) = delete;
@@ -116,6 +127,7 @@ class LocalApi {
   server::ControlPlane* const cp_;
   const Clock* const clock_;
   std::unique_ptr<Routes> routes_;
+  const std::unique_ptr<IdempotencyKeys> idempotency_;
 };
 
 }  // namespace hf::api

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "api/http_api.h"
 
@@ -44,6 +45,27 @@ TEST(RoutesTest, ServedRoutesEqualTheOpenApiDocument) {
   for (const Route& r : documented) {
     EXPECT_TRUE(served.contains(r))
         << "in openapi.json but not served: " << r.first << " " << r.second;
+  }
+}
+
+// The roles openapi.json gives each operation (`x-roles`) are the roles the
+// route table lets through; public routes have none.
+TEST(RoutesTest, DocumentedRolesAreTheServedRoles) {
+  const nlohmann::json doc = nlohmann::json::parse(OpenApiDocument());
+  for (const RouteInfo& r : ServedRoutes()) {
+    std::string method;
+    for (char c : r.method)
+      method.push_back(static_cast<char>(std::tolower(c)));
+    SCOPED_TRACE(r.method + " " + r.path);
+    ASSERT_TRUE(doc["paths"].contains(r.path));
+    const nlohmann::json& op = doc["paths"][r.path][method];
+    if (!r.auth) {
+      EXPECT_FALSE(op.contains("x-roles"));
+      continue;
+    }
+    ASSERT_TRUE(op.contains("x-roles")) << "openapi.json: add x-roles";
+    EXPECT_EQ(op["x-roles"].get<std::vector<std::string>>(), r.roles);
+    EXPECT_TRUE(op["responses"].contains("403"));
   }
 }
 

@@ -739,6 +739,25 @@ TEST_F(OutputTest, SliceNodeAndRequestCellsAreDerived) {
                               "25%      silver  mps          allocated  admin"),
             std::string::npos)
       << slices.str();
+  // Whole GPUs are exclusive and need no enforcement; an unenforced slice
+  // shows "-".
+  std::ostringstream whole;
+  RenderTable(Resource::kSlice, Json::parse(R"([
+    {"id": 5, "task_id": 9, "tenant": "acme", "node_id": "n1",
+     "gpu_index": 0, "gpu_indices": [0, 1], "memory_mb": 163840,
+     "compute_percent": 100, "kind": "whole", "qos_level": "exclusive",
+     "enforcement": [], "state": "allocated", "origin": "scheduler",
+     "created_at": "2026-11-29T12:00:00.000Z"},
+    {"id": 6, "task_id": 10, "tenant": "acme", "node_id": "n1",
+     "gpu_index": 2, "gpu_indices": [2], "memory_mb": 1024,
+     "compute_percent": 50, "kind": "slice", "qos_level": "bronze",
+     "enforcement": [], "state": "allocated", "origin": "scheduler",
+     "created_at": "2026-11-29T12:00:00.000Z"}])"),
+              whole);
+  EXPECT_NE(whole.str().find("exclusive  none-needed"), std::string::npos)
+      << whole.str();
+  EXPECT_NE(whole.str().find("bronze     -  "), std::string::npos)
+      << whole.str();
 
   std::ostringstream nodes;
   RenderTable(Resource::kNode, Json::parse(R"([
@@ -859,6 +878,120 @@ TEST_F(OutputTest, AllStopsOnARepeatedCursorAndOnAnErrorPage) {
   EXPECT_EQ(run.err,
             "hfctl: 400 invalid_argument: bad cursor (field: cursor)\n");
   EXPECT_EQ(run.out, "");
+}
+
+// --follow shows every page, then asks for what came after the last entry
+// shown (resume_cursor), whether or not a poll found anything, until a
+// request fails.
+TEST_F(OutputTest, HistoryFollowResumesAfterTheLastEntryShown) {
+  FakeServer server;
+  server.Reply(200, R"({"items": [{"id": 1, "op": "allocate"}],
+    "next_cursor": "1", "resume_cursor": "1"})");
+  server.Reply(200, R"({"items": [{"id": 2, "op": "release"}],
+    "next_cursor": null, "resume_cursor": "2"})");
+  server.Reply(200, R"({"items": [], "next_cursor": null,
+    "resume_cursor": "2"})");
+  server.Reply(200, R"({"items": [{"id": 3, "op": "allocate"}],
+    "next_cursor": null, "resume_cursor": "3"})");
+  server.replies.emplace_back(Status::Unavailable("connection refused"));
+  RunResult run = Hfctl({"slices", "history", "--follow", "--interval", "0",
+                         "--task", "9", "-o", "json"},
+                        server);
+  EXPECT_EQ(run.exit_code, kExitLocalError) << run.err;
+  ASSERT_EQ(server.requests.size(), 5u);
+  EXPECT_EQ(server.requests[0].Target(), "/api/v1/slices/history?task_id=9");
+  EXPECT_EQ(server.requests[1].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=1");
+  EXPECT_EQ(server.requests[2].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=2");
+  EXPECT_EQ(server.requests[3].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=2");
+  EXPECT_EQ(server.requests[4].Target(),
+            "/api/v1/slices/history?task_id=9&cursor=3");
+  EXPECT_EQ(run.out,
+            "{\"id\":1,\"op\":\"allocate\"}\n{\"id\":2,\"op\":\"release\"}\n"
+            "{\"id\":3,\"op\":\"allocate\"}\n");
+
+  // A server without resume_cursor cannot be followed.
+  FakeServer old;
+  old.Reply(200, R"({"items": [], "next_cursor": null})");
+  run = Hfctl({"slices", "history", "-f", "--interval", "0"}, old);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  EXPECT_NE(run.err.find("resume_cursor"), std::string::npos) << run.err;
+  EXPECT_EQ(old.requests.size(), 1u);
+}
+
+// ------------------------------------------------------ Idempotency-Key
+
+std::string KeyOf(const Request& request) {
+  for (const auto& [name, value] : request.headers) {
+    if (name == "Idempotency-Key") return value;
+  }
+  return "";
+}
+
+TEST_F(RequestTest, EveryPostCarriesItsOwnIdempotencyKey) {
+  FakeServer server;
+  ASSERT_EQ(Hfctl({"tenants", "create", "a"}, server).exit_code, 0);
+  ASSERT_EQ(Hfctl({"tenants", "create", "b"}, server).exit_code, 0);
+  ASSERT_EQ(Hfctl({"tenants", "list"}, server).exit_code, 0);
+  ASSERT_EQ(server.requests.size(), 3u);
+  const std::string a = KeyOf(server.requests[0]);
+  EXPECT_TRUE(a.starts_with("hfctl-")) << a;
+  EXPECT_EQ(a.size(), 6u + 32u) << a;
+  EXPECT_NE(KeyOf(server.requests[1]), a) << "a new key per invocation";
+  EXPECT_EQ(KeyOf(server.requests[2]), "") << "GETs need none";
+}
+
+// A POST whose reply was lost, or that a follower or proxy could not pass
+// on (502/503/504), is sent again with the same key.
+TEST_F(RequestTest, APostWithoutAnAnswerIsSentAgainWithTheSameKey) {
+  FakeServer server;
+  server.replies.emplace_back(
+      Status::Unavailable("the connection closed before a full reply arrived"));
+  server.Reply(503, R"({"error": "unavailable", "message": "no leader"})");
+  server.Reply(201, R"({"id": 5, "name": "t", "status": "pending"})");
+  RunResult run = Hfctl(
+      {"tasks", "create", "--name", "t", "--memory", "1024", "-o", "json"},
+      server);
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_EQ(server.requests.size(), 3u);
+  const std::string key = KeyOf(server.requests[0]);
+  EXPECT_FALSE(key.empty());
+  EXPECT_EQ(KeyOf(server.requests[1]), key);
+  EXPECT_EQ(KeyOf(server.requests[2]), key);
+  EXPECT_EQ(server.requests[2].body, server.requests[0].body);
+  EXPECT_NE(run.err.find("same Idempotency-Key"), std::string::npos) << run.err;
+  EXPECT_EQ(nlohmann::json::parse(run.out)["id"], 5);
+}
+
+TEST_F(RequestTest, PostRetriesAreBoundedAndSkipWhatNeverReachedTheServer) {
+  FakeServer busy;
+  for (int i = 0; i < 5; ++i) {
+    busy.Reply(503, R"({"error": "unavailable", "message": "no leader"})");
+  }
+  RunResult run = Hfctl({"tenants", "create", "a"}, busy);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  EXPECT_EQ(busy.requests.size(), 3u);
+
+  FakeServer refused;
+  refused.replies.emplace_back(Status::Unavailable("connection refused"));
+  run = Hfctl({"tenants", "create", "a"}, refused);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_EQ(refused.requests.size(), 1u);
+
+  // A 4xx is an answer: never sent again.
+  FakeServer conflict;
+  conflict.Reply(409, R"({"error": "conflict", "message": "exists"})");
+  run = Hfctl({"tenants", "create", "a"}, conflict);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  EXPECT_EQ(conflict.requests.size(), 1u);
+
+  // GETs are not retried.
+  FakeServer get;
+  get.Reply(503, R"({"error": "unavailable", "message": "no leader"})");
+  run = Hfctl({"tenants", "list"}, get);
+  EXPECT_EQ(get.requests.size(), 1u);
 }
 
 TEST_F(OutputTest, TokenCreatePrintsTheSecretOnceAndClearly) {
@@ -1037,7 +1170,8 @@ TEST_F(RequestTest, HttpTransportSendsMethodPathTokenAndBody) {
     }
     seen.push_back(req.method + " " + target + " | " +
                    req.get_header_value("Authorization") + " | " +
-                   req.get_header_value("Content-Type") + " | " + req.body);
+                   req.get_header_value("Content-Type") + " | " + req.body +
+                   (req.has_header("Idempotency-Key") ? " | keyed" : ""));
     if (req.path.ends_with("/tasks/404")) {
       res.status = 404;
       res.set_content(R"({"error": "not_found", "message": "no task 404"})",
@@ -1078,7 +1212,7 @@ TEST_F(RequestTest, HttpTransportSendsMethodPathTokenAndBody) {
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0],
             "POST /hf/api/v1/tasks | Bearer s3cret | application/json | "
-            R"({"name":"t","gpu_compute_ratio":0.5})");
+            R"({"name":"t","gpu_compute_ratio":0.5} | keyed)");
   EXPECT_EQ(seen[1], "GET /hf/api/v1/tasks?tenant=a b; | Bearer s3cret |  | ");
   EXPECT_EQ(seen[2], "GET /hf/api/v1/tasks/404 |  |  | ");
 }

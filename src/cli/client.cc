@@ -1,15 +1,20 @@
 #include "cli/client.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -28,6 +33,10 @@ struct Action {
   std::optional<Resource> list_of;
   std::string noun;
   const bool* follow_all = nullptr;
+  // For a list that grows (the history): --follow polls it for new rows,
+  // every *follow_interval_s seconds, until interrupted.
+  const bool* follow_new = nullptr;
+  const double* follow_interval_s = nullptr;
   // For everything else: how to show the reply.
   std::function<void(const Json& reply, std::ostream& out)> show;
   // Optional: what to tell on stderr about the reply (the server's
@@ -65,6 +74,8 @@ struct SliceListOptions {
 struct SliceHistoryOptions {
   std::optional<std::int64_t> slice_id, task_id;
   PageOptions page;
+  bool follow = false;
+  double interval_s = 2;
 };
 
 struct SliceCreateOptions {
@@ -480,8 +491,7 @@ class CommandLine {
              },
              ShowDetail));
 
-    CLI::App* history = Leaf(
-        slices, "history", "the slice operation log",
+    Action history_action =
         ListAction(Resource::kHistoryEntry, "history entries",
                    slice_history_.page, [this] {
                      Request request = Get(ApiPath({"slices", "history"}));
@@ -489,8 +499,23 @@ class CommandLine {
                      QueryIfGiven(request, "slice_id", slice_history_.slice_id);
                      QueryIfGiven(request, "task_id", slice_history_.task_id);
                      return request;
-                   }));
+                   });
+    history_action.follow_new = &slice_history_.follow;
+    history_action.follow_interval_s = &slice_history_.interval_s;
+    CLI::App* history = Leaf(slices, "history", "the slice operation log",
+                             std::move(history_action));
     AddPageOptions(history, slice_history_.page);
+    CLI::Option* follow = history->add_flag(
+        "-f,--follow", slice_history_.follow,
+        "show the log, then keep showing new entries as they come (until "
+        "interrupted; each batch a table, or one JSON object per line with "
+        "-o json)");
+    follow->excludes("--all");
+    history
+        ->add_option("--interval", slice_history_.interval_s,
+                     "seconds between polls with --follow")
+        ->check(CLI::Range(0.0, 3600.0))
+        ->capture_default_str();
     history->add_option("--slice", slice_history_.slice_id,
                         "only this slice's entries");
     history->add_option("--task", slice_history_.task_id,
@@ -831,11 +856,70 @@ struct Exchange {
   int exit_code = kExitOk;
 };
 
+// A fresh Idempotency-Key for one POST of this invocation (docs/API.md,
+// "Idempotent POSTs"): 128 random bits.
+std::string NewIdempotencyKey() {
+  std::random_device random;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key = "hfctl-";
+  for (int i = 0; i < 4; ++i) {
+    std::uint32_t word = random();
+    for (int j = 0; j < 8; ++j) {
+      key.push_back(kHex[word & 0xf]);
+      word >>= 4;
+    }
+  }
+  return key;
+}
+
+bool HasHeader(const Request& request, std::string_view name) {
+  return std::any_of(request.headers.begin(), request.headers.end(),
+                     [&](const auto& header) { return header.first == name; });
+}
+
+// A failure after which the server may have carried the request out: the
+// connection broke or timed out once the request was (being) sent. A
+// refused connection or an unknown host name never reached it.
+bool MayHaveReachedTheServer(std::string_view reason) {
+  return reason != "connection refused" &&
+         !reason.starts_with("cannot resolve host name") &&
+         !reason.starts_with("TLS") && !reason.starts_with("cannot load") &&
+         !reason.starts_with("the server's TLS");
+}
+
+// The times a POST carrying an Idempotency-Key is sent at most, when no
+// reply comes back or the server answers 502/503/504 (a follower that
+// could not reach the leader, a proxy): the key makes the repeat safe, the
+// server answers it from its record.
+constexpr int kPostAttempts = 3;
+constexpr std::chrono::milliseconds kFirstBackoff{250};
+
 // Sends `request`; on success returns the parsed JSON reply (null for an
 // empty body). On failure writes the error to `err` and returns its exit code.
 Exchange SendOnce(Transport& transport, const Request& request,
                   const Settings& settings, std::ostream& err) {
+  const bool retry =
+      request.method == "POST" && HasHeader(request, "Idempotency-Key");
   StatusOr<HttpResponse> response = transport.Send(request);
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  for (int attempt = 1; retry && attempt < kPostAttempts; ++attempt) {
+    std::string why;
+    if (!response.ok()) {
+      if (!MayHaveReachedTheServer(response.status().message())) break;
+      why = response.status().message();
+    } else if (response->status == 502 || response->status == 503 ||
+               response->status == 504) {
+      why = "HTTP " + std::to_string(response->status);
+    } else {
+      break;
+    }
+    err << "hfctl: " << request.method << " " << request.path << ": " << why
+        << "; sending it again with the same Idempotency-Key (the server "
+           "does it only once)\n";
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+    response = transport.Send(request);
+  }
   if (!response.ok()) {
     err << FormatUnreachable(settings, response.status().message());
     return {std::nullopt, kExitLocalError};
@@ -866,10 +950,12 @@ std::optional<std::string> NextCursor(const Json& reply) {
 }
 
 // Fetches every page of a list, starting from `request`, into one reply
-// {"items": [...all...], "next_cursor": null}.
+// {"items": [...all...], "next_cursor": null, "resume_cursor": <the last
+// page's>}.
 Exchange FetchAllPages(Transport& transport, Request request,
                        const Settings& settings, std::ostream& err) {
   Json items = Json::array();
+  Json resume = nullptr;  // the last page's resume_cursor
   std::set<std::string> seen_cursors;
   while (true) {
     Exchange page = SendOnce(transport, request, settings, err);
@@ -881,6 +967,7 @@ Exchange FetchAllPages(Transport& transport, Request request,
       return {std::nullopt, kExitServerError};
     }
     for (const Json& item : reply["items"]) items.push_back(item);
+    if (reply.contains("resume_cursor")) resume = reply["resume_cursor"];
     const std::optional<std::string> cursor = NextCursor(reply);
     if (!cursor) break;
     if (!seen_cursors.insert(*cursor).second) {
@@ -894,7 +981,47 @@ Exchange FetchAllPages(Transport& transport, Request request,
   Json merged = Json::object();
   merged["items"] = std::move(items);
   merged["next_cursor"] = nullptr;
+  if (!resume.is_null()) merged["resume_cursor"] = std::move(resume);
   return {std::move(merged), kExitOk};
+}
+
+// --follow: shows every page from `request` on, then polls for entries
+// after the last one shown (the reply's resume_cursor) every `interval_s`
+// seconds, forever; returns only when a request fails (its exit code).
+int FollowList(const Action& action, Transport& transport, Request request,
+               const Settings& settings, bool json_output, std::ostream& out,
+               std::ostream& err) {
+  const auto interval =
+      std::chrono::duration<double>(*action.follow_interval_s);
+  while (true) {
+    Exchange page = SendOnce(transport, request, settings, err);
+    if (!page.reply) return page.exit_code;
+    const Json& reply = *page.reply;
+    if (!reply.is_object() || !reply.contains("items") ||
+        !reply["items"].is_array() || !reply.contains("resume_cursor") ||
+        !reply["resume_cursor"].is_string()) {
+      err << "hfctl: the server's reply is not a list with a resume_cursor; "
+             "--follow needs a newer hf-server\n";
+      return kExitServerError;
+    }
+    const Json& items = reply["items"];
+    if (!items.empty()) {
+      if (json_output) {
+        for (const Json& item : items) {
+          out << item.dump(-1, ' ', /*ensure_ascii=*/false,
+                           Json::error_handler_t::replace)
+              << '\n';
+        }
+      } else {
+        RenderTable(*action.list_of, items, out);
+      }
+      out.flush();
+    }
+    const std::optional<std::string> next = NextCursor(reply);
+    request.SetQuery("cursor",
+                     next ? *next : reply["resume_cursor"].get<std::string>());
+    if (!next) std::this_thread::sleep_for(interval);
+  }
 }
 
 void ShowList(const Action& action, const Json& reply, std::ostream& out,
@@ -942,6 +1069,11 @@ int Run(const std::vector<std::string>& args,
     err << "hfctl: " << request.status().message() << '\n';
     return kExitLocalError;
   }
+  // Every POST may be sent more than once (SendOnce): the server does it
+  // once per key.
+  if (request->method == "POST" && !HasHeader(*request, "Idempotency-Key")) {
+    request->headers.emplace_back("Idempotency-Key", NewIdempotencyKey());
+  }
   StatusOr<Settings> settings = ResolveSettings(command_line.connection());
   if (!settings.ok()) {
     err << "hfctl: " << settings.status().message() << '\n';
@@ -949,6 +1081,10 @@ int Run(const std::vector<std::string>& args,
   }
 
   std::unique_ptr<Transport> transport = make_transport(*settings);
+  if (action.follow_new != nullptr && *action.follow_new) {
+    return FollowList(action, *transport, *request, *settings,
+                      command_line.json_output(), out, err);
+  }
   const bool all_pages = action.follow_all != nullptr && *action.follow_all;
   Exchange exchange = all_pages
                           ? FetchAllPages(*transport, *request, *settings, err)

@@ -132,6 +132,14 @@ std::string SliceRequestState(const Json& row) {
   return state;
 }
 
+// A slice's enforcement; a grant of whole GPUs (qos_level "exclusive")
+// needs none, which is not the same as a slice nothing enforces ("-").
+std::string SliceEnforcement(const Json& row) {
+  std::string cell = CellText(row, "enforcement");
+  if (cell == "-" && CellText(row, "kind") == "whole") return "none-needed";
+  return cell;
+}
+
 std::vector<Column> ColumnsFor(Resource resource) {
   switch (resource) {
     case Resource::kTask:
@@ -155,7 +163,7 @@ std::vector<Column> ColumnsFor(Resource resource) {
               Suffixed("MEMORY", "memory_mb", "MB"),
               Suffixed("COMPUTE", "compute_percent", "%"),
               Field("QOS", "qos_level"),
-              Field("ENFORCEMENT", "enforcement"),
+              {"ENFORCEMENT", SliceEnforcement},
               Field("STATE", "state"),
               Field("ORIGIN", "origin"),
               Field("CREATED", "created_at")};

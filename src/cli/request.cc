@@ -141,6 +141,9 @@ class HttpTransport final : public Transport {
     out.set_header("Accept", "application/json");
     out.set_header("User-Agent", "hfctl/0.1");
     if (!token_.empty()) out.set_header("Authorization", "Bearer " + token_);
+    for (const auto& [name, value] : request.headers) {
+      out.set_header(name, value);
+    }
     if (request.body) {
       out.set_header("Content-Type", "application/json");
       out.body = *request.body;

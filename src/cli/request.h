@@ -29,6 +29,8 @@ struct Request {
   std::string path;    // unencoded segments joined by the caller; see Path()
   std::vector<std::pair<std::string, std::string>> query;  // unencoded
   std::optional<std::string> body;  // JSON text; nullopt = no body
+  // More headers to send (e.g. Idempotency-Key), in order.
+  std::vector<std::pair<std::string, std::string>> headers;
 
   // The path and the percent-encoded query ("/api/v1/tasks?status=pending").
   std::string Target() const;

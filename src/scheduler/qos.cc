@@ -10,6 +10,8 @@ std::string_view QosLevelName(QosLevel level) {
       return "silver";
     case QosLevel::kBronze:
       return "bronze";
+    case QosLevel::kExclusive:
+      return "exclusive";
   }
   return "bronze";
 }
@@ -19,8 +21,19 @@ bool SupportsMpsLimits(int cc_major, int cc_minor) {
 }
 
 QosDecision DeriveQos(const ledger::GpuSpec& gpu, bool node_containerized,
-                      bool hook_available) {
+                      bool hook_available, bool whole_gpus) {
   QosDecision d;
+  if (whole_gpus) {
+    // Nothing is shared, so nothing of MIG, MPS or the hook applies: an MPS
+    // limit on a whole card would only cap the task below what it was given.
+    d.level = QosLevel::kExclusive;
+    d.explanation =
+        "exclusive: whole GPUs, the task's alone; the ledger places no other "
+        "slice or task on them and the task is pinned to them, so no MIG "
+        "partition, MPS limit or hook quota applies; it may use all of each "
+        "card's memory and compute";
+    return d;
+  }
   const bool nvidia = gpu.vendor == "nvidia";
   if (!nvidia) {
     d.level = QosLevel::kBronze;

@@ -1,6 +1,8 @@
 // QoS derivation: the one function that turns a GPU's probed capabilities
-// into the tier a slice gets (SPEC.md section 3). The main scheduling path and
-// the compensation path both call it; QoS is derived, never requested.
+// into the tier a slice gets (SPEC.md section 3), and says that a grant of
+// whole GPUs is exclusive rather than a slice of any tier. The main
+// scheduling path and the compensation path both call it; QoS is derived,
+// never requested.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -13,9 +15,14 @@
 
 namespace hf::scheduler {
 
-enum class QosLevel { kGold, kSilver, kBronze };
+// Gold, silver and bronze are tiers of a slice of a shared GPU. Exclusive
+// is a grant of whole GPUs: no other slice or task is placed on them (the
+// ledger), the task is pinned to them (the agent), and no MIG partition,
+// MPS limit or hook quota applies, because there is nothing to share.
+enum class QosLevel { kGold, kSilver, kBronze, kExclusive };
 
-std::string_view QosLevelName(QosLevel level);  // "gold", "silver", "bronze"
+// "gold", "silver", "bronze", "exclusive"
+std::string_view QosLevelName(QosLevel level);
 
 struct QosDecision {
   QosLevel level = QosLevel::kBronze;
@@ -35,14 +42,16 @@ struct QosDecision {
 // MPS client limits exist from compute capability 7.0 (Volta) on.
 bool SupportsMpsLimits(int cc_major, int cc_minor);
 
-// Gold if MIG mode is enabled, else silver if MPS is usable, else bronze; a
-// containerized node is forced to bronze; non-NVIDIA GPUs are bronze with no
-// run-time enforcement. `hook_available` says whether the node's agent can
-// preload the CUDA interception hook (NVIDIA only; never with MIG, where the
-// hardware already enforces the partition): it sets `hook_eligible` and the
-// explanation, never `enforcement` (see QosDecision).
+// For a slice: gold if MIG mode is enabled, else silver if MPS is usable,
+// else bronze; a containerized node is forced to bronze; non-NVIDIA GPUs are
+// bronze with no run-time enforcement. `hook_available` says whether the
+// node's agent can preload the CUDA interception hook (NVIDIA only; never
+// with MIG, where the hardware already enforces the partition): it sets
+// `hook_eligible` and the explanation, never `enforcement` (see
+// QosDecision). For a grant of whole GPUs (`whole_gpus`), whatever the GPU:
+// exclusive, with no enforcement listed and not hook-eligible (no quota).
 QosDecision DeriveQos(const ledger::GpuSpec& gpu, bool node_containerized,
-                      bool hook_available);
+                      bool hook_available, bool whole_gpus = false);
 
 // `enforcement` with "hook" appended (after "mps", the order being strongest
 // first), for a slice whose task the agent reports the hook attached to.

@@ -33,6 +33,34 @@ TEST(QosLevelNameTest, NamesEveryLevel) {
   EXPECT_EQ(QosLevelName(QosLevel::kGold), "gold");
   EXPECT_EQ(QosLevelName(QosLevel::kSilver), "silver");
   EXPECT_EQ(QosLevelName(QosLevel::kBronze), "bronze");
+  EXPECT_EQ(QosLevelName(QosLevel::kExclusive), "exclusive");
+}
+
+// Issue 14: a whole-GPU grant on an MPS-capable card was called silver, and
+// the agent then ran it under MPS limits; no MPS limit applies to it.
+TEST(DeriveQosTest, WholeGpusAreExclusiveOnAnyGpuWithNothingEnforced) {
+  ledger::GpuSpec other = Nvidia(8, 0, false, false);
+  other.vendor = "amd";
+  for (const ledger::GpuSpec& gpu :
+       {Nvidia(8, 0, false, true), Nvidia(8, 0, false, false),
+        Nvidia(6, 0, false, false), other}) {
+    for (bool containerized : {false, true}) {
+      for (bool hook : {false, true}) {
+        SCOPED_TRACE(gpu.vendor + " mps=" + std::to_string(gpu.mps_capable) +
+                     " containerized=" + std::to_string(containerized) +
+                     " hook=" + std::to_string(hook));
+        const QosDecision d = DeriveQos(gpu, containerized, hook, true);
+        EXPECT_EQ(d.level, QosLevel::kExclusive);
+        EXPECT_EQ(d.enforcement, Enforcement{});
+        EXPECT_FALSE(d.hook_eligible) << "a whole GPU has no quota";
+        EXPECT_NE(d.explanation.find("exclusive"), std::string::npos);
+        EXPECT_EQ(d.explanation.find("silver"), std::string::npos);
+      }
+    }
+  }
+  // The same card sliced keeps its tier.
+  EXPECT_EQ(DeriveQos(Nvidia(8, 0, false, true), false, false).level,
+            QosLevel::kSilver);
 }
 
 TEST(SupportsMpsLimitsTest, FromComputeCapabilitySevenOn) {

@@ -114,6 +114,10 @@ struct TaskCreate {
   store::StringMap env;
   store::StringMap labels;
   std::optional<std::string> tenant;  // admins acting for a tenant
+  // Runs inside the transaction that inserts the task, with the stored row;
+  // its failure rolls the insert back. The API records the request's
+  // Idempotency-Key here, so the task and its record commit together.
+  std::function<Status(store::Txn&, const store::TaskRow&)> in_txn;
 };
 
 // The one function holding the value rules of SPEC.md section 4.
@@ -531,8 +535,9 @@ class ControlPlane {
                                const std::string& reason,
                                std::vector<RowId>& released);
 
-  // The tier a slice on `gpu` gets (the one derivation, scheduler::DeriveQos).
-  scheduler::QosDecision QosForGpuLocked(GpuId gpu);
+  // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
+  // (the one derivation, scheduler::DeriveQos).
+  scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false);
   // Allowed models for a task's gpu_type (empty: any GPU qualifies).
   std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const;
   // Places `request` with the configured policy. A slice that lands on a

@@ -317,6 +317,40 @@ TEST_F(ControlPlaneTest, WholeGpuTasksAvoidMigGpusAndSlicedGpus) {
   EXPECT_EQ(Get(whole.id).env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
 }
 
+// Issue 14: a whole-GPU grant on an MPS-capable card was called silver
+// (and listed "mps"), though no MPS limit applies to it. It is exclusive,
+// on the bind path and on the compensation path.
+TEST_F(ControlPlaneTest, WholeGpuGrantsAreExclusiveOnBindAndCompensation) {
+  Register(Node("n1", {Gpu(0, 81920, false, /*mps=*/true),
+                       Gpu(1, 81920, false, /*mps=*/true)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow whole = Submit(alice, std::nullopt, std::nullopt, 1);
+  const TaskRow slice = Submit(alice, 1024);
+  EXPECT_EQ(Bind(), 2);
+  const SliceRow w = SliceOf(Get(whole.id));
+  EXPECT_TRUE(w.whole);
+  EXPECT_EQ(w.qos_level, "exclusive");
+  EXPECT_TRUE(w.enforcement.empty());
+  const store::StringMap env = Get(whole.id).env;
+  EXPECT_EQ(env.at("HETEROFLOW_SLICE_QOS"), "exclusive");
+  for (const auto& [name, value] : env) {
+    EXPECT_FALSE(name.starts_with("CUDA_MPS_")) << name << "=" << value;
+  }
+  // A slice of the same kind of card is still silver.
+  EXPECT_EQ(SliceOf(Get(slice.id)).qos_level, "silver");
+
+  // Compensation: the slice is gone while the task runs on its GPU.
+  ASSERT_TRUE(cp_->DeleteSlice(admin_, w.id, "test").ok());
+  NodeReport hb =
+      Node("n1", {Gpu(0, 81920, false, true), Gpu(1, 81920, false, true)});
+  ASSERT_TRUE(
+      cp_->Heartbeat(admin_, hb, {{whole.id, "running", w.gpu_indices}}).ok());
+  const SliceRow comp = SliceOf(Get(whole.id));
+  EXPECT_EQ(comp.origin, "compensation");
+  EXPECT_TRUE(comp.whole);
+  EXPECT_EQ(comp.qos_level, "exclusive");
+}
+
 TEST_F(ControlPlaneTest, TerminalStateReleasesAndGcReleasesOrphans) {
   Register(Node("n1", {Gpu(0)}));
   const Caller alice = TenantUser("alice");

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "api/http_api.h"
+#include "common/flag_paths.h"
 #include "common/main_guard.h"
 #include "scheduler/policy/registry.h"
 #include "server/control_plane.h"
@@ -43,6 +44,7 @@ struct Flags {
   double mig_command_deadline_s = 120;
   int heartbeat_interval_s = 5;
   int http_threads = 128;
+  double idempotency_ttl_s = 86400;
   std::string log_level = "info";
   // Several instances on one database (issue 8).
   std::string advertise_url;  // empty: from --listen
@@ -91,7 +93,9 @@ int Main(int argc, char** argv) {
       "hf-server: the HeteroFlow control plane (REST API, ledger, scheduler, "
       "orphan GC, MIG command channel).\nEvery option can also come from the "
       "HF_* environment variable shown, or from a config file (--config, "
-      "TOML/INI: key = value with the long option names)."};
+      "TOML/INI: key = value with the long option names).\nRelative paths "
+      "(--db sqlite:PATH, --admin-token-file, --console-dir) are made "
+      "absolute against the working directory at start."};
   app.set_config("--config", "", "Read options from this file");
   app.add_option("--listen", f.listen, "Address to serve HTTP on (host:port)")
       ->envname("HF_LISTEN")
@@ -154,6 +158,12 @@ int Main(int argc, char** argv) {
       ->envname("HF_HTTP_THREADS")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--idempotency-ttl", f.idempotency_ttl_s,
+                 "Seconds the reply of a POST sent with an Idempotency-Key "
+                 "is kept for its repeats")
+      ->envname("HF_IDEMPOTENCY_TTL")
+      ->check(CLI::Range(1.0, 30.0 * 86400))
+      ->capture_default_str();
   app.add_option("--advertise-url", f.advertise_url,
                  "URL other hf-server instances use to reach this one "
                  "(forwarded requests); default: http://HOST:PORT of --listen "
@@ -181,6 +191,21 @@ int Main(int argc, char** argv) {
     return app.exit(e);
   }
   spdlog::set_level(spdlog::level::from_str(f.log_level));
+
+  // Paths are resolved once, against the working directory at start.
+  for (const auto& [value, flag] :
+       {std::pair{&f.admin_token_file, "--admin-token-file"},
+        std::pair{&f.console_dir, "--console-dir"}}) {
+    if (auto s = hf::MakeFlagPathAbsolute(flag, *value); !s.ok()) {
+      std::fprintf(stderr, "hf-server: %s: %s\n", s.field().c_str(),
+                   s.message().c_str());
+      return 2;
+    }
+  }
+  if (auto s = hf::MakeSqliteUrlAbsolute("--db", f.db); !s.ok()) {
+    std::fprintf(stderr, "hf-server: --db: %s\n", s.message().c_str());
+    return 2;
+  }
 
   std::string host;
   int port = 0;
@@ -275,6 +300,8 @@ int Main(int argc, char** argv) {
   hf::api::ApiOptions api_options;
   api_options.threads = f.http_threads;
   api_options.console_dir = f.console_dir;
+  api_options.idempotency.ttl_ms =
+      static_cast<std::int64_t>(f.idempotency_ttl_s * 1000);
   hf::api::ApiServer api(cp->get(), &clock, api_options, &leadership);
   if (auto s = api.Bind(host, port); !s.ok()) {
     std::fprintf(stderr, "hf-server: --listen: %s\n", s.message().c_str());

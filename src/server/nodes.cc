@@ -539,7 +539,8 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   row.memory_mib = restored->memory_mib;
   row.compute_percent = restored->compute_percent;
   row.compute_defaulted = restored->compute_defaulted;
-  const scheduler::QosDecision qos = QosForGpuLocked(restored->gpus.front());
+  const scheduler::QosDecision qos =
+      QosForGpuLocked(restored->gpus.front(), row.whole);
   row.qos_level = std::string(scheduler::QosLevelName(qos.level));
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";

@@ -46,7 +46,8 @@ struct Decision {
 
 void ControlPlane::WakeScheduler() { sched_cv_.notify_one(); }
 
-scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu) {
+scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu,
+                                                     bool whole_gpus) {
   scheduler::QosDecision qos;
   ledger_->Read([&](const ledger::ClusterView& view) {
     const ledger::GpuRecord& g = view.gpu(gpu);
@@ -57,7 +58,7 @@ scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu) {
       auto h = node_hook_.find(row->second);
       hook = h != node_hook_.end() && h->second;
     }
-    qos = scheduler::DeriveQos(g.spec, n.spec.containerized, hook);
+    qos = scheduler::DeriveQos(g.spec, n.spec.containerized, hook, whole_gpus);
   });
   return qos;
 }
@@ -317,7 +318,8 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.memory_mib = a.memory_mib;
       slice.compute_percent = a.compute_percent;
       slice.compute_defaulted = a.compute_defaulted;
-      const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
+      const scheduler::QosDecision qos =
+          QosForGpuLocked(a.gpus.front(), slice.whole);
       slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
       slice.enforcement = qos.enforcement;
       slice.origin = "scheduler";

@@ -21,8 +21,8 @@ struct SliceEnvInput {
   int gpu_index = 0;            // the first GPU of the slice on its node
   std::string gpu_uuids;        // comma-separated, in gpu order
   std::string vendor;           // "nvidia", ...
-  std::string qos_level;        // "gold", "silver", "bronze"
-  bool whole = false;           // whole GPUs (no limits)
+  std::string qos_level;        // "gold", "silver", "bronze", "exclusive"
+  bool whole = false;           // whole GPUs ("exclusive": no limits)
   std::int64_t memory_mib = 0;  // slice quota; 0: none requested
   int compute_percent = 0;      // 0: no ratio requested
   std::string mig_device_id;    // gold, once the agent created it

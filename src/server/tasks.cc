@@ -173,7 +173,7 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
     auto inserted = txn.InsertTask(row);
     if (!inserted.ok()) return inserted.status();
     stored = *inserted;
-    return Status::Ok();
+    return task.in_txn ? task.in_txn(txn, stored) : Status::Ok();
   }));
   // A follower runs no scheduler: the leader finds the task in its next
   // store rescan (ControlPlaneOptions::resync_interval_ms).

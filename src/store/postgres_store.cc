@@ -499,6 +499,41 @@ CREATE TABLE task_log_chunks (
   PRIMARY KEY (task_id, "offset")
 );
 )sql",
+    // 4: the replies of POSTs sent with an Idempotency-Key, per token.
+    R"sql(
+CREATE TABLE idempotency_keys (
+  token_id BIGINT NOT NULL,
+  key TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  status INTEGER NOT NULL,
+  body BYTEA NOT NULL,
+  task_id BIGINT,
+  created_at BIGINT NOT NULL,
+  expires_at BIGINT NOT NULL,
+  PRIMARY KEY (token_id, key)
+);
+CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys(expires_at);
+)sql",
+    // 5: grants of whole GPUs are "exclusive": they were stored with the
+    // tier a slice of their first GPU would get, though no MIG, MPS or hook
+    // limit applies to them. The tier they had is kept in the history.
+    R"sql(
+INSERT INTO slice_history (at, op, slice_id, task_id, tenant_id, node_id,
+                           gpu_indices, memory_mib, compute_percent, actor,
+                           reason)
+SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+       'qos_relabelled', id, task_id, tenant_id, node_id, gpu_indices,
+       memory_mib, compute_percent, 'migration',
+       convert_to('qos_level ' || qos_level || ' -> exclusive: a grant of whole GPUs has no MIG, MPS or hook limit', 'UTF8')
+  FROM slices WHERE whole AND qos_level <> 'exclusive' ORDER BY id;
+UPDATE tasks
+   SET env = jsonb_set(env::jsonb, '{HETEROFLOW_SLICE_QOS}',
+                       '"exclusive"')::text
+ WHERE slice_id IN (SELECT id FROM slices WHERE whole)
+   AND env::jsonb ? 'HETEROFLOW_SLICE_QOS';
+UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
+ WHERE whole AND qos_level <> 'exclusive';
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -707,6 +742,7 @@ using sql_rows::DecodeApproval;
 using sql_rows::DecodeGpu;
 using sql_rows::DecodeGroup;
 using sql_rows::DecodeHistory;
+using sql_rows::DecodeIdempotency;
 using sql_rows::DecodeNode;
 using sql_rows::DecodeSlice;
 using sql_rows::DecodeSliceRequest;
@@ -717,6 +753,7 @@ using sql_rows::kApprovalColumns;
 using sql_rows::kGpuColumns;
 using sql_rows::kGroupColumns;
 using sql_rows::kHistoryColumns;
+using sql_rows::kIdempotencyColumns;
 using sql_rows::kNodeColumns;
 using sql_rows::kSliceColumns;
 using sql_rows::kSliceRequestColumns;
@@ -1239,6 +1276,69 @@ class PgTxn final : public Txn {
       }
       return out;
     });
+  }
+
+  // ------------------------------------------------- idempotency keys
+  Status InsertIdempotencyKey(const IdempotencyRow& row) override {
+    const std::string what = "inserting Idempotency-Key " + Quoted(row.key) +
+                             " of token " + std::to_string(row.token_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    Params params;
+    params.BindAll(row.token_id, row.key, row.fingerprint, row.status)
+        .BindBytes(row.body)
+        .BindAll(row.task_id, row.created_at, row.expires_at);
+    return Change(what,
+                  "INSERT INTO idempotency_keys (" +
+                      std::string(kIdempotencyColumns) + ") VALUES (" +
+                      Placeholders(8) + ")",
+                  params)
+        .status();
+  }
+  StatusOr<IdempotencyRow> GetIdempotencyKey(RowId token_id,
+                                             std::string_view key) override {
+    return One(DecodeIdempotency,
+               "Idempotency-Key " + Quoted(key) + " of token " +
+                   std::to_string(token_id),
+               Select(kIdempotencyColumns, "idempotency_keys",
+                      "token_id = $1 AND key = $2"),
+               Params().BindAll(token_id, key));
+  }
+  Status UpdateIdempotencyKey(const IdempotencyRow& row) override {
+    const std::string what = "Idempotency-Key " + Quoted(row.key) +
+                             " of token " + std::to_string(row.token_id);
+    HF_RETURN_IF_ERROR(CheckWritable("updating " + what));
+    Params params;
+    params.BindAll(row.fingerprint, row.status)
+        .BindBytes(row.body)
+        .BindAll(row.task_id, row.expires_at, row.token_id, row.key);
+    return ChangeOne(what,
+                     "UPDATE idempotency_keys SET fingerprint = $1, "
+                     "status = $2, body = $3, task_id = $4, expires_at = $5 "
+                     "WHERE token_id = $6 AND key = $7",
+                     params);
+  }
+  Status DeleteIdempotencyKey(RowId token_id, std::string_view key) override {
+    const std::string what = "deleting Idempotency-Key " + Quoted(key) +
+                             " of token " + std::to_string(token_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    return Change(
+               what,
+               "DELETE FROM idempotency_keys WHERE token_id = $1 AND key = $2",
+               Params().BindAll(token_id, key))
+        .status();
+  }
+  StatusOr<int> DeleteExpiredIdempotencyKeys(Millis now, int limit) override {
+    const std::string what = "sweeping expired Idempotency-Keys";
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    HF_RETURN_IF_ERROR(CheckLimit(limit));
+    StatusOr<std::int64_t> deleted =
+        Change(what,
+               "DELETE FROM idempotency_keys WHERE (token_id, key) IN ("
+               "SELECT token_id, key FROM idempotency_keys "
+               "WHERE expires_at <= $1 LIMIT $2)",
+               Params().BindAll(now, limit));
+    if (!deleted.ok()) return deleted.status();
+    return static_cast<int>(*deleted);
   }
 
   // ------------------------------------------------------------- meta

@@ -231,6 +231,24 @@ TEST(PostgresStoreTest, ReopenKeepsTheDataAndRefusesANewerSchema) {
       << newer.status().message();
 }
 
+TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
+  const std::string url = NewDatabaseUrl();
+  contract::PreExclusiveRows rows;
+  {
+    std::unique_ptr<Store> store = MustOpen(url);
+    ASSERT_NE(store, nullptr);
+    rows = contract::SeedPreExclusiveRows(*store);
+  }
+  // As a database from before migration 5 is.
+  RawExec(url, "DELETE FROM schema_migrations WHERE version = 5");
+  std::unique_ptr<Store> store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  contract::CheckRelabelledExclusive(*store, rows);
+  store.reset();
+  store = MustOpen(url);
+  contract::CheckRelabelledExclusive(*store, rows);
+}
+
 TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentNamingTheDbField) {
   const std::vector<std::string> bad = {
       "postgres://hf@127.0.0.1:5432",        // no database

@@ -143,6 +143,23 @@ inline constexpr auto DecodeApproval =
   return r;
 };
 
+inline constexpr std::string_view kIdempotencyColumns =
+    "token_id, key, fingerprint, status, body, task_id, created_at, "
+    "expires_at";
+inline constexpr auto DecodeIdempotency =
+    [](const auto& s) -> StatusOr<IdempotencyRow> {
+  IdempotencyRow r;
+  r.token_id = s.Int(0);
+  r.key = s.Text(1);
+  r.fingerprint = s.Text(2);
+  r.status = s.Int32(3);
+  r.body = s.Text(4);
+  r.task_id = s.OptInt(5);
+  r.created_at = s.Int(6);
+  r.expires_at = s.Int(7);
+  return r;
+};
+
 inline constexpr std::string_view kNodeColumns =
     "id, name, containerized, cpu_milli, host_memory_mib, agent_version, "
     "registered_at, last_heartbeat_at";

@@ -43,6 +43,7 @@ using sql_rows::DecodeApproval;
 using sql_rows::DecodeGpu;
 using sql_rows::DecodeGroup;
 using sql_rows::DecodeHistory;
+using sql_rows::DecodeIdempotency;
 using sql_rows::DecodeNode;
 using sql_rows::DecodeSlice;
 using sql_rows::DecodeSliceRequest;
@@ -53,6 +54,7 @@ using sql_rows::kApprovalColumns;
 using sql_rows::kGpuColumns;
 using sql_rows::kGroupColumns;
 using sql_rows::kHistoryColumns;
+using sql_rows::kIdempotencyColumns;
 using sql_rows::kNodeColumns;
 using sql_rows::kSliceColumns;
 using sql_rows::kSliceRequestColumns;
@@ -519,6 +521,40 @@ CREATE TABLE task_log_chunks (
   data BLOB NOT NULL,
   PRIMARY KEY (task_id, offset)
 ) WITHOUT ROWID;
+)sql",
+    // 4: the replies of POSTs sent with an Idempotency-Key, per token.
+    R"sql(
+CREATE TABLE idempotency_keys (
+  token_id INTEGER NOT NULL,
+  key TEXT NOT NULL,
+  fingerprint TEXT NOT NULL,
+  status INTEGER NOT NULL,
+  body TEXT NOT NULL,
+  task_id INTEGER,
+  created_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (token_id, key)
+);
+CREATE INDEX idempotency_keys_by_expiry ON idempotency_keys(expires_at);
+)sql",
+    // 5: grants of whole GPUs are "exclusive": they were stored with the
+    // tier a slice of their first GPU would get, though no MIG, MPS or hook
+    // limit applies to them. The tier they had is kept in the history.
+    R"sql(
+INSERT INTO slice_history (at, op, slice_id, task_id, tenant_id, node_id,
+                           gpu_indices, memory_mib, compute_percent, actor,
+                           reason)
+SELECT CAST(strftime('%s', 'now') AS INTEGER) * 1000, 'qos_relabelled', id,
+       task_id, tenant_id, node_id, gpu_indices, memory_mib, compute_percent,
+       'migration',
+       'qos_level ' || qos_level ||
+       ' -> exclusive: a grant of whole GPUs has no MIG, MPS or hook limit'
+  FROM slices WHERE whole = 1 AND qos_level <> 'exclusive' ORDER BY id;
+UPDATE tasks SET env = json_set(env, '$.HETEROFLOW_SLICE_QOS', 'exclusive')
+ WHERE slice_id IN (SELECT id FROM slices WHERE whole = 1)
+   AND json_extract(env, '$.HETEROFLOW_SLICE_QOS') IS NOT NULL;
+UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
+ WHERE whole = 1 AND qos_level <> 'exclusive';
 )sql",
 };
 
@@ -1089,6 +1125,62 @@ class SqliteTxn final : public Txn {
       out.append(chunk, skip, std::min(room, chunk.size() - skip));
     }
     return out;
+  }
+
+  // ------------------------------------------------- idempotency keys
+  Status InsertIdempotencyKey(const IdempotencyRow& row) override {
+    const std::string what = "inserting Idempotency-Key " + Quoted(row.key) +
+                             " of token " + std::to_string(row.token_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    return Change(what,
+                  "INSERT INTO idempotency_keys (" +
+                      std::string(kIdempotencyColumns) + ") VALUES (" +
+                      Placeholders(8) + ")",
+                  row.token_id, row.key, row.fingerprint, row.status, row.body,
+                  row.task_id, row.created_at, row.expires_at)
+        .status();
+  }
+  StatusOr<IdempotencyRow> GetIdempotencyKey(RowId token_id,
+                                             std::string_view key) override {
+    return One(DecodeIdempotency,
+               "Idempotency-Key " + Quoted(key) + " of token " +
+                   std::to_string(token_id),
+               Select(kIdempotencyColumns, "idempotency_keys",
+                      "token_id = ? AND key = ?"),
+               token_id, key);
+  }
+  Status UpdateIdempotencyKey(const IdempotencyRow& row) override {
+    const std::string what = "Idempotency-Key " + Quoted(row.key) +
+                             " of token " + std::to_string(row.token_id);
+    HF_RETURN_IF_ERROR(CheckWritable("updating " + what));
+    return ChangeOne(what,
+                     "UPDATE idempotency_keys SET fingerprint = ?, status = ?, "
+                     "body = ?, task_id = ?, expires_at = ? "
+                     "WHERE token_id = ? AND key = ?",
+                     row.fingerprint, row.status, row.body, row.task_id,
+                     row.expires_at, row.token_id, row.key);
+  }
+  Status DeleteIdempotencyKey(RowId token_id, std::string_view key) override {
+    const std::string what = "deleting Idempotency-Key " + Quoted(key) +
+                             " of token " + std::to_string(token_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    return Change(what,
+                  "DELETE FROM idempotency_keys WHERE token_id = ? AND key = ?",
+                  token_id, key)
+        .status();
+  }
+  StatusOr<int> DeleteExpiredIdempotencyKeys(Millis now, int limit) override {
+    const std::string what = "sweeping expired Idempotency-Keys";
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    HF_RETURN_IF_ERROR(CheckLimit(limit));
+    StatusOr<std::int64_t> deleted =
+        Change(what,
+               "DELETE FROM idempotency_keys WHERE (token_id, key) IN ("
+               "SELECT token_id, key FROM idempotency_keys "
+               "WHERE expires_at <= ? LIMIT ?)",
+               now, limit);
+    if (!deleted.ok()) return deleted.status();
+    return static_cast<int>(*deleted);
   }
 
   StatusOr<std::optional<std::string>> GetMeta(std::string_view key) override {

@@ -208,6 +208,26 @@ TEST(SqliteStoreTest, ReopenKeepsDataAndSchemaVersion) {
   EXPECT_GT(MustAddTenant(*store, "beta"), tenant);
 }
 
+TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
+  TempDir dir;
+  const std::string path = dir.File("hf.db");
+  contract::PreExclusiveRows rows;
+  {
+    std::unique_ptr<Store> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    rows = contract::SeedPreExclusiveRows(*store);
+  }
+  // As a database from before migration 5 is.
+  RawQuery(path, "DELETE FROM schema_migrations WHERE version = 5");
+  std::unique_ptr<Store> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  contract::CheckRelabelledExclusive(*store, rows);
+  // Once only: reopening does not log it again.
+  store.reset();
+  store = MustOpen(path);
+  contract::CheckRelabelledExclusive(*store, rows);
+}
+
 TEST(SqliteStoreTest, RefusesADatabaseFromANewerVersion) {
   TempDir dir;
   const std::string path = dir.File("hf.db");

@@ -1,6 +1,6 @@
 // The control plane's durable state: tenants, shared groups, tokens, nodes,
-// GPUs, tasks, slices, the slice history log and the MIG command channel
-// (`agent_slice_requests`).
+// GPUs, tasks, slices, the slice history log, the MIG command channel
+// (`agent_slice_requests`) and the replies recorded for Idempotency-Keys.
 //
 // `Store` is the seam between the server and its database. SQLite is the
 // embedded implementation (sqlite_store.h); PostgreSQL (postgres_store.h)
@@ -151,7 +151,7 @@ struct SliceRow {
   std::int64_t memory_mib = 0;   // accounted per slice (whole: sum of GPUs)
   int compute_percent = 0;       // accounted per GPU
   bool compute_defaulted = false;
-  std::string qos_level;                 // "gold", "silver", "bronze"
+  std::string qos_level;  // "gold", "silver", "bronze"; whole: "exclusive"
   std::vector<std::string> enforcement;  // e.g. {"mps", "hook"}
   SliceState state = SliceState::kAllocated;
   std::string origin;  // "scheduler", "admin", "compensation"
@@ -189,6 +189,24 @@ struct ApprovalRow {
 
   // In force at `now`: not revoked and not yet expired.
   bool ActiveAt(Millis now) const { return !revoked_at && now < expires_at; }
+};
+
+// A POST carried out under an `Idempotency-Key` (docs/API.md, "Idempotent
+// POSTs"): what the request was and, once it finished, the reply a repeat
+// gets. Keys are scoped to the caller's token.
+struct IdempotencyRow {
+  RowId token_id = 0;       // the caller's token (no foreign key: tokens are
+                            // never deleted, and the record is swept anyway)
+  std::string key;          // the header's value, 1..255 visible ASCII
+  std::string fingerprint;  // of the request's method, target and body
+  int status = 0;           // the reply's HTTP status; 0: not finished yet
+  std::string body;         // the reply's body (any bytes)
+  // POST /api/v1/tasks: the task it created, recorded in the transaction
+  // that inserted it (so a repeat finds it even when `body` was never
+  // written).
+  std::optional<RowId> task_id;
+  Millis created_at = 0;
+  Millis expires_at = 0;  // swept after this
 };
 
 enum class SliceRequestState { kPending, kClaimed, kDone, kFailed, kStuck };
@@ -340,6 +358,19 @@ class Txn {
   // Up to `max_bytes` from `offset` (fewer at the end; "" past it).
   virtual StatusOr<std::string> ReadTaskLog(RowId task_id, std::int64_t offset,
                                             std::int64_t max_bytes) = 0;
+
+  // Idempotency keys, one row per (token_id, key).
+  // AlreadyExists when the pair is taken (whether or not it has expired).
+  virtual Status InsertIdempotencyKey(const IdempotencyRow& row) = 0;
+  virtual StatusOr<IdempotencyRow> GetIdempotencyKey(RowId token_id,
+                                                     std::string_view key) = 0;
+  // Writes every field but the pair and created_at; NotFound if absent.
+  virtual Status UpdateIdempotencyKey(const IdempotencyRow& row) = 0;
+  virtual Status DeleteIdempotencyKey(RowId token_id,
+                                      std::string_view key) = 0;  // idempotent
+  // Deletes up to `limit` (> 0) rows with expires_at <= now; returns how
+  // many it deleted.
+  virtual StatusOr<int> DeleteExpiredIdempotencyKeys(Millis now, int limit) = 0;
 
   // Small key/value settings (e.g. "admin_bootstrapped").
   virtual StatusOr<std::optional<std::string>> GetMeta(

@@ -140,6 +140,11 @@ inline auto Fields(const SliceRequestRow& r) {
                   r.created_at, r.deadline_at, r.claimed_at, r.finished_at);
 }
 
+inline auto Fields(const IdempotencyRow& r) {
+  return std::tie(r.token_id, r.key, r.fingerprint, r.status, r.body, r.task_id,
+                  r.created_at, r.expires_at);
+}
+
 template <typename Row>
 std::vector<RowId> IdsOf(const std::vector<Row>& rows) {
   std::vector<RowId> ids;
@@ -1176,6 +1181,199 @@ TEST_P(StoreContractTest, MetaGetSetOverwrite) {
             std::optional<std::string>(Awkward()));
 }
 
+// ------------------------------------------------ schema migration 5
+// Grants of whole GPUs stored with a slice's tier become "exclusive". Each
+// backend's test writes rows as an older HeteroFlow did, makes the
+// database forget migration 5 and reopens it.
+
+struct PreExclusiveRows {
+  RowId whole_slice = 0;
+  RowId other_slice = 0;
+  RowId task = 0;
+};
+
+inline PreExclusiveRows SeedPreExclusiveRows(Store& store) {
+  PreExclusiveRows out;
+  const Status s = store.Write([&](Txn& t) -> Status {
+    TenantRow tenant;
+    tenant.name = "old";
+    auto tenant_row = t.InsertTenant(tenant);
+    if (!tenant_row.ok()) return tenant_row.status();
+    NodeRow node;
+    node.name = "old-node";
+    auto node_row = t.UpsertNode(node);
+    if (!node_row.ok()) return node_row.status();
+    TaskRow task;
+    task.tenant_id = tenant_row->id;
+    task.name = "whole";
+    task.gpu_required = 1;
+    task.state = TaskState::kScheduled;
+    task.slice_id = 1;
+    task.env = {{"HETEROFLOW_SLICE_QOS", "silver"}, {"USER_VAR", "kept"}};
+    auto task_row = t.InsertTask(task);
+    if (!task_row.ok()) return task_row.status();
+    out.task = task_row->id;
+    SliceRow whole;
+    whole.id = 1;
+    whole.task_id = task_row->id;
+    whole.tenant_id = tenant_row->id;
+    whole.node_id = node_row->id;
+    whole.whole = true;
+    whole.gpu_indices = {0};
+    whole.memory_mib = 81920;
+    whole.compute_percent = 100;
+    whole.qos_level = "silver";
+    whole.enforcement = {"mps"};
+    whole.origin = "scheduler";
+    HF_RETURN_IF_ERROR(t.InsertSlice(whole));
+    SliceRow slice = whole;
+    slice.id = 2;
+    slice.task_id.reset();
+    slice.whole = false;
+    slice.gpu_indices = {1};
+    slice.memory_mib = 1024;
+    HF_RETURN_IF_ERROR(t.InsertSlice(slice));
+    out.whole_slice = 1;
+    out.other_slice = 2;
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return out;
+}
+
+inline void CheckRelabelledExclusive(Store& store,
+                                     const PreExclusiveRows& rows) {
+  const Status s = store.Read([&](Txn& t) -> Status {
+    auto whole = t.GetSlice(rows.whole_slice);
+    if (!whole.ok()) return whole.status();
+    EXPECT_EQ(whole->qos_level, "exclusive");
+    EXPECT_TRUE(whole->enforcement.empty());
+    auto other = t.GetSlice(rows.other_slice);
+    if (!other.ok()) return other.status();
+    EXPECT_EQ(other->qos_level, "silver") << "a slice keeps its tier";
+    EXPECT_EQ(other->enforcement, std::vector<std::string>{"mps"});
+    auto task = t.GetTask(rows.task);
+    if (!task.ok()) return task.status();
+    EXPECT_EQ(task->env, (StringMap{{"HETEROFLOW_SLICE_QOS", "exclusive"},
+                                    {"USER_VAR", "kept"}}));
+    HistoryFilter f;
+    f.slice_id = rows.whole_slice;
+    auto history = t.ListHistory(f);
+    if (!history.ok()) return history.status();
+    EXPECT_EQ(history->size(), 1u);
+    if (!history->empty()) {
+      const HistoryRow& h = history->front();
+      EXPECT_EQ(h.op, "qos_relabelled");
+      EXPECT_EQ(h.actor, "migration");
+      EXPECT_EQ(h.task_id, rows.task);
+      EXPECT_EQ(h.gpu_indices, std::vector<int>{0});
+      EXPECT_TRUE(h.reason.starts_with("qos_level silver -> exclusive"))
+          << h.reason;
+      EXPECT_GT(h.at, 1'600'000'000'000);
+    }
+    f.slice_id = rows.other_slice;
+    history = t.ListHistory(f);
+    if (!history.ok()) return history.status();
+    EXPECT_TRUE(history->empty());
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// ------------------------------------------------------ idempotency keys
+
+inline IdempotencyRow PendingKey(RowId token_id, const std::string& key,
+                                 Millis expires_at = 1'000'000) {
+  IdempotencyRow r;
+  r.token_id = token_id;
+  r.key = key;
+  r.fingerprint = "fp-" + key;
+  r.created_at = 1'000;
+  r.expires_at = expires_at;
+  return r;
+}
+
+TEST_P(StoreContractTest, IdempotencyKeysInsertGetUpdateDelete) {
+  const IdempotencyRow pending = PendingKey(7, "k-1");
+  ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                return t.InsertIdempotencyKey(pending);
+              }).ok());
+  EXPECT_EQ(
+      Fields(MustRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-1"); })),
+      Fields(pending));
+  // The pair is unique; the same key of another token is another row.
+  EXPECT_TRUE(HasCode(
+      WriteStatus([&](Txn& t) { return t.InsertIdempotencyKey(pending); }),
+      StatusCode::kAlreadyExists));
+  IdempotencyRow other = PendingKey(8, "k-1");
+  other.fingerprint = "another";
+  ASSERT_TRUE(
+      WriteStatus([&](Txn& t) { return t.InsertIdempotencyKey(other); }).ok());
+  EXPECT_EQ(MustRead([](Txn& t) {
+              return t.GetIdempotencyKey(8, "k-1");
+            }).fingerprint,
+            "another");
+  EXPECT_TRUE(HasCode(
+      TryRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-2"); }).status(),
+      StatusCode::kNotFound));
+
+  // Finished: the reply is recorded, every byte of it.
+  IdempotencyRow done = pending;
+  done.status = 201;
+  done.body = Awkward();
+  done.task_id = 42;
+  done.expires_at = 2'000'000;
+  ASSERT_TRUE(
+      WriteStatus([&](Txn& t) { return t.UpdateIdempotencyKey(done); }).ok());
+  EXPECT_EQ(
+      Fields(MustRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-1"); })),
+      Fields(done));
+  EXPECT_TRUE(HasCode(WriteStatus([&](Txn& t) {
+                        return t.UpdateIdempotencyKey(PendingKey(7, "k-2"));
+                      }),
+                      StatusCode::kNotFound));
+
+  // Deleted, idempotently; the other token's row stays.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(WriteStatus([](Txn& t) {
+                  return t.DeleteIdempotencyKey(7, "k-1");
+                }).ok());
+  }
+  EXPECT_TRUE(HasCode(
+      TryRead([](Txn& t) { return t.GetIdempotencyKey(7, "k-1"); }).status(),
+      StatusCode::kNotFound));
+  EXPECT_TRUE(
+      TryRead([](Txn& t) { return t.GetIdempotencyKey(8, "k-1"); }).ok());
+}
+
+TEST_P(StoreContractTest, ExpiredIdempotencyKeysAreSweptInBatches) {
+  for (int i = 1; i <= 5; ++i) {
+    const IdempotencyRow row = PendingKey(1, "k" + std::to_string(i), i * 10);
+    ASSERT_TRUE(
+        WriteStatus([&](Txn& t) { return t.InsertIdempotencyKey(row); }).ok());
+  }
+  // Expired at 30: k1, k2, k3 (expires_at <= now), two at most per batch.
+  EXPECT_EQ(
+      MustWrite([](Txn& t) { return t.DeleteExpiredIdempotencyKeys(30, 2); }),
+      2);
+  EXPECT_EQ(
+      MustWrite([](Txn& t) { return t.DeleteExpiredIdempotencyKeys(30, 2); }),
+      1);
+  EXPECT_EQ(
+      MustWrite([](Txn& t) { return t.DeleteExpiredIdempotencyKeys(30, 2); }),
+      0);
+  for (int i = 1; i <= 5; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    EXPECT_EQ(TryRead([&](Txn& t) { return t.GetIdempotencyKey(1, key); }).ok(),
+              i > 3)
+        << key;
+  }
+  EXPECT_TRUE(HasCode(TryWrite([](Txn& t) {
+                        return t.DeleteExpiredIdempotencyKeys(100, 0);
+                      }).status(),
+                      StatusCode::kInternal));
+}
+
 // ------------------------------------------------------------ transactions
 
 TEST_P(StoreContractTest, FailedWriteKeepsNothingAndReturnsItsStatus) {
@@ -1379,6 +1577,20 @@ TEST_P(StoreContractTest, ReadTransactionRejectsEveryMutation) {
           {"UpdateSliceRequest",
            [&](Txn& t) { return t.UpdateSliceRequest(request); }},
           {"SetMeta", [](Txn& t) { return t.SetMeta("k", "v"); }},
+          {"InsertIdempotencyKey",
+           [](Txn& t) {
+             return t.InsertIdempotencyKey(PendingKey(1, "read-only"));
+           }},
+          {"UpdateIdempotencyKey",
+           [](Txn& t) {
+             return t.UpdateIdempotencyKey(PendingKey(1, "read-only"));
+           }},
+          {"DeleteIdempotencyKey",
+           [](Txn& t) { return t.DeleteIdempotencyKey(1, "read-only"); }},
+          {"DeleteExpiredIdempotencyKeys",
+           [](Txn& t) {
+             return t.DeleteExpiredIdempotencyKeys(0, 10).status();
+           }},
       };
   for (const auto& mutation : mutations) {
     const std::string& name = mutation.first;

@@ -387,6 +387,33 @@ TEST_F(AgentE2eTest, SilverSliceTaskRunsWithItsSliceEnvironment) {
   EXPECT_EQ(s["qos_level"], "silver");
 }
 
+// Issue 14: `make run` passed --mps-dir ./var/mps; the agent took it and
+// then failed every silver task ("MPS pipe directory must be an absolute
+// path"). Every path flag is made absolute at start.
+TEST_F(AgentE2eTest, RelativePathFlagsAreMadeAbsoluteAndSilverTasksRun) {
+  AgentProcess& agent = NewAgent("relative", {A100()});
+  agent.options().relative_paths = true;
+  ASSERT_TRUE(StartAndRegister(agent)) << Logs(agent);
+  ASSERT_TRUE(WaitFor([&] {
+    return NodeView("relative")["gpus"][0]["mps_capable"] == true;
+  })) << Logs(agent);
+  const std::int64_t id = CreateId({{"name", "relative"},
+                                    {"command", "env"},
+                                    {"gpu_memory_mb", 4096},
+                                    {"gpu_compute_ratio", 0.25}});
+  json t = WaitTerminal(id);
+  ASSERT_EQ(t["status"], "succeeded") << t.dump() << Logs(agent);
+  EXPECT_EQ(t["qos_level"], "silver");
+  const auto env = ParseEnvLines(TaskLog(id));
+  ASSERT_TRUE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << TaskLog(id);
+  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY"),
+            (agent.mps_dir() / "pipe").string());
+  EXPECT_EQ(env.at("CUDA_MPS_LOG_DIRECTORY"),
+            (agent.mps_dir() / "log").string());
+  // The task ran under the state directory the relative flag named.
+  EXPECT_TRUE(fs::exists(agent.state_dir() / "runtime")) << Logs(agent);
+}
+
 TEST_F(AgentE2eTest, ExitCodesReachTheServerAndReleaseTheSlice) {
   AgentProcess& agent = StartAgent("exits", {A100()});
   const std::int64_t ok =
@@ -449,6 +476,9 @@ TEST_F(AgentE2eTest, LargeOutputReachesTheServerWhole) {
 
 TEST_F(AgentE2eTest, WholeGpuTaskIsPinnedToOneGpu) {
   AgentProcess& agent = StartAgent("whole", {A100(), A100()});
+  ASSERT_TRUE(WaitFor([&] {
+    return NodeView("whole")["gpus"][0]["mps_capable"] == true;
+  })) << Logs(agent);
   const std::int64_t id =
       CreateId({{"name", "whole"}, {"command", "env"}, {"gpu_required", 1}});
   json t = WaitTerminal(id);
@@ -460,12 +490,19 @@ TEST_F(AgentE2eTest, WholeGpuTaskIsPinnedToOneGpu) {
   EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), index);
   EXPECT_EQ(env.at("NVIDIA_VISIBLE_DEVICES"), index);
   EXPECT_EQ(env.at("HETEROFLOW_GPU_INDEX"), index);
-  // A whole GPU has no slice limits.
+  // A whole GPU has no slice limits, and is not run under MPS (issue 14:
+  // on an MPS-capable card it was called silver and joined the daemon).
+  EXPECT_EQ(t["qos_level"], "exclusive") << t.dump();
+  EXPECT_EQ(env.at("HETEROFLOW_SLICE_QOS"), "exclusive");
   EXPECT_FALSE(env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT")) << TaskLog(id);
   EXPECT_FALSE(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"))
       << TaskLog(id);
+  EXPECT_FALSE(env.contains("CUDA_MPS_PIPE_DIRECTORY")) << TaskLog(id);
+  EXPECT_FALSE(env.contains("CUDA_MPS_LOG_DIRECTORY")) << TaskLog(id);
   json s = WaitSliceReleased(t["slice_id"].get<std::int64_t>());
   EXPECT_EQ(s["kind"], "whole") << s.dump();
+  EXPECT_EQ(s["qos_level"], "exclusive") << s.dump();
+  EXPECT_EQ(s["enforcement"], json::array()) << s.dump();
   EXPECT_EQ(s["state"], "released") << s.dump();
 }
 

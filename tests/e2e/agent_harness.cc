@@ -235,24 +235,30 @@ bool AgentProcess::Reap(int* status, milliseconds timeout) {
       return ::testing::AssertionFailure() << "cannot write into " << dir_;
     }
   }
+  // Relative to the agent's working directory (its own directory then).
+  const auto path = [&](const std::filesystem::path& p) {
+    return options_.relative_paths
+               ? "./" + std::filesystem::relative(p, dir_).string()
+               : p.string();
+  };
   std::vector<std::string> args = {
       HF_AGENT_PATH,
       "--server",
       server_url_,
       "--token-file",
-      (dir_ / "node.token").string(),
+      path(dir_ / "node.token"),
       "--node-id",
       options_.node_id,
       "--gpu-backend",
       "sim",
       "--inventory",
-      (dir_ / "inventory.json").string(),
+      path(dir_ / "inventory.json"),
       "--runtime",
       options_.runtime,
       "--state-dir",
-      state_dir().string(),
+      path(state_dir()),
       "--mps-dir",
-      mps_dir().string(),
+      path(mps_dir()),
       "--heartbeat-interval",
       std::to_string(options_.heartbeat_interval_s),
       "--kill-grace",
@@ -290,6 +296,7 @@ bool AgentProcess::Reap(int* status, milliseconds timeout) {
     (void)!write(log_fd, banner.data(), banner.size());
   }
   const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const std::string working_dir = options_.relative_paths ? dir_.string() : "";
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -304,6 +311,7 @@ bool AgentProcess::Reap(int* status, milliseconds timeout) {
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
+    if (!working_dir.empty() && chdir(working_dir.c_str()) != 0) _exit(125);
     execve(argv[0], argv.data(), envp.data());
     static const char kMsg[] = "e2e harness: execve failed\n";
     (void)!write(STDERR_FILENO, kMsg, sizeof kMsg - 1);

@@ -63,6 +63,10 @@ struct AgentProcessOptions {
   // Extra environment for the agent (and so for the tasks' runtime helper),
   // e.g. {"FAKE_DOCKER_STATE", dir}. The test's HF_* variables are dropped.
   std::vector<std::pair<std::string, std::string>> env;
+  // Start the agent in its directory and give every path flag (token file,
+  // inventory, state and MPS directories) relative to it ("./state"), as a
+  // person in a checkout would (issue 14: `make run`'s ./var/mps).
+  bool relative_paths = false;
   // How long Stop waits for the exit after SIGTERM.
   milliseconds stop_timeout{15'000};
 };

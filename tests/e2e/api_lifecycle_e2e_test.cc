@@ -595,6 +595,45 @@ TEST_F(GcTest, GcReleasesOnlyWhatNoLiveTaskHolds) {
 
 // --------------------------------------------------------------- restart
 
+// A client that lost the reply of POST /api/v1/tasks sends it again with
+// the same Idempotency-Key, after the server was SIGKILLed and restarted:
+// it gets the same task, and there is still only one (docs/API.md,
+// "Idempotent POSTs").
+TEST_F(LifecycleTest, IdempotencyKeyOutlivesAKilledServer) {
+  const std::string tenant = api_->NewTenant("idem");
+  const std::string user = api_->CreateToken("user", tenant);
+  const std::string body = R"({"name": "once", "gpu_memory_mb": 64})";
+  const std::vector<std::pair<std::string, std::string>> key = {
+      {"Idempotency-Key", "lost-reply-1"}};
+  HttpReply first = http().Send("POST", "/api/v1/tasks", body, user, key);
+  ASSERT_TRUE(HasStatus(first, 201));
+  HttpReply tenant_post =
+      http().Send("POST", "/api/v1/tenants", R"({"name": "idem-extra"})",
+                  admin(), {{"Idempotency-Key", "lost-reply-2"}});
+  ASSERT_TRUE(HasStatus(tenant_post, 201));
+
+  ASSERT_TRUE(server_->Restart(/*kill=*/true));
+
+  HttpReply again = http().Send("POST", "/api/v1/tasks", body, user, key);
+  ASSERT_TRUE(HasStatus(again, 201));
+  EXPECT_EQ(again.body["id"], first.body["id"]) << again.raw;
+  EXPECT_EQ(again.raw, first.raw);
+  EXPECT_EQ(api_->ListAll("/api/v1/tasks", user).size(), 1u);
+  // Not a 409 "already exists": the recorded 201.
+  HttpReply tenant_again =
+      http().Send("POST", "/api/v1/tenants", R"({"name": "idem-extra"})",
+                  admin(), {{"Idempotency-Key", "lost-reply-2"}});
+  EXPECT_TRUE(HasStatus(tenant_again, 201));
+  EXPECT_EQ(tenant_again.raw, tenant_post.raw);
+  // The same key for another task: refused, naming the header.
+  HttpReply reused =
+      http().Send("POST", "/api/v1/tasks",
+                  R"({"name": "other", "gpu_memory_mb": 64})", user, key);
+  EXPECT_TRUE(IsApiError(reused, 422, "idempotency_key_reused"))
+      << reused.Describe();
+  EXPECT_EQ(reused.body.value("field", ""), "Idempotency-Key");
+}
+
 TEST_F(LifecycleTest, RestartKeepsEverythingAndIdsDoNotCollide) {
   SimNode node(*api_, "n1", {SimGpu{.index = 0}, SimGpu{.index = 1}});
   ASSERT_TRUE(node.Register());

@@ -501,12 +501,14 @@ class ClusterE2eTest : public ::testing::Test {
     EXPECT_EQ(Int(s, "memory_mb"), memory_mb) << s.dump();
     EXPECT_EQ(s.value("compute_percent", 0), 100) << s.dump();
     EXPECT_EQ(Str(s, "mig_device_id"), "") << s.dump();
+    EXPECT_EQ(s["enforcement"], json::array()) << s.dump();
     const auto env = ProcessEnv(task);
     EXPECT_EQ(Get(env, "CUDA_VISIBLE_DEVICES"), "0");
     EXPECT_EQ(Get(env, "NVIDIA_VISIBLE_DEVICES"), "0");
     EXPECT_EQ(Get(env, "HETEROFLOW_SLICE_QOS"), qos);
     EXPECT_FALSE(env.contains("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"));
     EXPECT_FALSE(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    EXPECT_FALSE(env.contains("CUDA_MPS_PIPE_DIRECTORY"));
     return s;
   }
 
@@ -681,8 +683,8 @@ TEST_F(ClusterE2eTest, EveryNodeGivesItsTierAndReleasesEverything) {
 
   // The bronze task ends: the T4 is empty, and the whole-GPU task takes it.
   FinishAndCheckReleased({bronze});
-  json ws = CheckWholeTask(whole, kBronzeNode, kT4MemoryMb, "bronze");
-  EXPECT_EQ(Str(ws, "qos_level"), "bronze") << ws.dump();
+  json ws = CheckWholeTask(whole, kBronzeNode, kT4MemoryMb, "exclusive");
+  EXPECT_EQ(Str(ws, "qos_level"), "exclusive") << ws.dump();
   EXPECT_TRUE(LedgerMatchesLiveSlices());
   stats = Stats();
   for (const json& g : stats["gpus"]) {
@@ -877,7 +879,7 @@ TEST_F(ClusterE2eTest, ServerCrashRebuildsTheLedgerAndEveryAgentReconnects) {
   // The rebuilt ledger still keeps the whole-GPU task off the MIG GPU: it
   // takes the T4 once the bronze task is gone.
   FinishAndCheckReleased({bronze});
-  CheckWholeTask(whole, kBronzeNode, kT4MemoryMb, "bronze");
+  CheckWholeTask(whole, kBronzeNode, kT4MemoryMb, "exclusive");
   EXPECT_TRUE(LedgerMatchesLiveSlices());
 
   FinishAndCheckReleased({silver_a, gold, whole});

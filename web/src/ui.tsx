@@ -53,14 +53,26 @@ export const ENFORCEMENT_TEXT: Record<string, string> = {
   mps: "MPS: compute share and pinned memory limited by the MPS daemon, no fault isolation.",
   hook: "Memory quota enforced by the HeteroFlow hook in the task's process; compute share is a soft limit.",
   none: "Accounted only: nothing stops a task from using more.",
+  exclusive:
+    "Whole GPU: the task's alone. No other slice or task is placed on it, so no MIG, MPS or hook limit applies (none is needed).",
 };
 
-/** The enforcement a GPU of `tier` gives, refined by what its slices report. */
-export function gpuEnforcement(tier: string, sliceEnforcements: string[][]): string {
+/**
+ * The enforcement a GPU of `tier` gives, refined by what its slices report;
+ * a GPU a whole-GPU task holds is exclusive, whatever a slice there would get.
+ */
+export function gpuEnforcement(tier: string, sliceEnforcements: string[][], wholeOwned = false): string {
   const seen = new Set(sliceEnforcements.flat());
+  if (wholeOwned || tier === "exclusive") return "exclusive";
   if (tier === "gold") return "mig";
   if (tier === "silver") return "mps";
   return seen.has("hook") ? "hook" : "none";
+}
+
+/** A slice's enforcement list for people; a whole-GPU grant needs none. */
+export function enforcementText(enforcement: string[], kind?: string): string {
+  if (enforcement.length > 0) return enforcement.join(", ");
+  return kind === "whole" ? "none needed (exclusive)" : "none";
 }
 
 export function Tier({ level }: { level: string | null | undefined }) {

@@ -244,6 +244,19 @@ test("whole-GPU mode: a task through the form runs on a whole GPU", async () => 
   });
   assert.match(await page.textContent("main"), /GREETING/);
   await screenshot(page, "task-detail");
+  // A whole GPU is exclusive, not a slice tier (issue 14): the task, its
+  // slice row and its GPU's card say so.
+  assert.equal(task.qos_level, "exclusive");
+  assert.equal(slice.qos_level, "exclusive");
+  assert.deepEqual(slice.enforcement, []);
+  await go(page, "#/slices");
+  const row = page.locator(`tr[data-slice-id="${slice.id}"]`);
+  await row.waitFor();
+  assert.equal((await row.locator(".tier-cell").textContent()).trim(), "exclusive");
+  assert.match(await row.textContent(), /none needed \(exclusive\)/);
+  const card = await page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`).textContent();
+  assert.match(card, /enforcement: exclusive/);
+  assert.match(card, /no MIG, MPS or hook limit applies/);
   await context.close();
   assert.deepEqual(errors, []);
 });
@@ -261,9 +274,13 @@ test("the MIG GPU's card (GPU 0, the H100) shows gold with its promise", async (
   assert.match(text, /isolated by the hardware/);
   const p100 = await page.locator('[data-gpu="local/2"]').textContent();
   assert.match(p100, /bronze/i);
+  // The A100 is an MPS GPU (silver for a slice), but the whole-GPU task of
+  // the test before still holds it: what applies now is exclusive.
   const a100 = await page.locator('[data-gpu="local/1"]').textContent();
   assert.match(a100, /silver/i);
-  assert.match(a100, /no fault isolation/);
+  assert.match(a100, /held by a whole-GPU task \(exclusive\)/);
+  assert.match(a100, /enforcement: exclusive/);
+  assert.doesNotMatch(a100, /enforcement: mps/);
   // Filters narrow the table and cards.
   await page.fill("#slice-gpu", "0");
   await page.waitForFunction(() => document.querySelectorAll(".gpu-card").length === 1);

@@ -1,16 +1,19 @@
 // Slices: the live slices (filters by node and GPU index) and a capability
 // card per GPU: model, memory bar (accounted vs total, measured use from the
-// hook where reported), QoS tier, enforcement and what it promises, tenants,
-// lost state. Users see their tenant's view: GET /slices/stats is narrowed
+// hook where reported), QoS tier, enforcement and what it promises (a GPU
+// held by a whole-GPU task: exclusive), tenants, lost state. Users see their tenant's view: GET /slices/stats is narrowed
 // to their tenant (no GPU totals) and GET /nodes is admin-only, so it is
 // not called for them.
 import { useState } from "preact/hooks";
 import { api, type List, type NodeInfo, type Slice, type Stats, type StatsGpu, type WhoAmI } from "../api";
-import { ENFORCEMENT_TEXT, ErrorNote, fmtBytes, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
+import { ENFORCEMENT_TEXT, enforcementText, ErrorNote, fmtBytes, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
 
 function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: string }) {
   const mine = slices.filter((s) => s.node_id === g.node_id && s.gpu_indices.includes(g.gpu_index));
-  const enforcement = gpuEnforcement(g.qos_level, mine.map((s) => s.enforcement));
+  // Held whole: by the stats (admins), or by a whole-GPU slice the caller
+  // sees (tenant stats do not say).
+  const held = (g.whole_gpu_task ?? false) || mine.some((s) => s.kind === "whole" && s.state !== "released");
+  const enforcement = gpuEnforcement(g.qos_level, mine.map((s) => s.enforcement), held);
   const reported = mine.filter((s) => s.hook);
   const usedBytes = reported.reduce((a, s) => a + (s.hook?.used_bytes ?? 0), 0);
   const total = g.total_memory_mb;
@@ -40,7 +43,7 @@ function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: st
         {reported.length > 0 ? ` · measured ${fmtBytes(usedBytes)}` : " · measured: not reported"}
       </p>
       <p class="small">
-        compute accounted {g.accounted_compute_percent}%{g.whole_gpu_task ? " · whole-GPU task" : ""}
+        compute accounted {g.accounted_compute_percent}%{held ? " · held by a whole-GPU task (exclusive)" : ""}
       </p>
       <p class="enf">
         <span class="enf-name">enforcement: {enforcement}</span> — {ENFORCEMENT_TEXT[enforcement]}
@@ -143,7 +146,7 @@ export function SlicesPage({ who }: { who: WhoAmI }) {
                 <td data-label="tier" class="tier-cell">
                   <Tier level={s.qos_level} />
                 </td>
-                <td data-label="enforcement">{s.enforcement.join(", ") || "none"}</td>
+                <td data-label="enforcement">{enforcementText(s.enforcement, s.kind)}</td>
                 <td data-label="measured">{s.hook ? `${fmtBytes(s.hook.used_bytes)} (peak ${fmtBytes(s.hook.peak_bytes)})` : "—"}</td>
                 <td data-label="state">{s.state}</td>
                 <td data-label="created" class="nowrap">{fmtTime(s.created_at)}</td>

@@ -4,7 +4,7 @@
 import { useState } from "preact/hooks";
 import { api, ApiError, type List, type Slice, type Task, type WhoAmI } from "../api";
 import { computeError, gpuCountError, memoryError, nameError, parseEnv } from "../validate";
-import { ErrorNote, fmtMb, fmtTime, KeyValues, Page, Status, Table, Tier, usePoll } from "../ui";
+import { enforcementText, ErrorNote, fmtMb, fmtTime, KeyValues, Page, Status, Table, Tier, usePoll } from "../ui";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
@@ -381,7 +381,7 @@ export function TaskDetail({ id }: { id: number }) {
                 {slice.data && (
                   <span class="muted">
                     {" "}
-                    ({slice.data.state}; enforcement {slice.data.enforcement.join(", ") || "none"})
+                    ({slice.data.state}; enforcement {enforcementText(slice.data.enforcement, slice.data.kind)})
                   </span>
                 )}
               </dd>
