@@ -10,7 +10,7 @@ GENERATOR := -G Ninja
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build run demo test test-tsan test-asan bench format \
-        format-check tidy clean
+        format-check tidy clean soak mutations
 
 all: build
 
@@ -57,6 +57,21 @@ bench: build
 	      --benchmark_out_format=json; \
 	done
 	@echo "results: $(BUILD)/bench-results/"
+
+# The whole-system simulation for as long as you like (docs/SIMULATION.md):
+# SOAK_SEEDS seeds from SOAK_SEED, SOAK_STEPS steps with faults each; prints
+# each seed's outcome and the steps per second.
+SOAK_SEED ?= 1000
+SOAK_SEEDS ?= 100
+SOAK_STEPS ?= 5000
+soak: build
+	$(BUILD)/src/simulation/hf-simulate --seed $(SOAK_SEED) --seeds $(SOAK_SEEDS) \
+	    --steps $(SOAK_STEPS) --jobs $$(nproc)
+
+# Puts each hole of tests/mutations/catalogue.py back and checks that the
+# simulation or its regression test catches it (build/mutations.json).
+mutations: deps
+	scripts/mutations.py
 
 format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i

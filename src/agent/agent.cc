@@ -842,26 +842,8 @@ Status Agent::HandleAssignments() {
   auto reply = server_->Assignments(options_.node_id);
   if (!reply.ok()) return reply.status();
   Status first = Status::Ok();
-  const json& run = (*reply)["run"];
-  if (run.is_array()) {
-    for (const json& task : run) {
-      const std::int64_t id = IntOr(task, "id", 0);
-      if (id <= 0) continue;
-      auto local = tasks_.find(id);
-      if (local != tasks_.end()) {
-        // Still "scheduled" at the server although it runs here (a restart
-        // between start and report): say so now.
-        if (!local->second.finished) {
-          const Status s =
-              ReportState(id, local->second.slice_id, "running", {}, "");
-          if (s.ok()) local->second.reported_running = true;
-        }
-        continue;
-      }
-      const Status s = StartTask(task);
-      if (!s.ok() && first.ok()) first = s;
-    }
-  }
+  // Stops first, starts after: a GPU the server has given to new work is
+  // free of the old before the new begins.
   const json& cancel = (*reply)["cancel"];
   if (cancel.is_array()) {
     for (const json& v : cancel) {
@@ -889,6 +871,26 @@ Status Agent::HandleAssignments() {
     }
   }
   Reconcile(*reply);
+  const json& run = (*reply)["run"];
+  if (run.is_array()) {
+    for (const json& task : run) {
+      const std::int64_t id = IntOr(task, "id", 0);
+      if (id <= 0) continue;
+      auto local = tasks_.find(id);
+      if (local != tasks_.end()) {
+        // Still "scheduled" at the server although it runs here (a restart
+        // between start and report): say so now.
+        if (!local->second.finished) {
+          const Status s =
+              ReportState(id, local->second.slice_id, "running", {}, "");
+          if (s.ok()) local->second.reported_running = true;
+        }
+        continue;
+      }
+      const Status s = StartTask(task);
+      if (!s.ok() && first.ok()) first = s;
+    }
+  }
   return first;
 }
 

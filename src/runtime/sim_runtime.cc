@@ -108,6 +108,8 @@ Status SimRuntime::Start(const TaskSpec& spec) {
     // A CUDA program that cannot reach its device exits at once.
     host_->End(it->second,
                TaskStatus{TaskState::kExited, 1, 0, false, "CUDA: " + fail});
+  } else if (host_->on_start_) {
+    host_->on_start_(it->second);
   }
   return Status::Ok();
 }

@@ -75,6 +75,12 @@ class SimHost {
   // GPU `index` fell off the bus: the processes on it die.
   void FailGpu(int index);
 
+  // Called once a task has started (the simulation checks the hardware the
+  // moment a process begins, not only between steps).
+  void set_on_start(std::function<void(const SimTaskProcess&)> on_start) {
+    on_start_ = std::move(on_start);
+  }
+
   // Every task the machine holds, running or ended, by task id.
   const std::map<std::int64_t, SimTaskProcess>& tasks() const {
     return tasks_;
@@ -92,6 +98,7 @@ class SimHost {
   const Behaviour behaviour_;
   std::map<std::int64_t, SimTaskProcess> tasks_;
   std::int64_t next_pid_ = 1000;
+  std::function<void(const SimTaskProcess&)> on_start_;
 };
 
 class SimRuntime final : public Runtime {

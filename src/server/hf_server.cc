@@ -42,6 +42,7 @@ struct Flags {
   double gc_interval_s = 60;
   double gc_min_age_s = 60;
   double mig_command_deadline_s = 120;
+  double node_lost_after_s = 600;
   int heartbeat_interval_s = 5;
   int http_threads = 128;
   double idempotency_ttl_s = 86400;
@@ -142,6 +143,13 @@ int Main(int argc, char** argv) {
                  "Seconds before an unfinished MIG command is marked "
                  "HARDWARE STATE UNKNOWN")
       ->envname("HF_MIG_COMMAND_DEADLINE")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--node-lost-after", f.node_lost_after_s,
+                 "Seconds without a heartbeat after which a node is lost: the "
+                 "tasks it was asked to stop count as stopped and their "
+                 "slices are released (its other tasks keep theirs)")
+      ->envname("HF_NODE_LOST_AFTER")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--heartbeat-interval", f.heartbeat_interval_s,
@@ -277,6 +285,8 @@ int Main(int argc, char** argv) {
   options.gc_min_age_ms = static_cast<std::int64_t>(f.gc_min_age_s * 1000);
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
+  options.node_lost_ms =
+      static_cast<std::int64_t>(f.node_lost_after_s * 1000);
   options.heartbeat_interval_s = f.heartbeat_interval_s;
   auto cp = hf::server::ControlPlane::Create(store->get(), &clock, options,
                                              &leadership);

@@ -1,6 +1,7 @@
 #include "simulation/random_run.h"
 
 #include <array>
+#include <set>
 #include <random>
 
 namespace hf::simulation {
@@ -42,7 +43,7 @@ TaskShape RandomShape(World& w) {
       shape.compute_ratio = Pick<double>(rng, {0.1, 0.25, 0.5});
     }
   }
-  shape.duration_ms = Between(rng, 20'000, 8 * 60'000);
+  shape.duration_ms = Between(rng, 10'000, 4 * 60'000);
   shape.exit_code = Chance(rng, 0.1) ? 1 : 0;
   return shape;
 }
@@ -60,7 +61,16 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
     return;
   }
   if (r < 0.57) {
-    const std::int64_t id = Pick(rng, created);
+    // Half the time a task bound to a node whose start may still be on its
+    // way: where a cancel is hardest to get right.
+    std::int64_t id = Pick(rng, created);
+    if (Chance(rng, 0.5)) {
+      std::vector<std::int64_t> scheduled;
+      for (const store::TaskRow& t : w.Tasks()) {
+        if (t.state == store::TaskState::kScheduled) scheduled.push_back(t.id);
+      }
+      if (!scheduled.empty()) id = Pick(rng, scheduled);
+    }
     (void)w.Act("workload: cancel task " + std::to_string(id), [&] {
       for (const std::string& t : w.tenants()) {
         if (w.CancelTask(id, t)) break;
@@ -71,7 +81,23 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
   if (r < 0.62) {
     (void)w.Act("workload: an admin deletes a slice", [&] {
       auto live = w.LiveSlices();
-      if (!live.empty()) (void)w.DeleteSlice(Pick(rng, live).id);
+      if (live.empty()) return;
+      std::int64_t id = Pick(rng, live).id;
+      if (Chance(rng, 0.5)) {
+        // The slice of a task bound to a node (it may be running there).
+        std::set<std::int64_t> scheduled;
+        for (const store::TaskRow& t : w.Tasks()) {
+          if (t.state == store::TaskState::kScheduled && t.slice_id) {
+            scheduled.insert(*t.slice_id);
+          }
+        }
+        std::vector<std::int64_t> ids;
+        for (const store::SliceRow& s : live) {
+          if (scheduled.contains(s.id)) ids.push_back(s.id);
+        }
+        if (!ids.empty()) id = Pick(rng, ids);
+      }
+      (void)w.DeleteSlice(id);
     });
     return;
   }
@@ -123,7 +149,11 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
   } else if (f < 0.15) {
     const std::int64_t down = Between(rng, 500, 30'000);
     (void)w.Act("fault: crash the server", [&] { w.CrashServer(down); });
-  } else if (f < 0.35) {
+  } else if (f < 0.22) {
+    const std::int64_t ms = Between(rng, 5'000, 60'000);
+    (void)w.Act("fault: reports from " + w.NodeName(node) + " stall",
+                [&] { w.StallReports(node, ms); });
+  } else if (f < 0.38) {
     const std::int64_t down = Between(rng, 1'000, 60'000);
     (void)w.Act("fault: crash agent " + w.NodeName(node),
                 [&] { w.CrashAgent(node, down); });

@@ -94,6 +94,7 @@ struct World::Node {
   bool powered = true;
   bool restart_pending = false;
   std::int64_t partitioned_until = 0;
+  std::int64_t reports_stalled_until = 0;
   NetworkFaults net;
 };
 
@@ -112,6 +113,11 @@ class World::AgentTransport final : public agent::Transport {
     }
     if (w.server_ == nullptr) {
       return Status::Unavailable(what + ": connection refused");
+    }
+    if (w.sim_now_ < n.reports_stalled_until &&
+        request.path.find("task-states") != std::string::npos) {
+      ++w.counters_.dropped;
+      return Status::Unavailable(what + ": timed out (reports stall)");
     }
     std::uniform_real_distribution<double> u(0, 1);
     // Every roll is made whether or not the faults apply, so a filter does
@@ -347,6 +353,12 @@ StatusOr<int> World::AddNode(NodeKind kind) {
         b.exit_code = static_cast<int>(ToInt(Label(spec, "sim.exit_code"), 0));
         return b;
       });
+  // The hardware is checked the moment a process starts: an old process
+  // stopped later in the same agent cycle must not hide an overlap.
+  n->host->set_on_start([this](const runtime::SimTaskProcess&) {
+    if (violation_ || !options_.check_every_step) return;
+    if (auto v = CheckHardware()) violation_ = "at a process start: " + *v;
+  });
   mps::SimMpsOptions mps_options;
   mps_options.daemon_can_start = mps_can_start;
   n->mps = std::make_unique<mps::SimMpsControl>(mps_options);
@@ -784,6 +796,13 @@ void World::SetNetworkFaults(int node, NetworkFaults faults) {
   nodes_[node]->net = faults;
 }
 
+void World::StallReports(int node, std::int64_t ms) {
+  Node& n = *nodes_[node];
+  n.reports_stalled_until = std::max(n.reports_stalled_until, sim_now_ + ms);
+  Note("node " + n.name + ": task-state reports stall for " +
+       std::to_string(ms) + " ms");
+}
+
 void World::LoseGpu(int node, int gpu, std::int64_t for_ms) {
   Node& n = *nodes_[node];
   if (!n.driver->SetLost(gpu, true).ok()) return;
@@ -827,6 +846,7 @@ void World::HealAll() {
   for (int i = 0; i < node_count(); ++i) {
     Node& n = *nodes_[i];
     n.partitioned_until = 0;
+    n.reports_stalled_until = 0;
     n.net = NetworkFaults{};
     for (std::size_t g = 0; g < n.driver->inventory().gpus.size(); ++g) {
       (void)n.driver->SetLost(static_cast<int>(g), false);
@@ -1193,7 +1213,15 @@ std::optional<std::string> World::CheckSettled() {
     if (t.state == store::TaskState::kRunning && running_here.contains(id)) {
       continue;
     }
-    return "NOT SETTLED: task " + std::to_string(id) + " is " +
+    std::string where = " (no node holds it)";
+    for (const auto& n : nodes_) {
+      auto it = n->host->tasks().find(id);
+      if (it == n->host->tasks().end()) continue;
+      where = " (" + n->name + " holds it: " +
+              runtime::DescribeTaskStatus(it->second.status) + "; its agent " +
+              (n->agent ? "is up" : "is down") + ")";
+    }
+    return "NOT SETTLED: task " + std::to_string(id) + where + " is " +
            std::string(store::TaskStateName(t.state)) +
            (t.pending_reason.empty() ? "" : " (" + t.pending_reason + ")") +
            (t.cancel_requested ? " with a cancel requested" : "") +

@@ -151,6 +151,9 @@ class World {
   void PowerOn(int node);
   void Partition(int node, std::int64_t ms);
   void SetNetworkFaults(int node, NetworkFaults faults);
+  // The node's task-state reports do not get through for `ms` (an
+  // overloaded path, say); its other calls do.
+  void StallReports(int node, std::int64_t ms);
   void LoseGpu(int node, int gpu, std::int64_t for_ms);
   void FailMigCreates(int node, int gpu, int count, StatusCode code);
   void StopMpsDaemon(int node, std::int64_t for_ms);
