@@ -46,24 +46,30 @@ def fresh_tree():
             sys.exit("cannot apply the working tree's changes: " + r.stderr)
 
 
+def edits(m):
+    """(file, old, new) of a mutation: one or two replacements."""
+    out = [(m["file"], m["old"], m["new"])]
+    if m.get("old2") is not None:
+        out.append((m.get("file2", m["file"]), m["old2"], m["new2"]))
+    return out
+
+
 def mutate(m):
-    path = os.path.join(TREE, m["file"])
-    text = open(path).read()
-    for old, new in ((m["old"], m["new"]), (m.get("old2"), m.get("new2"))):
-        if old is None:
-            continue
+    for file, old, new in edits(m):
+        path = os.path.join(TREE, file)
+        text = open(path).read()
         if text.count(old) != 1:
-            return "the code to mutate is not found once in " + m["file"]
-        text = text.replace(old, new)
-    open(path, "w").write(text)
+            return "the code to mutate is not found once in " + file
+        open(path, "w").write(text.replace(old, new))
     return None
 
 
 def restore(m):
-    run(["git", "checkout", "--", m["file"]], cwd=TREE)
-    diff = run(["git", "diff", "HEAD", "--", m["file"]], cwd=ROOT).stdout
-    if diff:
-        subprocess.run(["git", "apply"], input=diff, text=True, cwd=TREE)
+    for file in {f for f, _, _ in edits(m)}:
+        run(["git", "checkout", "--", file], cwd=TREE)
+        diff = run(["git", "diff", "HEAD", "--", file], cwd=ROOT).stdout
+        if diff:
+            subprocess.run(["git", "apply"], input=diff, text=True, cwd=TREE)
 
 
 def build():

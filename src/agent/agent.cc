@@ -733,7 +733,11 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
   };
   const auto fail = [&](const std::string& error, bool orphaned = false) {
     spdlog::warn("MIG {} command {} on GPU {}: {}", action, id, index, error);
-    return report({{"ok", false}, {"error", error}, {"orphaned", orphaned}});
+    // The first outcome is the one reported, however often the report has
+    // to be sent again: a create refused now is never carried out later.
+    pending.outcome = {{"ok", false}, {"error", error}, {"orphaned", orphaned}};
+    SavePendingMig();
+    return report(pending.outcome);
   };
 
   // Carried out already: only the report is left.

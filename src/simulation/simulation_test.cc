@@ -7,6 +7,8 @@
 #include <atomic>
 #include <functional>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <mutex>
 #include <thread>
 
@@ -214,13 +216,44 @@ TEST_F(ScenarioTest, DeletingAScheduledTasksSliceRebindsItOnlyOnceStopped) {
 TEST_F(ScenarioTest, ALostReplyToAMigCreateReportMakesNoSecondPartition) {
   auto w = MakeWorld("mig-create-once");
   ASSERT_TRUE(w);
-  const int n = *w->AddNode(NodeKind::kMixed);  // V100 32 GB, H100 in MIG
+  const int n = *w->AddNode(NodeKind::kMig);  // H100 in MIG, A100 80 GB
   w->SetNetworkFaults(n, NetworkFaults{.drop_reply = 1.0,
                                        .only_paths_containing = "/result"});
-  const auto id = w->CreateTask(Slice("t2", 40960));  // only the H100 fits
+  // Best-Fit takes the H100 (the fuller card): a 2g.20gb, of which three
+  // more would fit beside it.
+  const auto id = w->CreateTask(Slice("t2", 20000));
   ASSERT_TRUE(id);
   EXPECT_FALSE(RunUntil(*w, [] { return false; }, 25'000));
   EXPECT_EQ(MigDevices(*w, n), 1);
+  w->SetNetworkFaults(n, NetworkFaults{});
+  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 60'000));
+  EXPECT_EQ(MigDevices(*w, n), 1);
+}
+
+// The agent dies after the driver made a partition and before it wrote
+// the outcome down: the agent that comes back finds that partition (it was
+// not there before the create) instead of making a second one.
+TEST_F(ScenarioTest, AnAgentThatDiedInsideAMigCreateFindsThePartitionItMade) {
+  auto w = MakeWorld("mig-create-crash");
+  ASSERT_TRUE(w);
+  const int n = *w->AddNode(NodeKind::kMig);
+  w->SetNetworkFaults(n, NetworkFaults{.drop_request = 1.0,
+                                       .only_paths_containing = "/result"});
+  const auto id = w->CreateTask(Slice("t2", 20000));
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(RunUntil(*w, [&] { return MigDevices(*w, n) == 1; }, 30'000));
+  w->CrashAgent(n, 3'000);
+  // What the state file holds had it died inside the driver call.
+  const std::filesystem::path state =
+      Scratch("mig-create-crash") / "n0" / "agent" / "mig-commands.json";
+  std::ifstream in(state);
+  nlohmann::json saved = nlohmann::json::parse(in);
+  in.close();
+  ASSERT_EQ(saved["commands"].size(), 1u);
+  saved["commands"][0]["outcome"] = nullptr;
+  saved["commands"][0]["executing"] = true;
+  saved["partitions"] = nlohmann::json::object();
+  std::ofstream(state) << saved.dump();
   w->SetNetworkFaults(n, NetworkFaults{});
   ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 60'000));
   EXPECT_EQ(MigDevices(*w, n), 1);

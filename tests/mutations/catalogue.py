@@ -79,11 +79,34 @@ MUTATIONS = [
         simulation=True,
     ),
     dict(
+        name="mig-crash-recreates",
+        hole="4: an agent that died inside a create makes a second partition",
+        file="src/agent/agent.cc",
+        old="""  if (pending.executing && listed.ok()) {""",
+        new="""  if (false) {""",
+        tests=["ScenarioTest.AnAgentThatDiedInsideAMigCreate*"],
+        simulation=False,
+    ),
+    dict(
         name="late-create-kept",
-        hole="5: a create that succeeds after its deadline is kept, never destroyed",
-        file="src/server/nodes.cc",
-        old="""          (late || s.state != store::SliceState::kAllocated)) {""",
-        new="""          s.state == store::SliceState::kReleasing) {""",
+        hole="5: a stuck create releases its slice; a late success is kept, never destroyed",
+        file="src/server/scheduler.cc",
+        old="""      if (s.state == store::SliceState::kAllocated) {
+        s.state = store::SliceState::kReleasing;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      }
+      store::SliceRequestRow destroy;""",
+        new="""      if (s.state == store::SliceState::kAllocated) {
+        s.state = store::SliceState::kReleased;
+        s.released_at = now;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+        released.push_back(s.id);
+      }
+      if (s.state == store::SliceState::kReleased) continue;
+      store::SliceRequestRow destroy;""",
+        file2="src/server/nodes.cc",
+        old2="""          (late || s.state != store::SliceState::kAllocated)) {""",
+        new2="""          s.state == store::SliceState::kReleasing) {""",
         tests=["ScenarioTest.AStuckMigCreate*"],
         simulation=True,
     ),
