@@ -865,20 +865,41 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
   return r;
 }
 
-// The parameter names in the query part of `target`, undecoded except for
-// '+' and %XX.
-std::vector<std::string> QueryNames(const std::string& target) {
-  std::vector<std::string> names;
+// The parameters in the query part of `target` (name and value), decoded
+// ('+' and %XX).
+std::vector<std::pair<std::string, std::string>> QueryPairs(
+    const std::string& target) {
+  std::vector<std::pair<std::string, std::string>> pairs;
   const auto q = target.find('?');
-  if (q == std::string::npos) return names;
+  if (q == std::string::npos) return pairs;
   std::size_t start = q + 1;
   while (start <= target.size()) {
     std::size_t end = target.find('&', start);
     if (end == std::string::npos) end = target.size();
     const std::string pair = target.substr(start, end - start);
-    const std::string raw = pair.substr(0, pair.find('='));
-    if (!raw.empty()) names.push_back(httplib::detail::decode_url(raw, true));
+    const auto eq = pair.find('=');
+    const std::string raw = pair.substr(0, eq);
+    if (!raw.empty()) {
+      pairs.emplace_back(
+          httplib::detail::decode_url(raw, true),
+          eq == std::string::npos
+              ? std::string()
+              : httplib::detail::decode_url(pair.substr(eq + 1), true));
+    }
     start = end + 1;
+  }
+  return pairs;
+}
+
+// The names of a route's path parameters, in order: "/tasks/{id}" -> id.
+std::vector<std::string> PathParamNames(const std::string& path) {
+  std::vector<std::string> names;
+  std::size_t open = path.find('{');
+  while (open != std::string::npos) {
+    const std::size_t close = path.find('}', open);
+    if (close == std::string::npos) break;
+    names.push_back(path.substr(open + 1, close - open - 1));
+    open = path.find('{', close);
   }
   return names;
 }
@@ -905,18 +926,31 @@ void ServeRoute(const Route& route, ControlPlane& cp,
                 const httplib::Request& req, httplib::Response& res) {
   // Only the URL's query counts (httplib also puts form bodies in params,
   // and curl -d sends JSON as a form by default).
-  for (const std::string& name : QueryNames(req.target)) {
+  const auto refuse = [&res](const Status& s) {
+    WriteJson(res, 400, ErrorBody(s));
+  };
+  for (const auto& [name, value] : QueryPairs(req.target)) {
     if (std::find(route.query.begin(), route.query.end(), name) ==
         route.query.end()) {
-      WriteJson(res, 400,
-                ErrorBody(Status::InvalidArgument(
-                    "unknown query parameter '" + name + "'", name)));
+      refuse(Status::InvalidArgument(
+          "unknown query parameter '" + ValidUtf8(name) + "'", name));
+      return;
+    }
+    if (value.find('\0') != std::string::npos) {
+      refuse(Status::InvalidArgument("contains a NUL character", name));
       return;
     }
   }
   Ctx ctx{req, {}, {}};
+  const std::vector<std::string> names = PathParamNames(route.path);
   for (std::size_t i = 1; i < req.matches.size(); ++i) {
     ctx.params.push_back(req.matches[i].str());
+    // Path parameters are ids and names: no control characters.
+    const std::string name = i - 1 < names.size() ? names[i - 1] : "path";
+    if (const Status s = CheckIdentifier(ctx.params.back(), name); !s.ok()) {
+      refuse(s);
+      return;
+    }
   }
   if (route.auth) {
     auto caller = cp.Authenticate(BearerToken(req));
@@ -1195,8 +1229,7 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
   const std::size_t q = request.target.find('?');
   req.path = httplib::detail::decode_url(request.target.substr(0, q), false);
   if (q != std::string::npos) {
-    httplib::detail::parse_query_text(request.target.substr(q + 1),
-                                      req.params);
+    httplib::detail::parse_query_text(request.target.substr(q + 1), req.params);
   }
   req.body = request.body;
   for (const auto& [k, v] : request.headers) req.headers.emplace(k, v);
@@ -1214,9 +1247,9 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
     }
   }
   if (found == nullptr) {
-    WriteJson(res, 404,
-              ErrorBody(Status::NotFound("no route " + req.method + " " +
-                                         req.path)));
+    WriteJson(
+        res, 404,
+        ErrorBody(Status::NotFound("no route " + req.method + " " + req.path)));
   } else {
     try {
       ServeRoute(*found, *cp_, req, res);

@@ -335,10 +335,15 @@ StatusOr<NodeId> ControlPlane::LedgerNodeLocked(const store::NodeRow& node) {
   ledger::NodeSpec spec;
   spec.name = node.name;
   // Node CPU and host memory are not scheduled by the server (tasks ask
-  // for GPUs only); the largest values keep the node-resource checks out
-  // of the way.
-  spec.cpu_milli = std::max<std::int64_t>(node.cpu_milli, 1) << 20;
-  spec.host_memory_mib = std::max<std::int64_t>(node.host_memory_mib, 1) << 20;
+  // for GPUs only), so the ledger gets the largest amounts its placement
+  // index holds exactly (FitIndex packs them into 32 bits), whatever the
+  // node reported: the node-resource checks stay out of the way and no
+  // reported value enters any arithmetic. Scaling the reported values up
+  // (`<< 20`) overflowed beyond 2^43, and past 2^31 the index saturated,
+  // so the ledger's invariant check failed for any node with >= 2 CPUs.
+  constexpr std::int64_t kRoomy = std::numeric_limits<std::int32_t>::max();
+  spec.cpu_milli = kRoomy;
+  spec.host_memory_mib = kRoomy;
   spec.containerized = node.containerized;
   auto id = ledger_->AddNode(spec);
   if (!id.ok()) return id.status();

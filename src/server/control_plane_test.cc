@@ -1048,5 +1048,28 @@ TEST_F(ResizeTest, NoQuotaForGoldOrWholeGpusAndNoHookForWholeGpus) {
             std::vector<std::string>{"hook"});
 }
 
+// Regression: LedgerNodeLocked scaled the reported cpu_milli and
+// host_memory_mib by `<< 20`: undefined beyond 2^43 (a wrapped, negative
+// value made the ledger refuse the node), and past 2^31 (any node with 2
+// CPUs) the ledger's index saturated and its invariant check failed.
+TEST_F(ControlPlaneTest, AnyReportedNodeResourcesKeepTheLedgerConsistent) {
+  NodeReport typical = Node("typical", {Gpu(0)});
+  typical.cpu_milli = 64'000;
+  typical.host_memory_mib = 512 * 1024;
+  Register(typical);
+  NodeReport huge = Node("huge", {Gpu(0)});
+  huge.cpu_milli = (std::int64_t{1} << 43) + 1;
+  huge.host_memory_mib = std::numeric_limits<std::int64_t>::max();
+  Register(huge);
+  const Caller alice = TenantUser("alice");
+  const TaskRow a = Submit(alice, 40960);
+  const TaskRow b = Submit(alice, 40960);
+  EXPECT_EQ(Bind(), 2);
+  EXPECT_EQ(Get(a.id).state, TaskState::kScheduled);
+  EXPECT_EQ(Get(b.id).state, TaskState::kScheduled);
+  const Status s = cp_->CheckLedgerMatchesStore();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 }  // namespace
 }  // namespace hf::server
