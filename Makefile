@@ -2,15 +2,27 @@
 #   make run    install what is missing, build, start hf-server + a local node
 #   make test   install what is missing, build, run every test (incl. TSan)
 #   make bench  build and run every benchmark; JSON in build/bench-results/
+#   make fuzz   run every fuzz target FUZZ_SECONDS (60) each (docs/FUZZING.md)
 SHELL := /bin/bash
 BUILD ?= build
 TSAN_BUILD ?= build-tsan
 ASAN_BUILD ?= build-asan
 GENERATOR := -G Ninja
 CMAKE_FLAGS ?=
+# The ASan + UBSan tree is built with clang, so the fuzz targets (libFuzzer
+# is clang's) and the core tests share its objects: `make test` builds the
+# fuzz targets there, and CI's `make test-asan` reuses what it compiled.
+ASAN_CC ?= clang-14
+ASAN_CXX ?= clang++-14
+ASAN_FLAGS := -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_CXX_COMPILER=$(ASAN_CXX) \
+    -DHF_SANITIZE=address -DHF_FUZZ=ON -DHF_BUILD_BENCH=OFF \
+    -DHF_BUILD_CONSOLE=OFF
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?=
 
-.PHONY: all deps configure build run demo test test-tsan test-asan bench format \
-        format-check tidy clean soak mutations
+.PHONY: all deps configure build run demo test test-tsan test-asan test-fuzz \
+        asan-configure fuzz bench format format-check tidy clean soak \
+        mutations
 
 all: build
 
@@ -33,6 +45,7 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 1200
 	@$(MAKE) --no-print-directory test-tsan
+	@$(MAKE) --no-print-directory test-fuzz
 
 # The concurrency tests again under ThreadSanitizer (label "tsan").
 test-tsan: deps
@@ -41,12 +54,32 @@ test-tsan: deps
 	@cmake --build $(TSAN_BUILD) --target tsan_tests
 	cd $(TSAN_BUILD) && ctest --output-on-failure -L tsan
 
+# The clang ASan + UBSan tree (a tree configured with another compiler is
+# reconfigured from scratch).
+asan-configure: deps
+	@if [ -f $(ASAN_BUILD)/CMakeCache.txt ] && \
+	    ! grep -q '^CMAKE_CXX_COMPILER:.*clang' $(ASAN_BUILD)/CMakeCache.txt; then \
+	  echo "$(ASAN_BUILD): configured with another compiler; reconfiguring"; \
+	  rm -rf $(ASAN_BUILD)/CMakeCache.txt $(ASAN_BUILD)/CMakeFiles; \
+	fi
+	@cmake -S . -B $(ASAN_BUILD) $(GENERATOR) $(ASAN_FLAGS) >/dev/null
+
 # The core (ledger, scheduler) tests under ASan + UBSan (label "core").
-test-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) $(GENERATOR) -DHF_SANITIZE=address \
-	    -DHF_BUILD_BENCH=OFF -DHF_BUILD_CONSOLE=OFF >/dev/null
+test-asan: asan-configure
 	@cmake --build $(ASAN_BUILD) --target core_tests
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L core --timeout 1800
+
+# Each fuzz target over its seed corpus plus a few seconds of mutations
+# (label "fuzz"; part of `make test`).
+test-fuzz: asan-configure
+	@cmake --build $(ASAN_BUILD) --target fuzz_targets
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L fuzz
+
+# Every fuzz target (or FUZZ_TARGETS) for FUZZ_SECONDS each; a finding's
+# reproducer is kept in build-asan/fuzz-findings/ and fails the run.
+fuzz: asan-configure
+	@cmake --build $(ASAN_BUILD) --target fuzz_targets
+	@scripts/fuzz.sh --seconds $(FUZZ_SECONDS) $(ASAN_BUILD) $(FUZZ_TARGETS)
 
 # Every *_bench binary, each writing build/bench-results/<name>.json.
 bench: build

@@ -7,6 +7,9 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config git curl binutils
+  # clang: the ASan + UBSan tree and its fuzz targets (libFuzzer and the
+  # sanitizer runtimes are in libclang-rt)
+  clang-14 libclang-rt-14-dev
   # libraries (see docs/DEPENDENCIES.md)
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsqlite3-dev
   libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev libfccp-dev

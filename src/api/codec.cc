@@ -4,13 +4,25 @@
 
 #include <cmath>
 #include <ctime>
+#include <limits>
 #include <set>
+#include <vector>
+
+#include "common/strict_json.h"
 
 namespace hf::api {
 
 namespace {
 
-struct TooDeep {};
+// Bounds on what an agent reports (docs/API.md, "Nodes and agents"):
+// generous for any real machine, and far enough from overflow that the
+// server's arithmetic on them (sums, MiB to bytes) cannot wrap.
+constexpr std::int64_t kMaxGpuIndex = 1023;
+constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{16} << 20;  // 16 TiB
+constexpr std::int64_t kMaxCpuMilli = std::int64_t{1} << 30;       // ~1M CPUs
+constexpr std::int64_t kMaxHostMemoryMib = std::int64_t{1} << 30;  // 1 PiB
+constexpr std::size_t kMaxGpusPerTask = 64;
+constexpr std::size_t kMaxIdentifier = 256;  // UUIDs, MIG device ids
 
 Status Wrong(const std::string& field, const std::string& what) {
   return Status::InvalidArgument(what, field);
@@ -60,6 +72,12 @@ StatusOr<std::optional<std::int64_t>> GetInt(const json& body,
                                              const std::string& name) {
   auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::optional<std::int64_t>();
+  if (it->is_number_unsigned() &&
+      it->get<std::uint64_t>() >
+          static_cast<std::uint64_t>(
+              std::numeric_limits<std::int64_t>::max())) {
+    return Wrong(name, "is out of range, got " + it->dump());
+  }
   if (it->is_number_integer()) return std::optional(it->get<std::int64_t>());
   if (it->is_number_float()) {
     const double d = it->get<double>();
@@ -69,6 +87,38 @@ StatusOr<std::optional<std::int64_t>> GetInt(const json& body,
     return Wrong(name, "must be a whole number, got " + it->dump());
   }
   return Wrong(name, "must be an integer");
+}
+
+// GetInt, and the value must be in [min, max]; errors name `field`.
+StatusOr<std::optional<std::int64_t>> GetIntIn(const json& body,
+                                               const std::string& name,
+                                               std::int64_t min,
+                                               std::int64_t max,
+                                               const std::string& field) {
+  auto v = GetInt(body, name);
+  if (!v.ok()) return Wrong(field, v.status().message());
+  if (*v && (**v < min || **v > max)) {
+    return Wrong(field, "must be " + std::to_string(min) + ".." +
+                            std::to_string(max) + ", got " +
+                            std::to_string(**v));
+  }
+  return v;
+}
+
+// An integer JSON value (an array element) in [min, max], checked on the
+// 64-bit value before it is narrowed.
+StatusOr<int> IntElement(const json& v, int min, int max,
+                         const std::string& field) {
+  const bool in_range =
+      v.is_number_integer() &&
+      (v.is_number_unsigned()
+           ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(max)
+           : v.get<std::int64_t>() >= min && v.get<std::int64_t>() <= max);
+  if (!in_range) {
+    return Wrong(field, "must be integers " + std::to_string(min) + ".." +
+                            std::to_string(max));
+  }
+  return static_cast<int>(v.get<std::int64_t>());
 }
 
 StatusOr<bool> GetBool(const json& body, const char* name, bool fallback) {
@@ -97,6 +147,23 @@ StatusOr<store::StringMap> GetStringMap(const json& body, const char* name,
   return out;
 }
 
+// "8.0" -> (8, 0): one or two digits, a dot, one or two digits; nothing
+// else (no sign, spaces or suffix).
+bool ParseComputeCapability(std::string_view text, int& major, int& minor) {
+  const auto dot = text.find('.');
+  const auto number = [](std::string_view digits, int& out) {
+    if (digits.empty() || digits.size() > 2) return false;
+    out = 0;
+    for (char c : digits) {
+      if (c < '0' || c > '9') return false;
+      out = out * 10 + (c - '0');
+    }
+    return true;
+  };
+  return dot != std::string_view::npos && number(text.substr(0, dot), major) &&
+         number(text.substr(dot + 1), minor);
+}
+
 std::string Iso(store::Millis ms) { return FormatTime(ms); }
 
 json OptionalTime(const std::optional<store::Millis>& ms) {
@@ -110,30 +177,23 @@ StatusOr<json> ParseBody(std::string_view body, const Limits& limits) {
     return Status::InvalidArgument("the request needs a JSON object body",
                                    "body");
   }
-  json parsed;
-  try {
-    parsed =
-        json::parse(body.begin(), body.end(),
-                    [&](int depth, json::parse_event_t event, json&) {
-                      if ((event == json::parse_event_t::object_start ||
-                           event == json::parse_event_t::array_start) &&
-                          static_cast<std::size_t>(depth) >= limits.max_depth) {
-                        throw TooDeep{};
-                      }
-                      return true;
-                    });
-  } catch (const TooDeep&) {
-    return Status::InvalidArgument(
-        "JSON nesting is deeper than " + std::to_string(limits.max_depth),
-        "body");
-  } catch (const json::parse_error& e) {
-    return Status::InvalidArgument(
-        std::string("is not valid JSON: ") + e.what(), "body");
-  }
-  if (!parsed.is_object()) {
+  StrictJsonOptions options;
+  options.max_depth = limits.max_depth;
+  auto parsed = ParseStrictJson(body, options);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->is_object()) {
     return Status::InvalidArgument("must be a JSON object", "body");
   }
   return parsed;
+}
+
+Status CheckIdentifier(std::string_view text, const std::string& field) {
+  if (HasControlCharacter(text)) {
+    return Wrong(field,
+                 "must not contain control characters (NUL, newline, tab, "
+                 "escape, ...)");
+  }
+  return Status::Ok();
 }
 
 Status CheckFields(const json& body,
@@ -208,11 +268,16 @@ StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
   json rest = body;
   rest.erase("command");
   HF_RETURN_IF_ERROR(CheckStrings(rest, limits.max_string, ""));
+  // Names and the image are identifiers (shown in lists, passed to the
+  // container runtime): no control characters. Every string of the body
+  // is free of NUL already (ParseBody), which execve could not pass on.
   auto name = GetString(body, "name", true);
   if (!name.ok()) return name.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*name, "name"));
   t.name = *name;
   auto image = GetString(body, "image", false);
   if (!image.ok()) return image.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*image, "image"));
   t.image = *image;
   auto gpu_type = GetString(body, "gpu_type", false);
   if (!gpu_type.ok()) return gpu_type.status();
@@ -245,6 +310,7 @@ StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
   if (const json* tenant = Field(body, "tenant")) {
     if (!tenant->is_string()) return Wrong("tenant", "must be a string");
     t.tenant = tenant->get<std::string>();
+    HF_RETURN_IF_ERROR(CheckIdentifier(*t.tenant, "tenant"));
   }
   HF_RETURN_IF_ERROR(server::ValidateTaskCreate(t));
   return t;
@@ -263,17 +329,15 @@ StatusOr<server::SliceCreate> ParseSliceCreate(const json& body) {
   server::SliceCreate s;
   auto tenant = GetString(body, "tenant", false);
   if (!tenant.ok()) return tenant.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*tenant, "tenant"));
   s.tenant = *tenant;
   auto node = GetString(body, "node_id", false);
   if (!node.ok()) return node.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*node, "node_id"));
   if (!node->empty()) s.node = *node;
-  auto index = GetInt(body, "gpu_index");
+  auto index = GetIntIn(body, "gpu_index", 0, kMaxGpuIndex, "gpu_index");
   if (!index.ok()) return index.status();
-  if (*index) {
-    if (**index < 0 || **index > 1023)
-      return Wrong("gpu_index", "must be 0..1023");
-    s.gpu_index = static_cast<int>(**index);
-  }
+  if (*index) s.gpu_index = static_cast<int>(**index);
   auto memory = GetInt(body, "gpu_memory_mb");
   if (!memory.ok()) return memory.status();
   s.memory_mib = *memory;
@@ -469,6 +533,7 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
   server::NodeReport r;
   auto name = GetString(body, "node_id", name_required);
   if (!name.ok()) return name.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*name, "node_id"));
   r.name = *name;
   auto containerized = GetBool(body, "containerized", false);
   if (!containerized.ok()) return containerized.status();
@@ -476,18 +541,16 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
   auto hook = GetBool(body, "hook_available", false);
   if (!hook.ok()) return hook.status();
   r.hook_available = *hook;
-  auto cpu = GetInt(body, "cpu_milli");
+  auto cpu = GetIntIn(body, "cpu_milli", 0, kMaxCpuMilli, "cpu_milli");
   if (!cpu.ok()) return cpu.status();
   r.cpu_milli = cpu->value_or(0);
-  auto host = GetInt(body, "host_memory_mb");
+  auto host =
+      GetIntIn(body, "host_memory_mb", 0, kMaxHostMemoryMib, "host_memory_mb");
   if (!host.ok()) return host.status();
   r.host_memory_mib = host->value_or(0);
-  if (r.cpu_milli < 0) return Wrong("cpu_milli", "must not be negative");
-  if (r.host_memory_mib < 0) {
-    return Wrong("host_memory_mb", "must not be negative");
-  }
   auto version = GetString(body, "agent_version", false);
   if (!version.ok()) return version.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*version, "agent_version"));
   r.agent_version = *version;
   // Every report lists the node's GPUs (an empty list for a node without
   // any): a GPU left out is treated as gone.
@@ -516,40 +579,36 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
         }
       }
       server::GpuReport gr;
-      auto index = GetInt(g, "index");
-      if (!index.ok()) return Wrong(at + ".index", index.status().message());
+      // Ranges are checked on the 64-bit value, before it is narrowed.
+      auto index = GetIntIn(g, "index", 0, kMaxGpuIndex, at + ".index");
+      if (!index.ok()) return index.status();
       if (!*index) return Wrong(at + ".index", "is required");
       gr.index = static_cast<int>(**index);
       auto uuid = GetString(g, "uuid", true);
       if (!uuid.ok()) return Wrong(at + ".uuid", uuid.status().message());
+      HF_RETURN_IF_ERROR(CheckIdentifier(*uuid, at + ".uuid"));
       gr.uuid = *uuid;
       auto vendor = GetString(g, "vendor", false);
       if (!vendor.ok()) return Wrong(at + ".vendor", vendor.status().message());
       if (!vendor->empty()) gr.vendor = *vendor;
       auto model = GetString(g, "model", false);
       if (!model.ok()) return Wrong(at + ".model", model.status().message());
+      HF_RETURN_IF_ERROR(CheckIdentifier(*model, at + ".model"));
       gr.model = *model;
-      auto memory = GetInt(g, "memory_mb");
-      if (!memory.ok()) {
-        return Wrong(at + ".memory_mb", memory.status().message());
-      }
+      auto memory =
+          GetIntIn(g, "memory_mb", 1, kMaxGpuMemoryMib, at + ".memory_mb");
+      if (!memory.ok()) return memory.status();
       if (!*memory) return Wrong(at + ".memory_mb", "is required");
       gr.memory_mib = **memory;
       auto cc = GetString(g, "compute_capability", false);
       if (!cc.ok()) {
         return Wrong(at + ".compute_capability", cc.status().message());
       }
-      if (!cc->empty()) {
-        int major = 0;
-        int minor = 0;
-        char extra = 0;
-        if (std::sscanf(cc->c_str(), "%d.%d%c", &major, &minor, &extra) != 2 ||
-            major < 0 || minor < 0 || major > 99 || minor > 99) {
-          return Wrong(at + ".compute_capability",
-                       "must look like \"8.0\", got \"" + *cc + "\"");
-        }
-        gr.cc_major = major;
-        gr.cc_minor = minor;
+      if (!cc->empty() &&
+          !ParseComputeCapability(*cc, gr.cc_major, gr.cc_minor)) {
+        return Wrong(at + ".compute_capability",
+                     "must look like \"8.0\" (0..99 each side), got \"" +
+                         cc->substr(0, 16) + "\"");
       }
       auto mig = GetBool(g, "mig_capable", false);
       if (!mig.ok()) return Wrong(at + ".mig_capable", mig.status().message());
@@ -570,9 +629,14 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
         }
         gr.mig_devices.emplace();
         for (const json& d : *devices) {
-          if (!d.is_string() || d.get<std::string>().empty()) {
-            return Wrong(at + ".mig_devices", "must hold strings");
+          if (!d.is_string() || d.get<std::string>().empty() ||
+              d.get<std::string>().size() > kMaxIdentifier) {
+            return Wrong(at + ".mig_devices",
+                         "must hold MIG device UUIDs (1.." +
+                             std::to_string(kMaxIdentifier) + " bytes)");
           }
+          HF_RETURN_IF_ERROR(
+              CheckIdentifier(d.get<std::string>(), at + ".mig_devices"));
           gr.mig_devices->push_back(d.get<std::string>());
         }
       }
@@ -630,19 +694,24 @@ StatusOr<std::vector<server::RunningTask>> ParseRunningTasks(const json& body) {
     if (!t.is_object()) return Wrong(at, "must be an object");
     server::RunningTask r;
     auto id = GetInt(t, "task_id");
-    if (!id.ok() || !*id) return Wrong(at + ".task_id", "must be an integer");
+    if (!id.ok() || !*id || **id <= 0) {
+      return Wrong(at + ".task_id", "must be a task id (an integer > 0)");
+    }
     r.task_id = **id;
     auto state = GetString(t, "state", true);
     if (!state.ok()) return Wrong(at + ".state", state.status().message());
     r.state = *state;
     if (const json* idx = Field(t, "gpu_indices")) {
-      if (!idx->is_array())
-        return Wrong(at + ".gpu_indices", "must be an array");
+      if (!idx->is_array() || idx->size() > kMaxGpusPerTask) {
+        return Wrong(at + ".gpu_indices", "must be an array of at most " +
+                                              std::to_string(kMaxGpusPerTask) +
+                                              " GPU indices");
+      }
       for (const json& v : *idx) {
-        if (!v.is_number_integer()) {
-          return Wrong(at + ".gpu_indices", "must be integers");
-        }
-        r.gpu_indices.push_back(v.get<int>());
+        auto index = IntElement(v, 0, static_cast<int>(kMaxGpuIndex),
+                                at + ".gpu_indices");
+        if (!index.ok()) return index.status();
+        r.gpu_indices.push_back(*index);
       }
     }
     if (const json* hook = Field(t, "hook")) {
@@ -670,15 +739,18 @@ StatusOr<std::vector<server::TaskStateReport>> ParseTaskStates(
     if (!s.is_object()) return Wrong(at, "must be an object");
     server::TaskStateReport r;
     auto id = GetInt(s, "task_id");
-    if (!id.ok() || !*id) return Wrong(at + ".task_id", "must be an integer");
+    if (!id.ok() || !*id || **id <= 0) {
+      return Wrong(at + ".task_id", "must be a task id (an integer > 0)");
+    }
     r.task_id = **id;
     auto state = GetString(s, "state", true);
     if (!state.ok()) return Wrong(at + ".state", state.status().message());
     auto parsed = store::ParseTaskState(*state);
     if (!parsed) return Wrong(at + ".state", "unknown state '" + *state + "'");
     r.state = *parsed;
-    auto code = GetInt(s, "exit_code");
-    if (!code.ok()) return Wrong(at + ".exit_code", code.status().message());
+    auto code = GetIntIn(s, "exit_code", std::numeric_limits<int>::min(),
+                         std::numeric_limits<int>::max(), at + ".exit_code");
+    if (!code.ok()) return code.status();
     if (*code) r.exit_code = static_cast<int>(**code);
     auto message = GetString(s, "message", false);
     if (!message.ok())
@@ -706,6 +778,11 @@ StatusOr<server::MigResult> ParseMigResult(const json& body) {
   r.ok = ok->get<bool>();
   auto device = GetString(body, "device_id", false);
   if (!device.ok()) return device.status();
+  if (device->size() > kMaxIdentifier) {
+    return Wrong("device_id",
+                 "is longer than " + std::to_string(kMaxIdentifier) + " bytes");
+  }
+  HF_RETURN_IF_ERROR(CheckIdentifier(*device, "device_id"));
   r.device_id = *device;
   auto error = GetString(body, "error", false);
   if (!error.ok()) return error.status();

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/strict_json.h"
 #include "server/control_plane.h"
 
 namespace hf::api {
@@ -24,9 +25,16 @@ struct Limits {
   std::size_t max_map_entries = 256;
 };
 
-// Parses a request body: invalid JSON, nesting deeper than max_depth and a
-// non-object top level are InvalidArgument errors.
+// Parses a request body with ParseStrictJson (common/strict_json.h: no
+// duplicate keys, numbers in range, no NUL, ...; errors name the field by
+// its path, "gpus[0].memory_mb", or "body"), nesting at most max_depth; a
+// non-object top level is InvalidArgument too.
 StatusOr<json> ParseBody(std::string_view body, const Limits& limits = {});
+
+// InvalidArgument naming `field` when `text` has a control character
+// (HasControlCharacter): for names and identifiers (free text such as a
+// reason may hold newlines).
+Status CheckIdentifier(std::string_view text, const std::string& field);
 
 // Converts a ratio in (0, 1] to a percent, rounded half up; InvalidArgument
 // (naming `field`) when out of range or rounding to 0.

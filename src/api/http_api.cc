@@ -1005,20 +1005,41 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
   return r;
 }
 
-// The parameter names in the query part of `target`, undecoded except for
-// '+' and %XX.
-std::vector<std::string> QueryNames(const std::string& target) {
-  std::vector<std::string> names;
+// The parameters in the query part of `target` (name and value), decoded
+// ('+' and %XX).
+std::vector<std::pair<std::string, std::string>> QueryPairs(
+    const std::string& target) {
+  std::vector<std::pair<std::string, std::string>> pairs;
   const auto q = target.find('?');
-  if (q == std::string::npos) return names;
+  if (q == std::string::npos) return pairs;
   std::size_t start = q + 1;
   while (start <= target.size()) {
     std::size_t end = target.find('&', start);
     if (end == std::string::npos) end = target.size();
     const std::string pair = target.substr(start, end - start);
-    const std::string raw = pair.substr(0, pair.find('='));
-    if (!raw.empty()) names.push_back(httplib::detail::decode_url(raw, true));
+    const auto eq = pair.find('=');
+    const std::string raw = pair.substr(0, eq);
+    if (!raw.empty()) {
+      pairs.emplace_back(
+          httplib::detail::decode_url(raw, true),
+          eq == std::string::npos
+              ? std::string()
+              : httplib::detail::decode_url(pair.substr(eq + 1), true));
+    }
     start = end + 1;
+  }
+  return pairs;
+}
+
+// The names of a route's path parameters, in order: "/tasks/{id}" -> id.
+std::vector<std::string> PathParamNames(const std::string& path) {
+  std::vector<std::string> names;
+  std::size_t open = path.find('{');
+  while (open != std::string::npos) {
+    const std::size_t close = path.find('}', open);
+    if (close == std::string::npos) break;
+    names.push_back(path.substr(open + 1, close - open - 1));
+    open = path.find('{', close);
   }
   return names;
 }
@@ -1172,12 +1193,27 @@ void ServeRoute(const Route& route, ControlPlane& cp, IdempotencyKeys* keys,
   }
   // Only the URL's query counts (httplib also puts form bodies in params,
   // and curl -d sends JSON as a form by default).
-  for (const std::string& name : QueryNames(req.target)) {
+  const auto refuse = [&res](const Status& s) {
+    WriteJson(res, 400, ErrorBody(s));
+  };
+  for (const auto& [name, value] : QueryPairs(req.target)) {
     if (std::find(route.query.begin(), route.query.end(), name) ==
         route.query.end()) {
-      WriteJson(res, 400,
-                ErrorBody(Status::InvalidArgument(
-                    "unknown query parameter '" + name + "'", name)));
+      refuse(Status::InvalidArgument(
+          "unknown query parameter '" + ValidUtf8(name) + "'", name));
+      return;
+    }
+    if (value.find('\0') != std::string::npos) {
+      refuse(Status::InvalidArgument("contains a NUL character", name));
+      return;
+    }
+  }
+  // Path parameters are ids and names: no control characters.
+  const std::vector<std::string> names = PathParamNames(route.path);
+  for (std::size_t i = 0; i < ctx.params.size(); ++i) {
+    const std::string name = i < names.size() ? names[i] : "path";
+    if (const Status s = CheckIdentifier(ctx.params[i], name); !s.ok()) {
+      refuse(s);
       return;
     }
   }

@@ -132,6 +132,18 @@ std::string SliceRequestState(const Json& row) {
   return state;
 }
 
+// A task's status; a cancel its node has yet to carry out shows beside it
+// (the task holds its slice until the node confirms).
+std::string TaskStatus(const Json& row) {
+  std::string status = CellText(row, "status");
+  const bool terminal = status == "succeeded" || status == "failed" ||
+                        status == "cancelled";
+  if (!terminal && row.is_object() && row.value("cancel_requested", false)) {
+    status += " (cancelling)";
+  }
+  return status;
+}
+
 // A slice's enforcement; a grant of whole GPUs (qos_level "exclusive")
 // needs none, which is not the same as a slice nothing enforces ("-").
 std::string SliceEnforcement(const Json& row) {
@@ -146,7 +158,7 @@ std::vector<Column> ColumnsFor(Resource resource) {
       return {Field("ID", "id"),
               Field("NAME", "name"),
               Field("TENANT", "tenant"),
-              Field("STATUS", "status"),
+              {"STATUS", TaskStatus},
               {"GPU(S)", WholeGpus},
               Suffixed("MEMORY", "gpu_memory_mb", "MB"),
               Suffixed("COMPUTE", "gpu_compute_percent", "%"),

@@ -316,8 +316,9 @@ static int Main(int argc, char** argv) {
     const json config = json::parse(in);
     Demo demo(config, audit);
     demo.Run();
-  } catch (const json::parse_error& e) {
-    std::fprintf(stderr, "hf-demo: %s: invalid JSON: %s\n",
+  } catch (const json::exception& e) {
+    // Syntax, a number out of range (1e400) or a field of the wrong type.
+    std::fprintf(stderr, "hf-demo: %s: invalid cluster file: %s\n",
                  cluster_file.c_str(), e.what());
     return 2;
   } catch (const DemoError& e) {

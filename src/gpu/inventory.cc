@@ -1,6 +1,7 @@
 // Strict parsing of the inventory and MIG state files, and the MIG admission
 // rules over the profile tables. nlohmann::json exceptions are caught here
-// and never leave this file.
+// (ParseStrictJson, and the reads below only after type checks) and never
+// leave this file.
 //
 // Thread-safety: see inventory.h (pure functions).
 #include "gpu/inventory.h"
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
+
+#include "common/strict_json.h"
 
 namespace hf::gpu {
 namespace {
@@ -480,13 +483,23 @@ Status ParseGpus(const json& list, Inventory& inventory) {
   return Status::Ok();
 }
 
+// Strict JSON (common/strict_json.h): also refuses a key given twice (the
+// second would silently win), numbers out of range and NUL in strings.
+// Keys starting with "_" are comments and may repeat.
 StatusOr<json> ParseJson(std::string_view text, std::string_view what) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    return Status::InvalidArgument(std::string(what) +
-                                   " is not valid JSON: " + e.what());
+  StrictJsonOptions options;
+  options.top_level = "(document)";
+  options.comment_prefix = "_";
+  auto doc = ParseStrictJson(text, options);
+  if (!doc.ok()) {
+    const Status& s = doc.status();
+    if (s.field() == options.top_level) {
+      return Status::InvalidArgument(std::string(what) + " " + s.message(),
+                                     s.field());
+    }
+    return FieldError(s.field(), s.message());
   }
+  return doc;
 }
 
 Status AddSource(const Status& status, std::string_view source) {

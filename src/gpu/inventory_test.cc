@@ -414,6 +414,36 @@ TEST(InventoryTest, BadJsonSaysWhere) {
       << inv.status().message();
 }
 
+// Found by inventory_fuzz: nlohmann's out_of_range on -1e400 escaped
+// ParseInventory (only parse_error was caught) and terminated the agent.
+TEST(InventoryTest, NumberOutOfRangeIsAFieldError) {
+  const std::string text = BaseDoc().dump();
+  const std::string bad =
+      std::string(text).replace(text.find("81920"), 5, "-1e400");
+  const StatusOr<Inventory> inv = ParseInventory(bad, "node.json");
+  ASSERT_FALSE(inv.ok());
+  EXPECT_EQ(inv.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(inv.status().field(), "gpus[0].memory_mb");
+  EXPECT_NE(inv.status().message().find("out of range"), std::string::npos)
+      << inv.status().message();
+  EXPECT_FALSE(ParseSimMigState("{\"version\": 1e999}").ok());
+}
+
+// A field given twice used to be read as the last one, hiding a typo.
+TEST(InventoryTest, DuplicateKeysAreRejectedButCommentsMayRepeat) {
+  const StatusOr<Inventory> inv = ParseInventory(
+      R"({"cpu_milli": 1, "host_memory_mb": 1, "gpus": [
+           {"model": "Tesla T4", "memory_mb": 15360, "memory_mb": 1,
+            "compute_capability": "7.5"}]})");
+  ASSERT_FALSE(inv.ok());
+  EXPECT_EQ(inv.status().field(), "gpus[0].memory_mb");
+  EXPECT_NE(inv.status().message().find("duplicate key"), std::string::npos)
+      << inv.status().message();
+  EXPECT_TRUE(ParseInventory(R"({"_c": 1, "_c": 2, "cpu_milli": 1,
+                                 "host_memory_mb": 1, "gpus": []})")
+                  .ok());
+}
+
 // ---- Files ----------------------------------------------------------------
 
 class InventoryFileTest : public ::testing::Test {
@@ -566,7 +596,7 @@ TEST(SimMigStateTest, RejectsBadDocuments) {
                                   "profile": "1g.10gb", "start": 0,
                                   "size": 1, "device_uuid": "X"}]}]})",
        "gpus[0].devices[0].device_uuid"},
-      {"{", ""},
+      {"{", "(document)"},
   };
   for (const auto& [text, field] : cases) {
     SCOPED_TRACE(text);

@@ -101,7 +101,14 @@ HookConfig ReadConfig(EnvLookup lookup, void* ctx) {
     }
   }
   if (const char* uuid = get_env(kEnvGpuUuid)) {
-    CopyString(c.gpu_uuid, sizeof(c.gpu_uuid), uuid);
+    // Never cut short: a truncated list could name a GPU it did not. Too
+    // long, no UUID is kept (the quota view then applies to every GPU the
+    // task sees, which for a slice is its one GPU).
+    if (std::strlen(uuid) >= sizeof(c.gpu_uuid)) {
+      fail(kEnvGpuUuid, "too long (at most 127 bytes)");
+    } else {
+      CopyString(c.gpu_uuid, sizeof(c.gpu_uuid), uuid);
+    }
   }
   return c;
 }

@@ -94,5 +94,22 @@ TEST(HookConfigTest, ParseUnsignedRejectsAnythingButDigits) {
   EXPECT_FALSE(ParseUnsigned(nullptr, &v));
 }
 
+// Found by hook_config_fuzz: a HETEROFLOW_GPU_UUID longer than the buffer
+// was cut short silently.
+TEST(HookConfigTest, ATooLongGpuUuidIsFlaggedNotTruncated) {
+  const std::string list = "GPU-" + std::string(200, 'a');
+  HookConfig c = Read(
+      {{"HETEROFLOW_SLICE_MEMORY_MB", "64"}, {"HETEROFLOW_GPU_UUID", list}});
+  EXPECT_STREQ(c.gpu_uuid, "");
+  ASSERT_NE(c.bad_variable, nullptr);
+  EXPECT_STREQ(c.bad_variable, "HETEROFLOW_GPU_UUID");
+  EXPECT_EQ(c.quota_bytes, uint64_t{64} << 20);  // the quota still holds
+  const std::string fits(127, 'b');
+  c = Read(
+      {{"HETEROFLOW_SLICE_MEMORY_MB", "64"}, {"HETEROFLOW_GPU_UUID", fits}});
+  EXPECT_EQ(c.gpu_uuid, fits);
+  EXPECT_EQ(c.bad_variable, nullptr);
+}
+
 }  // namespace
 }  // namespace hf::hook

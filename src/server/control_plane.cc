@@ -365,8 +365,11 @@ StatusOr<NodeId> ControlPlane::LedgerNodeLocked(const store::NodeRow& node) {
   ledger::NodeSpec spec;
   spec.name = node.name;
   // Node CPU and host memory are not scheduled by the server (tasks ask
-  // for GPUs only): the most the ledger holds keeps the node-resource
-  // checks out of the way, whatever the agent reports.
+  // for GPUs only): the ledger gets the largest amounts its placement
+  // index holds exactly (32 bits), whatever the node reported, so the
+  // node-resource checks stay out of the way and no reported value enters
+  // any arithmetic. (Scaling the reported values up overflowed, and past
+  // 2^31 the index saturated and the ledger's own check failed.)
   spec.cpu_milli = ledger::kMaxNodeCpuMilli;
   spec.host_memory_mib = ledger::kMaxNodeHostMemoryMib;
   spec.containerized = node.containerized;

@@ -339,13 +339,12 @@ TEST_F(ControlPlaneTest, WholeGpuGrantsAreExclusiveOnBindAndCompensation) {
   // A slice of the same kind of card is still silver.
   EXPECT_EQ(SliceOf(Get(slice.id)).qos_level, "silver");
 
-  // Compensation: the slice is gone while the task runs on its GPU.
-  ASSERT_TRUE(cp_->DeleteSlice(admin_, w.id, "test").ok());
-  NodeReport hb =
-      Node("n1", {Gpu(0, 81920, false, true), Gpu(1, 81920, false, true)});
-  ASSERT_TRUE(
-      cp_->Heartbeat(admin_, hb, {{whole.id, "running", w.gpu_indices}}).ok());
-  const SliceRow comp = SliceOf(Get(whole.id));
+  // Compensation: a whole-GPU task the server never bound runs on n2.
+  const NodeReport n2 = Node("n2", {Gpu(0, 81920, false, true)});
+  Register(n2);
+  const TaskRow unbound = Submit(alice, std::nullopt, std::nullopt, 1);
+  ASSERT_TRUE(cp_->Heartbeat(admin_, n2, {{unbound.id, "running", {0}}}).ok());
+  const SliceRow comp = SliceOf(Get(unbound.id));
   EXPECT_EQ(comp.origin, "compensation");
   EXPECT_TRUE(comp.whole);
   EXPECT_EQ(comp.qos_level, "exclusive");
@@ -1274,6 +1273,29 @@ TEST_F(ResizeTest, NoQuotaForGoldOrWholeGpusAndNoHookForWholeGpus) {
             0);
   EXPECT_EQ(SliceOf(Get(compute_only.id)).enforcement,
             std::vector<std::string>{"hook"});
+}
+
+// Regression: LedgerNodeLocked scaled the reported cpu_milli and
+// host_memory_mib by `<< 20`: undefined beyond 2^43 (a wrapped, negative
+// value made the ledger refuse the node), and past 2^31 (any node with 2
+// CPUs) the ledger's index saturated and its invariant check failed.
+TEST_F(ControlPlaneTest, AnyReportedNodeResourcesKeepTheLedgerConsistent) {
+  NodeReport typical = Node("typical", {Gpu(0)});
+  typical.cpu_milli = 64'000;
+  typical.host_memory_mib = 512 * 1024;
+  Register(typical);
+  NodeReport huge = Node("huge", {Gpu(0)});
+  huge.cpu_milli = (std::int64_t{1} << 43) + 1;
+  huge.host_memory_mib = std::numeric_limits<std::int64_t>::max();
+  Register(huge);
+  const Caller alice = TenantUser("alice");
+  const TaskRow a = Submit(alice, 40960);
+  const TaskRow b = Submit(alice, 40960);
+  EXPECT_EQ(Bind(), 2);
+  EXPECT_EQ(Get(a.id).state, TaskState::kScheduled);
+  EXPECT_EQ(Get(b.id).state, TaskState::kScheduled);
+  const Status s = cp_->CheckLedgerMatchesStore();
+  EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
+
+#include "common/strict_json.h"
 
 namespace hf::sim {
 namespace {
@@ -155,19 +158,43 @@ std::string ToSvg(const std::vector<ExperimentResult>& results, int min_x) {
 
 StatusOr<ExperimentResult> FromJson(const std::string& text,
                                     const std::string& source) {
+  const auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(source + ": not an hf-sim result: " + why);
+  };
+  StrictJsonOptions options;
+  options.top_level = "(document)";
+  auto parsed = ParseStrictJson(text, options);
+  if (!parsed.ok()) {
+    return bad(parsed.status().field() + ": " + parsed.status().message());
+  }
+  const nlohmann::json& doc = *parsed;
   try {
-    const nlohmann::json doc = nlohmann::json::parse(text);
     ExperimentResult r;
     r.policy = doc.at("policy").get<std::string>();
     r.seeds = doc.at("seeds").get<std::vector<std::uint64_t>>();
     r.decisions_per_second = doc.value("decisions_per_second", 0.0);
-    const auto stat = [](const nlohmann::json& j) {
-      return Stat{j.at("median").get<double>(), j.at("p25").get<double>(),
-                  j.at("p75").get<double>()};
+    // Numbers are checked before they are converted (a double beyond int's
+    // range is undefined as an int) and drawn (x is a loop bound).
+    const auto number = [&](const nlohmann::json& j, const char* name) {
+      const nlohmann::json& v = j.at(name);
+      if (!v.is_number() || !std::isfinite(v.get<double>())) {
+        throw std::invalid_argument(std::string(name) + " must be a number");
+      }
+      return v.get<double>();
+    };
+    const auto stat = [&](const nlohmann::json& j) {
+      return Stat{number(j, "median"), number(j, "p25"), number(j, "p75")};
     };
     for (const auto& p : doc.at("points")) {
       Point point;
-      point.x = p.at("x").get<int>();
+      const nlohmann::json& x = p.at("x");
+      if (!x.is_number_integer() || x.get<std::int64_t>() < 0 ||
+          x.get<std::int64_t>() > 1000 ||
+          (!r.points.empty() && x.get<std::int64_t>() <= r.points.back().x)) {
+        return bad("points[" + std::to_string(r.points.size()) +
+                   "].x must be an integer 0..1000, ascending");
+      }
+      point.x = static_cast<int>(x.get<std::int64_t>());
       point.unallocated_pct = stat(p.at("unallocated_pct"));
       point.frag_amount_pct = stat(p.at("frag_amount_pct"));
       point.frag_ratio_pct = stat(p.at("frag_ratio_pct"));
@@ -175,8 +202,9 @@ StatusOr<ExperimentResult> FromJson(const std::string& text,
     }
     return r;
   } catch (const nlohmann::json::exception& e) {
-    return Status::InvalidArgument(source +
-                                   ": not an hf-sim result: " + e.what());
+    return bad(e.what());
+  } catch (const std::invalid_argument& e) {
+    return bad(e.what());
   }
 }
 

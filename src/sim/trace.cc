@@ -26,9 +26,16 @@ Status RowError(const std::string& source, unsigned line,
       column);
 }
 
-// Parses a non-negative integer column value.
+// The largest CPU (milli-CPUs) and memory (MiB) a trace row may give: about
+// a million CPUs and 1 PiB, far beyond any real machine, and small enough
+// that the ledger (whose placement index holds them in 32 bits) and the
+// simulator's sums take them exactly.
+constexpr std::int64_t kMaxResource = std::int64_t{1} << 30;
+
+// Parses a non-negative integer column value, at most `max`.
 Status ParseCount(const std::string& text, const std::string& source,
-                  unsigned line, const std::string& column, std::int64_t& out) {
+                  unsigned line, const std::string& column, std::int64_t& out,
+                  std::int64_t max = kMaxResource) {
   if (text.empty()) return RowError(source, line, column, "is empty");
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, out);
@@ -40,6 +47,10 @@ Status ParseCount(const std::string& text, const std::string& source,
   }
   if (out < 0) {
     return RowError(source, line, column, "'" + text + "' is negative");
+  }
+  if (out > max) {
+    return RowError(source, line, column,
+                    "'" + text + "' is above " + std::to_string(max));
   }
   return Status::Ok();
 }

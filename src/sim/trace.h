@@ -7,6 +7,7 @@
 // optionally gpu_spec ('|'-separated allowed models; empty or "nan" = any).
 // Other columns are ignored. Every malformed row is an InvalidArgument that
 // names the file, the line and the column, and says what is wrong.
+// cpu_milli and memory_mib are at most 2^30 (about a million CPUs, 1 PiB).
 //
 // Thread-safety: pure functions.
 #pragma once

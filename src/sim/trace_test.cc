@@ -97,6 +97,24 @@ TEST(TraceTest, RejectsInconsistentGpuRequests) {
   }
 }
 
+// CPU and memory beyond 2^30 were accepted up to int64's limit, past what
+// the ledger's placement index holds exactly (32 bits).
+TEST(TraceTest, ResourcesAreBoundedTo2To30) {
+  auto pods = ParsePodCsv(std::string(kPodHeader) +
+                              "p,1073741824,1073741824,1,500,,x,y\n"
+                              "q,1073741825,1,1,500,,x,y\n",
+                          "t.csv");
+  ASSERT_FALSE(pods.ok());
+  EXPECT_TRUE(ErrorMentions(pods.status(), "t.csv:3: cpu_milli"));
+  EXPECT_TRUE(ErrorMentions(pods.status(), "is above 1073741824"));
+  auto nodes = ParseNodeCsv(
+      "sn,cpu_milli,memory_mib,gpu,model\n"
+      "n,1,9223372036854775807,1,V100\n",
+      "n.csv");
+  ASSERT_FALSE(nodes.ok());
+  EXPECT_TRUE(ErrorMentions(nodes.status(), "n.csv:2: memory_mib"));
+}
+
 TEST(TraceTest, RejectsDuplicateNames) {
   auto pods = ParsePodCsv(
       std::string(kPodHeader) + "p0,1,1,1,500,,x,y\np0,1,1,1,500,,x,y\n",

@@ -554,8 +554,10 @@ TEST_F(AgentFlowTest, AssignmentsAndTaskStates) {
             std::to_string(a["slice_id"].get<std::int64_t>()));
   EXPECT_EQ(as.body["cancel"], json::array());
   HttpReply none = other.Assignments();
-  EXPECT_EQ(none.body,
-            json({{"run", json::array()}, {"cancel", json::array()}}))
+  EXPECT_EQ(none.body, json({{"run", json::array()},
+                             {"cancel", json::array()},
+                             {"bound", json::array()},
+                             {"slices", json::object()}}))
       << none.raw;
 
   HttpReply accepted = node.ReportState(ida, "running");
@@ -720,7 +722,11 @@ TEST_F(AgentFlowTest, MigCreateClaimResultDestroy) {
   EXPECT_EQ(claim.body["items"][0]["id"], create["id"]);
   EXPECT_EQ(claim.body["items"][0]["state"], "claimed");
   EXPECT_TRUE(claim.body["items"][0]["claimed_at"].is_string());
-  EXPECT_EQ(node.Claim().body["items"], json::array());
+  // Claimed and not reported: offered again (the agent may never have
+  // seen the first reply); the agent knows it by its id.
+  HttpReply reoffered = node.Claim();
+  ASSERT_EQ(reoffered.body["items"].size(), 1u) << reoffered.raw;
+  EXPECT_EQ(reoffered.body["items"][0]["id"], create["id"]);
   EXPECT_EQ(Requests("?state=claimed").size(), 1u);
 
   const std::string device = "MIG-" + node.GpuUuid(0) + "/7/0";
@@ -870,11 +876,20 @@ TEST_F(AgentFlowTest, CancelBeforeMigCreateCompletesLeavesNoUnnamedDestroy) {
   HttpReply c = api_->http().Post(
       "/api/v1/tasks/" + std::to_string(id) + "/cancel", json::object(), user_);
   ASSERT_TRUE(HasStatus(c, 200));
-  EXPECT_EQ(c.body["status"], "cancelled");
+  EXPECT_EQ(c.body["status"], "scheduled");
+  EXPECT_EQ(c.body["cancel_requested"], true);
   // Play a well-behaved agent for a few rounds: create what it is told to
-  // create, destroy what it is told to destroy.
+  // create, destroy what it is told to destroy, report what it is told to
+  // stop.
   const std::string device = "MIG-" + node.GpuUuid(0) + "/7/0";
   for (int round = 0; round < 3; ++round) {
+    HttpReply a = node.Assignments();
+    ASSERT_TRUE(HasStatus(a, 200));
+    for (const json& stop : a.body["cancel"]) {
+      ASSERT_TRUE(
+          HasStatus(node.ReportState(stop.get<std::int64_t>(), "cancelled"),
+                    200));
+    }
     HttpReply claim = node.Claim();
     ASSERT_TRUE(HasStatus(claim, 200));
     for (const json& cmd : claim.body["items"]) {
@@ -958,20 +973,23 @@ class StuckCommandTest : public AgentFlowTest {
 TEST_F(StuckCommandTest, CommandsPastTheDeadlineAreHardwareStateUnknown) {
   SimNode node(*api_, "n1", {MigGpu(0), MigGpu(1)});
   ASSERT_TRUE(node.Register());
-  json pending = Bound({{"name", "unclaimed"}, {"gpu_memory_mb", 4096}});
-  json claimed = Bound({{"name", "claimed"}, {"gpu_memory_mb", 4096}});
+  json first = Bound({{"name", "claimed-a"}, {"gpu_memory_mb", 4096}});
+  json second = Bound({{"name", "claimed-b"}, {"gpu_memory_mb", 4096}});
   ASSERT_EQ(Requests("?state=pending").size(), 2u);
-  // Claim both, then answer neither.
+  // Claim both, then answer neither (nor anything after).
   HttpReply claim = node.Claim();
   ASSERT_EQ(claim.body["items"].size(), 2u);
-  json stuck;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        stuck = Requests("?state=stuck");
-        return stuck.size() == 2;
-      },
-      milliseconds(10'000)))
+  const auto stuck_creates = [&] {
+    json out = json::array();
+    for (const json& row : Requests("?state=stuck")) {
+      if (row["action"] == "create") out.push_back(row);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return stuck_creates().size() >= 2; },
+                      milliseconds(10'000)))
       << Requests("").dump();
+  const json stuck = stuck_creates();
   for (const json& row : stuck) {
     EXPECT_EQ(row["message"], "HARDWARE STATE UNKNOWN") << row.dump();
     EXPECT_NE(row.value("error", "").find("HARDWARE STATE UNKNOWN"),
@@ -979,10 +997,32 @@ TEST_F(StuckCommandTest, CommandsPastTheDeadlineAreHardwareStateUnknown) {
         << row.dump();
     EXPECT_TRUE(row["finished_at"].is_string());
   }
-  // A pending command that nobody claims gets stuck as well.
+  for (const json& task : {first, second}) {
+    const std::int64_t old_slice = task["slice_id"].get<std::int64_t>();
+    // The slice stays charged (the partition may exist) behind a cleanup
+    // destroy that names no device (whatever the create made)...
+    EXPECT_EQ(api_->GetSlice(old_slice, user_)["state"], "releasing");
+    bool cleanup = false;
+    for (const json& row : Requests("")) {
+      cleanup |= row["action"] == "destroy" && row["slice_id"] == old_slice &&
+                 row["device_id"].is_null();
+    }
+    EXPECT_TRUE(cleanup) << Requests("").dump();
+    // ...and the task does not wait for ever: it is bound again.
+    json now = api_->GetTask(task["id"].get<std::int64_t>(), user_);
+    EXPECT_NE(now["slice_id"], old_slice) << now.dump();
+  }
+  // A command that nobody claims gets stuck as well.
   json third = Bound({{"name", "never-claimed"}, {"gpu_memory_mb", 4096}});
-  ASSERT_TRUE(WaitFor([&] { return Requests("?state=stuck").size() == 3; },
-                      milliseconds(10'000)))
+  const std::int64_t third_slice = third["slice_id"].get<std::int64_t>();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const json& row : stuck_creates()) {
+          if (row["slice_id"] == third_slice) return true;
+        }
+        return false;
+      },
+      milliseconds(10'000)))
       << Requests("").dump();
 }
 

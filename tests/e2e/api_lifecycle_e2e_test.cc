@@ -417,9 +417,9 @@ TEST_F(LifecycleTest, OperatorSlicesStatsAndHistory) {
 }
 
 // Deleting the slice of a task that is still bound must not leave the
-// task bound to nothing: either the DELETE is refused, or the task stops
-// being handed to the agent on the released slice (else the GPU runs more
-// than the ledger accounts, and the next task oversells it).
+// task running unaccounted: its node may have started it (the agent's
+// report may still be on the way), so the memory stays charged until the
+// node says it stopped the task; only then is the task bound again.
 TEST_F(LifecycleTest,
        DeletingABoundTasksSliceDoesNotLeaveItRunningUnaccounted) {
   SimNode node(*api_, "n1", {SimGpu{.index = 0}});
@@ -431,27 +431,28 @@ TEST_F(LifecycleTest,
   const std::int64_t slice_id = task["slice_id"].get<std::int64_t>();
   HttpReply deleted =
       http().Delete("/api/v1/slices/" + std::to_string(slice_id), admin());
-  if (deleted.status == 409) {
-    EXPECT_EQ(api_->GetSlice(slice_id, admin())["state"], "allocated");
-    return;
-  }
   ASSERT_TRUE(HasStatus(deleted, 200));
-  EXPECT_EQ(deleted.body["state"], "released");
-  // Give the scheduler a moment, then look at what the agent is told.
-  std::this_thread::sleep_for(milliseconds(300));
-  json after = api_->GetTask(id, user);
-  const bool still_on_it =
-      after["status"] == "scheduled" && after["slice_id"] == slice_id;
-  EXPECT_FALSE(still_on_it)
-      << "the task is still scheduled on the released slice: " << after.dump();
+  EXPECT_EQ(deleted.body["state"], "releasing");
+  // The node is told to stop it, never to start it on that slice.
   HttpReply assignments = node.Assignments();
   ASSERT_TRUE(HasStatus(assignments, 200));
+  EXPECT_EQ(assignments.body["cancel"], json::array({id})) << assignments.raw;
   for (const json& run : assignments.body["run"]) {
-    EXPECT_NE(run["env"].value("HETEROFLOW_SLICE_ID", ""),
-              std::to_string(slice_id))
-        << "the agent is told to start a task on a released slice: "
-        << run.dump();
+    EXPECT_NE(run["id"], id) << "the agent is told to start a task whose "
+                                "slice was deleted: "
+                             << run.dump();
   }
+  // Not bound again while the old binding may still run.
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(api_->GetTask(id, user)["slice_id"], slice_id);
+  EXPECT_EQ(api_->GetSlice(slice_id, admin())["state"], "releasing");
+  // The node reports it stopped: the slice is free, the task bound again.
+  ASSERT_TRUE(HasStatus(node.ReportState(id, "cancelled"), 200));
+  EXPECT_EQ(api_->GetSlice(slice_id, admin())["state"], "released");
+  ASSERT_TRUE(WaitFor([&] {
+    json now = api_->GetTask(id, user);
+    return now["status"] == "scheduled" && now["slice_id"] != slice_id;
+  })) << api_->GetTask(id, user).dump();
 }
 
 // Many clients at once: every bind is accounted exactly once and no GPU is
@@ -524,6 +525,15 @@ TEST_F(LifecycleTest, ConcurrentSubmissionsNeverOversell) {
     });
   }
   for (std::thread& th : threads) th.join();
+  // The node confirms each stop (it never started them): only then are the
+  // slices free for the waiting tasks.
+  HttpReply stops = node.Assignments();
+  ASSERT_TRUE(HasStatus(stops, 200));
+  ASSERT_EQ(stops.body["cancel"].size(), 20u) << stops.raw;
+  for (const json& stop : stops.body["cancel"]) {
+    ASSERT_TRUE(
+        HasStatus(node.ReportState(stop.get<std::int64_t>(), "cancelled"), 200));
+  }
   ASSERT_TRUE(WaitFor([&] { return count("pending") == 20; }))
       << count("pending") << " pending";
   EXPECT_EQ(count("cancelled"), 20u);

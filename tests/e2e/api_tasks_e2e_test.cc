@@ -724,16 +724,26 @@ TEST_F(TaskPlacementTest, TaskThatDoesNotFitWaitsWithAReasonThenBinds) {
   EXPECT_NE(h.value("pending_reason", "").find("90%"), std::string::npos)
       << h.dump();
 
-  // Cancelling the scheduled blocker releases its slice; the waiting task
-  // binds without any other event.
+  // Cancelling the scheduled blocker asks its node to stop it: the memory
+  // stays charged until the node says the task is gone.
   HttpReply c =
       api_->http().Post("/api/v1/tasks/" + std::to_string(big) + "/cancel",
                         json::object(), user_);
   ASSERT_TRUE(HasStatus(c, 200));
-  EXPECT_EQ(c.body["status"], "cancelled");
-  json released = api_->GetSlice(b["slice_id"].get<std::int64_t>(), user_);
+  EXPECT_EQ(c.body["status"], "scheduled");
+  EXPECT_EQ(c.body["cancel_requested"], true);
+  const std::int64_t blocker = b["slice_id"].get<std::int64_t>();
+  EXPECT_EQ(api_->GetSlice(blocker, user_)["state"], "allocated");
+  HttpReply a = node.Assignments();
+  ASSERT_TRUE(HasStatus(a, 200));
+  EXPECT_EQ(a.body["cancel"], json::array({big})) << a.raw;
+  // The node never started it: the waiting task binds without any other
+  // event.
+  ASSERT_TRUE(HasStatus(node.ReportState(big, "cancelled"), 200));
+  json released = api_->GetSlice(blocker, user_);
   EXPECT_EQ(released["state"], "released");
   EXPECT_TRUE(released["released_at"].is_string());
+  EXPECT_EQ(api_->GetTask(big, user_)["status"], "cancelled");
   json bound = api_->WaitNotPending(waiting, user_);
   EXPECT_EQ(bound.value("status", ""), "scheduled") << bound.dump();
   EXPECT_TRUE(bound["pending_reason"].is_null()) << bound.dump();

@@ -245,10 +245,22 @@ TEST_F(HfctlTest, TenantsTokensAndAUsersTasks) {
   CliResult logs_json = As(secret, {"-o", "json", "tasks", "logs", id});
   EXPECT_EQ(logs_json.Json()["size"], 12) << logs_json.Describe();
 
-  // Cancel, then the slice is gone from the live list.
+  // Cancel: the node is asked to stop it; once it says so, the slice is
+  // gone from the live list.
   CliResult cancel = As(secret, {"tasks", "cancel", id});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.Describe();
-  EXPECT_NE(cancel.out.find("cancelled"), std::string::npos) << cancel.out;
+  EXPECT_NE(cancel.out.find("scheduled (cancelling)"), std::string::npos)
+      << cancel.out;
+  ASSERT_TRUE(
+      HasStatus(api_->http().Post("/api/v1/nodes/cli-node/task-states",
+                                  {{"states", json::array({{{"task_id",
+                                                             std::stoll(id)},
+                                                            {"state",
+                                                             "cancelled"}}})}},
+                                  api_->admin()),
+                200));
+  CliResult done = As(secret, {"tasks", "get", id});
+  EXPECT_NE(done.out.find("cancelled"), std::string::npos) << done.out;
   CliResult empty = As(secret, {"slices", "list"});
   ASSERT_EQ(empty.exit_code, 0) << empty.Describe();
   EXPECT_EQ(empty.out, "");

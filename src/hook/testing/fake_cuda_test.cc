@@ -279,7 +279,9 @@ TEST_F(FakeCudaTest, EverythingButAFewCallsNeedsCuInit) {
   EXPECT_EQ(fake->cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &text),
             CUDA_SUCCESS);
   EXPECT_STREQ(text, "out of memory");
-  EXPECT_EQ(fake->cuGetErrorName(static_cast<CUresult>(12345), &text),
+  // A code no enumerator names, inside CUresult's range (0..1023: a value
+  // outside it is undefined behaviour in C++, which clang's UBSan reports).
+  EXPECT_EQ(fake->cuGetErrorName(static_cast<CUresult>(998), &text),
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(text, nullptr);
   void* fn = nullptr;
@@ -466,8 +468,11 @@ TEST_F(FakeCudaTest, DevicesAreConfigurable) {
                 &value, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 2),
             CUDA_SUCCESS);
   EXPECT_EQ(value, 132);
-  EXPECT_EQ(fake->cuDeviceGetAttribute(
-                &value, static_cast<CUdevice_attribute>(100000), 0),
+  // An attribute no enumerator names, inside the enum's range (0..255
+  // while the largest is below 256; beyond it the value is undefined
+  // behaviour, which clang's UBSan reports).
+  EXPECT_EQ(fake->cuDeviceGetAttribute(&value,
+                                       static_cast<CUdevice_attribute>(255), 0),
             CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(fake->cuDeviceGetAttribute(
                 &value, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 3),
