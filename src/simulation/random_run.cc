@@ -172,6 +172,11 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
     const std::int64_t ms = Between(rng, 5'000, 120'000);
     (void)w.Act("fault: lose a GPU of " + w.NodeName(node),
                 [&] { w.LoseGpu(node, gpu, ms); });
+  } else if (f < 0.77) {
+    const int count = static_cast<int>(Between(rng, 1, 3));
+    const std::int64_t ms = Between(rng, 5'000, 150'000);
+    (void)w.Act("fault: slow MIG creates on " + w.NodeName(node),
+                [&] { w.SlowMigCreates(node, count, ms); });
   } else if (f < 0.82) {
     const int gpu = static_cast<int>(Between(rng, 0, 1));
     const int count = static_cast<int>(Between(rng, 1, 4));

@@ -96,6 +96,48 @@ struct World::Node {
   std::int64_t partitioned_until = 0;
   std::int64_t reports_stalled_until = 0;
   NetworkFaults net;
+  int slow_creates = 0;
+  std::int64_t slow_create_ms = 0;
+  std::unique_ptr<gpu::GpuDriver> agent_driver;  // what the agent calls
+};
+
+// The driver as the agent sees it: the node's SimGpuDriver, where a slow
+// create keeps the agent from the network for as long as it takes.
+class World::AgentDriver final : public gpu::GpuDriver {
+ public:
+  AgentDriver(World* world, int node) : world_(world), node_(node) {}
+  gpu::SimGpuDriver& sim() const { return *world_->nodes_[node_]->driver; }
+  std::string Name() const override { return sim().Name(); }
+  StatusOr<std::vector<gpu::GpuInfo>> ListGpus() override {
+    return sim().ListGpus();
+  }
+  StatusOr<std::vector<gpu::MigDevice>> ListMigDevices(int gpu) override {
+    return sim().ListMigDevices(gpu);
+  }
+  StatusOr<gpu::MigDevice> CreateMigDevice(
+      int gpu, const std::string& profile,
+      std::optional<gpu::MigPlacement> placement) override {
+    auto made = sim().CreateMigDevice(gpu, profile, placement);
+    Node& n = *world_->nodes_[node_];
+    if (made.ok() && n.slow_creates > 0) {
+      --n.slow_creates;
+      world_->Note("node " + n.name + ": the MIG create takes " +
+                   std::to_string(n.slow_create_ms) + " ms");
+      n.partitioned_until =
+          std::max(n.partitioned_until, world_->sim_now_ + n.slow_create_ms);
+    }
+    return made;
+  }
+  Status DestroyMigDevice(int gpu, int gpu_instance_id) override {
+    return sim().DestroyMigDevice(gpu, gpu_instance_id);
+  }
+  StatusOr<std::vector<gpu::GpuProcess>> ListProcesses(int gpu) override {
+    return sim().ListProcesses(gpu);
+  }
+
+ private:
+  World* const world_;
+  const int node_;
 };
 
 // The network between one agent and the server.
@@ -180,7 +222,8 @@ World::World(WorldOptions options)
       clock_(options_.start_ms),
       monotonic_(options_.start_ms),
       rng_(options_.seed),
-      sim_now_(options_.start_ms) {}
+      sim_now_(options_.start_ms),
+      offsets_{{options_.start_ms, 0}} {}
 
 World::~World() {
   for (auto& n : nodes_) {
@@ -345,8 +388,9 @@ StatusOr<int> World::AddNode(NodeKind kind) {
       gpu::SimGpuDriver::Create(std::move(*inventory), clock_, driver_options);
   if (!driver.ok()) return driver.status();
   n->driver = std::move(*driver);
+  // Processes run in real time: a wall-clock jump does not end them early.
   n->host = std::make_unique<runtime::SimHost>(
-      n->driver.get(), &clock_, [](const runtime::TaskSpec& spec) {
+      n->driver.get(), &monotonic_, [](const runtime::TaskSpec& spec) {
         runtime::SimTaskBehaviour b;
         b.duration_ms = ToInt(Label(spec, "sim.duration_ms"), 60'000);
         b.memory_mib = ToInt(Label(spec, "sim.memory_mb"), 0);
@@ -395,7 +439,10 @@ Status World::StartAgent(int node) {
   facts.containerized = n.containerized;
   facts.cpu_milli = 64000;
   facts.host_memory_mib = 524288;
-  auto a = agent::Agent::Create(o, n.client.get(), n.driver.get(),
+  if (n.agent_driver == nullptr) {
+    n.agent_driver = std::make_unique<AgentDriver>(this, node);
+  }
+  auto a = agent::Agent::Create(o, n.client.get(), n.agent_driver.get(),
                                 n.runtime.get(), n.mps.get(), facts, &clock_);
   if (!a.ok()) return a.status();
   n.agent = std::move(*a);
@@ -539,7 +586,7 @@ std::optional<std::int64_t> World::CreateTask(const TaskShape& shape) {
        std::to_string(shape.whole_gpus > 0 ? 0 : shape.memory_mib)},
       {"sim.tenant", shape.tenant},
       {"sim.name", name}};
-  created_at_[name] = now();
+  created_at_[name] = sim_now_;
   auto token = user_tokens_.find(shape.tenant);
   if (token == user_tokens_.end()) return std::nullopt;
   auto r = Call(token->second, "POST", "/api/v1/tasks", body.dump());
@@ -592,7 +639,7 @@ bool World::SetTenantGroup(const std::string& tenant,
                            const std::optional<std::string>& group) {
   const json body = {{"shared_group", group ? json(*group) : json(nullptr)}};
   // Joining may allow sharing: until the outcome is known, assume it did.
-  uncertain_since_ = std::min(uncertain_since_, now());
+  uncertain_since_ = std::min(uncertain_since_, sim_now_);
   auto r = Call(admin_token_, "PATCH", "/api/v1/tenants/" + tenant, body.dump());
   if (!r) return false;  // outcome unknown until the next restart resyncs
   uncertain_since_ = kForever;
@@ -611,7 +658,7 @@ bool World::SetTenantGroup(const std::string& tenant,
 
 bool World::Approve(const std::string& a, const std::string& b,
                     std::int64_t ttl_s) {
-  uncertain_since_ = std::min(uncertain_since_, now());
+  uncertain_since_ = std::min(uncertain_since_, sim_now_);
   auto r = Call(admin_token_, "POST", "/api/v1/sharing-approvals",
                 json{{"tenant_a", a},
                      {"tenant_b", b},
@@ -622,20 +669,21 @@ bool World::Approve(const std::string& a, const std::string& b,
   uncertain_since_ = kForever;
   if (r->status != 201) return false;
   const std::int64_t id = json::parse(r->body)["id"].get<std::int64_t>();
-  approvals_[id] = Approval{a, b, now(), now() + ttl_s * 1000, kForever};
+  // In sim time, but expiring by the server's (jumping) wall clock.
+  approvals_[id] = Approval{a, b, sim_now_, now() + ttl_s * 1000, kForever};
   Note("approved " + a + "+" + b + " for " + std::to_string(ttl_s) + " s");
   return true;
 }
 
 bool World::RevokeApproval(std::int64_t id) {
-  uncertain_since_ = std::min(uncertain_since_, now());
+  uncertain_since_ = std::min(uncertain_since_, sim_now_);
   auto r = Call(admin_token_, "DELETE",
                 "/api/v1/sharing-approvals/" + std::to_string(id), "");
   if (!r) return false;
   uncertain_since_ = kForever;
   if (r->status != 200) return false;
   auto it = approvals_.find(id);
-  if (it != approvals_.end()) it->second.revoked_at = now();
+  if (it != approvals_.end()) it->second.revoked_at = sim_now_;
   Note("revoked approval " + std::to_string(id));
   return true;
 }
@@ -657,8 +705,8 @@ void World::RefreshPair(const std::string& a, const std::string& b) {
                     ga->second == gb->second;
   auto& intervals = group_sharing_[Pair(a, b)];
   const bool open = !intervals.empty() && intervals.back().second == kForever;
-  if (same && !open) intervals.emplace_back(now(), kForever);
-  if (!same && open) intervals.back().second = now();
+  if (same && !open) intervals.emplace_back(sim_now_, kForever);
+  if (!same && open) intervals.back().second = sim_now_;
 }
 
 bool World::MayShare(const std::string& a, const std::string& b,
@@ -675,8 +723,17 @@ bool World::MayShare(const std::string& a, const std::string& b,
   }
   for (const auto& [id, ap] : approvals_) {
     if (Pair(ap.a, ap.b) != Pair(a, b)) continue;
-    if (overlaps(ap.created_at, std::min(ap.expires_at, ap.revoked_at))) {
-      return true;
+    // In force at sim instant t: created <= t < revoked, and the server's
+    // clock at t (t + the offset then) before its expiry.
+    const std::int64_t lo = std::max(from, ap.created_at);
+    const std::int64_t hi = std::min(to, ap.revoked_at - 1);
+    for (std::size_t i = 0; i < offsets_.size(); ++i) {
+      const std::int64_t seg_start = offsets_[i].first;
+      const std::int64_t seg_end =
+          i + 1 < offsets_.size() ? offsets_[i + 1].first : kForever;
+      const std::int64_t t = std::max(lo, seg_start);
+      if (t > hi || t >= seg_end) continue;
+      if (t + offsets_[i].second < ap.expires_at) return true;
     }
   }
   for (const auto& [s, e] : uncertain_) {
@@ -688,7 +745,7 @@ bool World::MayShare(const std::string& a, const std::string& b,
 void World::ResyncSharingFromStore() {
   // What the calls whose replies were lost really did.
   if (uncertain_since_ != kForever) {
-    uncertain_.emplace_back(uncertain_since_, now());
+    uncertain_.emplace_back(uncertain_since_, sim_now_);
     uncertain_since_ = kForever;
   }
   std::vector<store::TenantRow> tenants;
@@ -720,12 +777,18 @@ void World::ResyncSharingFromStore() {
   }
   for (const auto& a : approvals) {
     if (approvals_.contains(a.id)) {
-      if (a.revoked_at) approvals_[a.id].revoked_at = *a.revoked_at;
+      if (a.revoked_at && approvals_[a.id].revoked_at == kForever) {
+        approvals_[a.id].revoked_at = sim_now_;
+      }
       continue;
     }
+    // One the world never heard of (its reply was lost): from the start of
+    // the window that left it unknown.
+    const std::int64_t since = uncertain_.empty() ? sim_now_
+                                                  : uncertain_.back().first;
     approvals_[a.id] = Approval{tenant_names[a.tenant_a],
-                                tenant_names[a.tenant_b], a.created_at,
-                                a.expires_at, a.revoked_at.value_or(kForever)};
+                                tenant_names[a.tenant_b], since, a.expires_at,
+                                a.revoked_at ? sim_now_ : kForever};
   }
 }
 
@@ -819,6 +882,14 @@ void World::FailMigCreates(int node, int gpu, int count, StatusCode code) {
        ": next " + std::to_string(count) + " MIG creates fail");
 }
 
+void World::SlowMigCreates(int node, int count, std::int64_t ms) {
+  Node& n = *nodes_[node];
+  n.slow_creates = count;
+  n.slow_create_ms = ms;
+  Note("node " + n.name + ": the next " + std::to_string(count) +
+       " MIG creates take " + std::to_string(ms) + " ms");
+}
+
 void World::StopMpsDaemon(int node, std::int64_t for_ms) {
   Node& n = *nodes_[node];
   n.mps->SetDaemonCanStart(false);
@@ -832,6 +903,7 @@ void World::StopMpsDaemon(int node, std::int64_t for_ms) {
 
 void World::JumpClock(std::int64_t ms) {
   clock_offset_ += ms;
+  offsets_.emplace_back(sim_now_, clock_offset_);
   SetClocks();
   Note("clock jumps " + std::to_string(ms) + " ms");
 }
@@ -847,6 +919,7 @@ void World::HealAll() {
     Node& n = *nodes_[i];
     n.partitioned_until = 0;
     n.reports_stalled_until = 0;
+    n.slow_creates = 0;
     n.net = NetworkFaults{};
     for (std::size_t g = 0; g < n.driver->inventory().gpus.size(); ++g) {
       (void)n.driver->SetLost(static_cast<int>(g), false);
@@ -969,7 +1042,10 @@ std::optional<std::string> World::CheckHardware() {
             return "TENANCY: node " + n->name + " GPU " + std::to_string(g) +
                    " runs task " + std::to_string(p->task_id) + " of " + tp +
                    " and task " + std::to_string(q->task_id) + " of " + tq +
-                   ", who may not share";
+                   ", who were not allowed to share from " +
+                   std::to_string(from - options_.start_ms) + " to " +
+                   std::to_string(later->started_at - options_.start_ms) +
+                   " ms";
           }
         }
       }
@@ -1119,11 +1195,11 @@ std::optional<std::string> World::CheckMig() {
           unowned_since_.erase(d.device_uuid);
           continue;
         }
-        auto [it, fresh] = unowned_since_.emplace(d.device_uuid, now());
+        auto [it, fresh] = unowned_since_.emplace(d.device_uuid, sim_now_);
         // The clock runs while the node and the server can talk and no
         // create in flight could own the partition.
-        if (!reachable || !judged) it->second = now();
-        if (now() - it->second <= options_.orphan_report_bound_ms) continue;
+        if (!reachable || !judged) it->second = sim_now_;
+        if (sim_now_ - it->second <= options_.orphan_report_bound_ms) continue;
         // Past the bound: it must be in the history.
         bool noted = false;
         (void)server_->store->inner()->Read([&](store::Txn& txn) -> Status {
@@ -1151,7 +1227,7 @@ std::optional<std::string> World::CheckMig() {
                " GPU " + std::to_string(g) +
                " is owned by no live slice and not reported "
                "MIG_PARTITION_ORPHANED after " +
-               std::to_string(now() - it->second) + " ms";
+               std::to_string(sim_now_ - it->second) + " ms";
       }
     }
   }

@@ -156,6 +156,10 @@ class World {
   void StallReports(int node, std::int64_t ms);
   void LoseGpu(int node, int gpu, std::int64_t for_ms);
   void FailMigCreates(int node, int gpu, int count, StatusCode code);
+  // The node's next `count` MIG creates succeed but take `ms` each: the
+  // agent is busy in the driver, and its calls after it go out that much
+  // later (a create that can outlast its deadline).
+  void SlowMigCreates(int node, int count, std::int64_t ms);
   void StopMpsDaemon(int node, std::int64_t for_ms);
   void JumpClock(std::int64_t ms);
   // Ends every fault: partitions heal, agents and the server come back,
@@ -211,6 +215,7 @@ class World {
     int incarnation = 0;
   };
   class AgentTransport;
+  class AgentDriver;
 
   explicit World(WorldOptions options);
   Status Boot();
@@ -261,6 +266,8 @@ class World {
   // plus clock_offset_ (clock jumps move only the offset).
   std::int64_t sim_now_ = 0;
   std::int64_t clock_offset_ = 0;
+  // (sim time, offset) at the start and after every clock jump.
+  std::vector<std::pair<std::int64_t, std::int64_t>> offsets_;
   std::optional<std::string> violation_;
   std::priority_queue<Event, std::vector<Event>, EventLater> events_;
   std::uint64_t next_seq_ = 0;
@@ -283,6 +290,7 @@ class World {
            std::vector<std::pair<std::int64_t, std::int64_t>>>
       group_sharing_;
   std::map<std::string, std::string> group_of_;  // tenant -> group
+  // Sim time, except expires_at: the server's wall clock.
   struct Approval {
     std::string a, b;
     std::int64_t created_at = 0;
