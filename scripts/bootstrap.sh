@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git curl binutils
+  build-essential cmake ninja-build pkg-config git curl binutils python3
   # clang: the ASan + UBSan tree and its fuzz targets (libFuzzer and the
   # sanitizer runtimes are in libclang-rt)
   clang-14 libclang-rt-14-dev

@@ -7,6 +7,8 @@ build/mutations.json, and exits 1 if any mutation survives.
 
   scripts/mutations.py              every mutation
   scripts/mutations.py NAME ...     some of them
+  scripts/mutations.py --check      only that each still applies to the
+                                    source as it is (a CTest test)
 """
 import json
 import os
@@ -117,7 +119,24 @@ def tests(filters):
     return caught
 
 
+def check():
+    """Every mutation applies exactly once to the source as it is now."""
+    stale = 0
+    for m in MUTATIONS:
+        for file, old, _ in edits(m):
+            count = open(os.path.join(ROOT, file)).read().count(old)
+            if count != 1:
+                stale += 1
+                print("%s: the code it mutates is found %d times in %s "
+                      "(update tests/mutations/catalogue.py)" %
+                      (m["name"], count, file))
+    print("%d mutations, %d stale" % (len(MUTATIONS), stale))
+    sys.exit(1 if stale else 0)
+
+
 def main():
+    if sys.argv[1:] == ["--check"]:
+        check()
     chosen = [m for m in MUTATIONS if len(sys.argv) < 2 or m["name"] in sys.argv[1:]]
     fresh_tree()
     if build():

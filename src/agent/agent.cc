@@ -571,9 +571,9 @@ void Agent::LoadPendingMig() {
       for (const auto& [slice, p] : saved["partitions"].items()) {
         const auto id = ParseUnsigned(slice);
         if (!id || !p.is_object()) continue;
-        made_partitions_[static_cast<std::int64_t>(*id)] = MadePartition{
-            static_cast<int>(IntOr(p, "gpu_index", 0)),
-            StringOr(p, "device_id", "")};
+        made_partitions_[static_cast<std::int64_t>(*id)] =
+            MadePartition{static_cast<int>(IntOr(p, "gpu_index", 0)),
+                          StringOr(p, "device_id", "")};
       }
     }
   } else if (!saved.is_array()) {
@@ -770,7 +770,8 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
                 action == "destroy");
   }
 
-  if (action == "create") return report(CreateMigOnce(pending, index, slice_id));
+  if (action == "create")
+    return report(CreateMigOnce(pending, index, slice_id));
   if (action != "destroy") return fail("unknown action '" + action + "'");
 
   // Destroy only once the task's processes are gone.

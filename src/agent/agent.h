@@ -205,7 +205,7 @@ class Agent {
   std::map<std::int64_t, LocalTask> tasks_;
   // Silver tasks waiting for the MPS daemon: task id -> first seen.
   std::map<std::int64_t, std::int64_t> waiting_for_mps_;
-  std::map<std::int64_t, PendingMig> pending_mig_;  // by command id
+  std::map<std::int64_t, PendingMig> pending_mig_;         // by command id
   std::map<std::int64_t, MadePartition> made_partitions_;  // by slice id
   std::string last_probe_error_;
 

@@ -120,10 +120,9 @@ StatusOr<WireReply> HttpTransport::RoundTrip(const WireRequest& request) {
   for (std::size_t tried = 0; tried < clients_.size(); ++tried) {
     httplib::Client& client = *clients_[current_];
     httplib::Result result =
-        request.method == "GET"
-            ? client.Get(request.path, headers)
-            : client.Post(request.path, headers, request.body,
-                          "application/json");
+        request.method == "GET" ? client.Get(request.path, headers)
+                                : client.Post(request.path, headers,
+                                              request.body, "application/json");
     if (!result) {
       const std::string why =
           urls_[current_] + ": " + httplib::to_string(result.error());

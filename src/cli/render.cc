@@ -136,8 +136,8 @@ std::string SliceRequestState(const Json& row) {
 // (the task holds its slice until the node confirms).
 std::string TaskStatus(const Json& row) {
   std::string status = CellText(row, "status");
-  const bool terminal = status == "succeeded" || status == "failed" ||
-                        status == "cancelled";
+  const bool terminal =
+      status == "succeeded" || status == "failed" || status == "cancelled";
   if (!terminal && row.is_object() && row.value("cancel_requested", false)) {
     status += " (cancelling)";
   }

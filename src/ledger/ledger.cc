@@ -130,7 +130,8 @@ StatusOr<NodeId> Ledger::AddNode(const NodeSpec& spec) {
     return Status::InvalidArgument(
         "must be 0.." + std::to_string(kMaxNodeCpuMilli), "cpu_milli");
   }
-  if (spec.host_memory_mib < 0 || spec.host_memory_mib > kMaxNodeHostMemoryMib) {
+  if (spec.host_memory_mib < 0 ||
+      spec.host_memory_mib > kMaxNodeHostMemoryMib) {
     return Status::InvalidArgument(
         "must be 0.." + std::to_string(kMaxNodeHostMemoryMib),
         "host_memory_mib");

@@ -30,8 +30,8 @@ void SimHost::Tick() {
 
 void SimHost::PowerOff() {
   for (auto& [id, task] : tasks_) {
-    End(task, TaskStatus{TaskState::kLost, 0, 0, false,
-                         "the machine lost power"});
+    End(task,
+        TaskStatus{TaskState::kLost, 0, 0, false, "the machine lost power"});
   }
 }
 

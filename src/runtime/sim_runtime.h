@@ -45,10 +45,10 @@ struct SimTaskBehaviour {
 // One task the machine holds: the hardware truth of what runs where.
 struct SimTaskProcess {
   std::int64_t task_id = 0;
-  TaskSpec spec;                 // as the agent started it
-  std::vector<int> gpu_indices;  // the physical GPUs it runs on
-  std::string mig_device;        // the MIG device, when pinned to one
-  std::int64_t memory_mib = 0;   // held on each GPU while running
+  TaskSpec spec;                   // as the agent started it
+  std::vector<int> gpu_indices;    // the physical GPUs it runs on
+  std::string mig_device;          // the MIG device, when pinned to one
+  std::int64_t memory_mib = 0;     // held on each GPU while running
   std::vector<std::int64_t> pids;  // one driver process per GPU
   std::int64_t started_at = 0;
   std::int64_t ends_at = 0;  // when it exits by itself
@@ -82,9 +82,7 @@ class SimHost {
   }
 
   // Every task the machine holds, running or ended, by task id.
-  const std::map<std::int64_t, SimTaskProcess>& tasks() const {
-    return tasks_;
-  }
+  const std::map<std::int64_t, SimTaskProcess>& tasks() const { return tasks_; }
   gpu::SimGpuDriver* driver() const { return driver_; }
 
  private:

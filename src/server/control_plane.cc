@@ -126,8 +126,8 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   auto ledger = ledger::Ledger::Create(ledger_options);
   if (!ledger.ok()) return ledger.status();
   const ledger::PlacementPolicy* chosen = options.policy_for_testing != nullptr
-                                               ? options.policy_for_testing
-                                               : *policy;
+                                              ? options.policy_for_testing
+                                              : *policy;
   std::unique_ptr<ControlPlane> cp(new ControlPlane(
       store, clock, std::move(options), std::move(*ledger), chosen, fence));
   HF_RETURN_IF_ERROR(cp->EnsureDefaultTenant());
@@ -228,8 +228,8 @@ Status ControlPlane::Recover() {
   std::lock_guard lock(mu_);
   if (!orphans_text.empty()) {
     // Written by this server only; anything unreadable is noted afresh.
-    const nlohmann::json j =
-        nlohmann::json::parse(orphans_text, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = nlohmann::json::parse(orphans_text, nullptr,
+                                                   /*allow_exceptions=*/false);
     if (j.is_object()) {
       for (const auto& [device, where] : j.items()) {
         if (where.is_object() && where.contains("node") &&
@@ -463,7 +463,8 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
     gpus += (gpus.empty() ? "" : ", ") + std::to_string(index);
     auto it = ledger_gpus_.find(key);
     if (it != ledger_gpus_.end()) {
-      HF_RETURN_IF_ERROR(ledger_->SetGpuHealth(it->second, ledger::GpuHealth::kLost));
+      HF_RETURN_IF_ERROR(
+          ledger_->SetGpuHealth(it->second, ledger::GpuHealth::kLost));
     }
   }
   unrestored_[slice.id] = keys;

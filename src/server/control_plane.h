@@ -246,10 +246,10 @@ struct TaskStateReport {
 // is in neither `bound` nor `cancel` is not the node's (terminal, unknown,
 // or bound elsewhere) and is stopped.
 struct Assignments {
-  std::vector<store::TaskRow> run;   // scheduled here, to start
-  std::vector<RowId> cancel;         // to stop, then report
-  std::vector<RowId> bound;          // every task the node should run
-  std::map<RowId, RowId> slices;     // task id -> its slice, for reports
+  std::vector<store::TaskRow> run;  // scheduled here, to start
+  std::vector<RowId> cancel;        // to stop, then report
+  std::vector<RowId> bound;         // every task the node should run
+  std::map<RowId, RowId> slices;    // task id -> its slice, for reports
 };
 
 struct MigResult {
@@ -602,7 +602,7 @@ class ControlPlane {
   const Clock* const clock_;
   const ControlPlaneOptions options_;
   SteadyClock steady_;
-  const Clock* const monotonic_;  // options_.monotonic_clock or &steady_
+  const Clock* const monotonic_;   // options_.monotonic_clock or &steady_
   const WriteFence* const fence_;  // null: the only instance
   // The ledger holds the store's state (recovered): a follower's is empty,
   // and a follower queues no created task for a scheduler it does not run.
@@ -611,16 +611,16 @@ class ControlPlane {
   std::mutex mu_;  // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
   const ledger::PlacementPolicy* const policy_;
-  std::map<RowId, NodeId> ledger_nodes_;                 // GUARDED_BY(mu_)
-  std::map<NodeId, RowId> node_rows_;                    // GUARDED_BY(mu_)
-  std::map<GpuKey, GpuId> ledger_gpus_;                  // GUARDED_BY(mu_)
-  std::map<GpuId, GpuKey> gpu_keys_;                     // GUARDED_BY(mu_)
-  std::map<RowId, bool> node_hook_;                      // GUARDED_BY(mu_)
+  std::map<RowId, NodeId> ledger_nodes_;  // GUARDED_BY(mu_)
+  std::map<NodeId, RowId> node_rows_;     // GUARDED_BY(mu_)
+  std::map<GpuKey, GpuId> ledger_gpus_;   // GUARDED_BY(mu_)
+  std::map<GpuId, GpuKey> gpu_keys_;      // GUARDED_BY(mu_)
+  std::map<RowId, bool> node_hook_;       // GUARDED_BY(mu_)
   // When each node last registered or heartbeat (monotonic_ ms); a node
   // not heard from since this server started counts from its start.
   std::map<RowId, store::Millis> node_seen_;  // GUARDED_BY(mu_)
   // Slices recovery could not restore, and the GPUs they fence.
-  std::map<RowId, std::vector<GpuKey>> unrestored_;  // GUARDED_BY(mu_)
+  std::map<RowId, std::vector<GpuKey>> unrestored_;      // GUARDED_BY(mu_)
   std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)
   // Approvals that count in the ledger now, with their expiry.
   std::map<RowId, store::ApprovalRow> applied_approvals_;  // GUARDED_BY(mu_)

@@ -295,9 +295,9 @@ TEST_F(ControlPlaneTest, UnplaceableTaskWaitsWithReasonAndBindsWhenFreed) {
   auto assignments = cp_->GetAssignments(admin_, "n1");
   ASSERT_TRUE(assignments.ok());
   EXPECT_EQ(assignments->cancel, std::vector<RowId>{big.id});
-  ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
-                                    {{big.id, TaskState::kCancelled}})
-                  .ok());
+  ASSERT_TRUE(
+      cp_->ReportTaskStates(admin_, "n1", {{big.id, TaskState::kCancelled}})
+          .ok());
   EXPECT_EQ(Get(big.id).state, TaskState::kCancelled);
   EXPECT_EQ(Bind(), 1);
   EXPECT_EQ(Get(waiting.id).state, TaskState::kScheduled);
@@ -714,8 +714,7 @@ TEST(ForEachRowTest, ScansEveryPageNotJustTheFirst) {
     ++pages;
     std::vector<store::SliceRequestRow> out;
     for (const auto& row : table) {
-      if (row.id > f.after_id &&
-          static_cast<int>(out.size()) < f.limit) {
+      if (row.id > f.after_id && static_cast<int>(out.size()) < f.limit) {
         out.push_back(row);
       }
     }

@@ -285,8 +285,7 @@ int Main(int argc, char** argv) {
   options.gc_min_age_ms = static_cast<std::int64_t>(f.gc_min_age_s * 1000);
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
-  options.node_lost_ms =
-      static_cast<std::int64_t>(f.node_lost_after_s * 1000);
+  options.node_lost_ms = static_cast<std::int64_t>(f.node_lost_after_s * 1000);
   options.heartbeat_interval_s = f.heartbeat_interval_s;
   auto cp = hf::server::ControlPlane::Create(store->get(), &clock, options,
                                              &leadership);

@@ -64,7 +64,10 @@ inline Status ForEachSliceRequest(
     store::Txn& txn, store::SliceRequestFilter f,
     const std::function<Status(store::SliceRequestRow&)>& fn) {
   return ForEachRow<store::SliceRequestRow>(
-      f, [&](const store::SliceRequestFilter& g) { return txn.ListSliceRequests(g); },
+      f,
+      [&](const store::SliceRequestFilter& g) {
+        return txn.ListSliceRequests(g);
+      },
       fn);
 }
 

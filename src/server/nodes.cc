@@ -415,10 +415,10 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
   for (auto it = orphans_noted_.begin(); it != orphans_noted_.end();) {
     const GpuKey& where = it->second;
     auto now_there = reported.find(where.index);
-    const bool gone = where.node_id == node.id && now_there != reported.end() &&
-                      std::find(now_there->second.begin(),
-                                now_there->second.end(),
-                                it->first) == now_there->second.end();
+    const bool gone =
+        where.node_id == node.id && now_there != reported.end() &&
+        std::find(now_there->second.begin(), now_there->second.end(),
+                  it->first) == now_there->second.end();
     if (gone) {
       it = orphans_noted_.erase(it);
       pruned = true;
@@ -601,8 +601,8 @@ StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
           bool slice_live = true;
           if (t.slice_id) {
             auto slice = txn.GetSlice(*t.slice_id);
-            slice_live = slice.ok() &&
-                         slice->state == store::SliceState::kAllocated;
+            slice_live =
+                slice.ok() && slice->state == store::SliceState::kAllocated;
           }
           if (t.slice_id) out.slices[t.id] = *t.slice_id;
           if (t.cancel_requested || !slice_live) {
@@ -739,8 +739,8 @@ StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
       store::SliceRequestFilter f;
       f.node_id = row->id;
       f.state = state;
-      HF_RETURN_IF_ERROR(ForEachSliceRequest(
-          txn, f, [&](store::SliceRequestRow& r) -> Status {
+      HF_RETURN_IF_ERROR(
+          ForEachSliceRequest(txn, f, [&](store::SliceRequestRow& r) -> Status {
             if (out.size() >= kMaxOffered) return Status::Ok();
             if (state == store::SliceRequestState::kStuck &&
                 r.action != "destroy") {

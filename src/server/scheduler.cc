@@ -457,7 +457,8 @@ StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
   {
     std::lock_guard lock(sched_mu_);
     const Millis now = clock_->NowMillis();
-    if (last_resync_ == 0 || now - last_resync_ >= options_.resync_interval_ms ||
+    if (last_resync_ == 0 ||
+        now - last_resync_ >= options_.resync_interval_ms ||
         now < last_resync_) {
       if (last_resync_ != 0) resync_ = true;  // other paths or instances
       last_resync_ = now;
@@ -700,8 +701,7 @@ Status ControlPlane::MarkStuckCommands() {
       HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
       if (!s.task_id) continue;
       auto t = txn.GetTask(*s.task_id);
-      if (!t.ok() || t->slice_id != s.id ||
-          t->state != TaskState::kScheduled) {
+      if (!t.ok() || t->slice_id != s.id || t->state != TaskState::kScheduled) {
         continue;
       }
       TaskRow task = *t;

@@ -6,7 +6,9 @@ namespace hf::simulation {
 
 namespace {
 
-Status Dead() { return Status::Unavailable("simulated crash: the server is gone"); }
+Status Dead() {
+  return Status::Unavailable("simulated crash: the server is gone");
+}
 
 }  // namespace
 

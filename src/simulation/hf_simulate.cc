@@ -29,8 +29,9 @@ std::filesystem::path ScratchRoot() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"HeteroFlow whole-system simulation: the real control plane "
-               "and agents on simulated GPUs, under faults"};
+  CLI::App app{
+      "HeteroFlow whole-system simulation: the real control plane "
+      "and agents on simulated GPUs, under faults"};
   std::uint64_t seed = 1;
   std::int64_t seeds = 1;
   std::int64_t steps = 5000;
@@ -77,8 +78,8 @@ int main(int argc, char** argv) {
       o.nodes = nodes;
       o.faults = !no_faults;
       o.keep_dir = keep;
-      o.dir = ScratchRoot() / ("hf-simulate-" + std::to_string(getpid()) +
-                               "-" + std::to_string(o.seed));
+      o.dir = ScratchRoot() / ("hf-simulate-" + std::to_string(getpid()) + "-" +
+                               std::to_string(o.seed));
       const hf::simulation::RandomRunResult r = hf::simulation::RunRandom(o);
       total_steps.fetch_add(r.steps);
       std::lock_guard lock(out_mu);
@@ -88,10 +89,11 @@ int main(int argc, char** argv) {
                     static_cast<unsigned long long>(o.seed),
                     static_cast<long long>(r.violation_step),
                     r.violation.c_str());
-        std::printf("  replay: hf-simulate --seed %llu --steps %lld --until %lld\n",
-                    static_cast<unsigned long long>(o.seed),
-                    static_cast<long long>(steps),
-                    static_cast<long long>(r.violation_step));
+        std::printf(
+            "  replay: hf-simulate --seed %llu --steps %lld --until %lld\n",
+            static_cast<unsigned long long>(o.seed),
+            static_cast<long long>(steps),
+            static_cast<long long>(r.violation_step));
       } else {
         std::printf(
             "seed %llu: ok, %lld steps, %.1f simulated minutes (%lld server "

@@ -1,21 +1,20 @@
 #include "simulation/random_run.h"
 
 #include <array>
-#include <set>
 #include <random>
+#include <set>
 
 namespace hf::simulation {
 
 namespace {
 
-constexpr std::array<NodeKind, 4> kKinds = {NodeKind::kMig, NodeKind::kMps,
-                                            NodeKind::kBronze,
-                                            NodeKind::kMixed};
+constexpr std::array<NodeKind, 4> kKinds = {
+    NodeKind::kMig, NodeKind::kMps, NodeKind::kBronze, NodeKind::kMixed};
 
 template <typename T>
 T Pick(std::mt19937_64& rng, const std::vector<T>& from) {
-  return from[std::uniform_int_distribution<std::size_t>(0, from.size() - 1)(
-      rng)];
+  return from[std::uniform_int_distribution<std::size_t>(0,
+                                                         from.size() - 1)(rng)];
 }
 
 std::int64_t Between(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
@@ -37,8 +36,8 @@ TaskShape RandomShape(World& w) {
     shape.whole_gpus = 2;
   } else {
     shape.memory_mib = Pick<std::int64_t>(
-        rng, {1024, 2048, 4096, 8192, 12288, 16384, 20480, 24576, 32768,
-              40960});
+        rng,
+        {1024, 2048, 4096, 8192, 12288, 16384, 20480, 24576, 32768, 40960});
     if (Chance(rng, 0.5)) {
       shape.compute_ratio = Pick<double>(rng, {0.1, 0.25, 0.5});
     }
@@ -115,9 +114,8 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
     const std::string tenant = Pick(rng, w.tenants());
     std::optional<std::string> group;
     if (Chance(rng, 0.6)) group = Pick<std::string>(rng, {"g01", "g23"});
-    (void)w.Act("workload: " + tenant + " changes group", [&] {
-      (void)w.SetTenantGroup(tenant, group);
-    });
+    (void)w.Act("workload: " + tenant + " changes group",
+                [&] { (void)w.SetTenantGroup(tenant, group); });
     return;
   }
   if (r < 0.70) {
@@ -197,9 +195,9 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
     (void)w.Act("fault: flaky network for " + w.NodeName(node),
                 [&] { w.SetNetworkFaults(node, net); });
   } else {
-    const std::int64_t jump =
-        Chance(rng, 0.8) ? Between(rng, 1'000, 10 * 60'000)
-                         : -Between(rng, 1'000, 30'000);
+    const std::int64_t jump = Chance(rng, 0.8)
+                                  ? Between(rng, 1'000, 10 * 60'000)
+                                  : -Between(rng, 1'000, 30'000);
     (void)w.Act("fault: the clock jumps", [&] { w.JumpClock(jump); });
   }
 }
@@ -215,8 +213,8 @@ RandomRunResult RunRandom(const RandomRunOptions& options) {
   auto created_world = World::Create(wo);
   if (!created_world.ok()) {
     result.ok = false;
-    result.violation = "the world did not start: " +
-                       created_world.status().ToString();
+    result.violation =
+        "the world did not start: " + created_world.status().ToString();
     return result;
   }
   World& w = **created_world;

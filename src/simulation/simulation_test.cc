@@ -5,11 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <functional>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "simulation/random_run.h"
@@ -160,22 +160,22 @@ TEST_F(ScenarioTest, CancelOfAScheduledTaskKeepsItsMemoryUntilTheNodeStopsIt) {
   auto w = MakeWorld("cancel-scheduled");
   ASSERT_TRUE(w);
   const int n = *w->AddNode(NodeKind::kBronze);  // two 15 GB T4s
-  w->SetNetworkFaults(
-      n, NetworkFaults{.drop_request = 1.0,
-                       .only_paths_containing = "task-states"});
+  w->SetNetworkFaults(n, NetworkFaults{.drop_request = 1.0,
+                                       .only_paths_containing = "task-states"});
   const auto id = w->CreateTask(Slice("t2", 12288));
   ASSERT_TRUE(id);
-  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 30'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 30'000));
   EXPECT_EQ(Task(*w, *id)->state, store::TaskState::kScheduled);
   ASSERT_TRUE(w->CancelTask(*id, "t2"));
   // Two more of the same size: one per GPU is all that fits.
   ASSERT_TRUE(w->CreateTask(Slice("t2", 12288)));
   ASSERT_TRUE(w->CreateTask(Slice("t2", 12288)));
-  EXPECT_FALSE(RunUntil(*w, [] { return false; }, 30'000));  // no violation
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 30'000));  // no violation
   w->SetNetworkFaults(n, NetworkFaults{});
   ASSERT_TRUE(RunUntil(
-      *w,
-      [&] { return Task(*w, *id)->state == store::TaskState::kCancelled; },
+      *w, [&] { return Task(*w, *id)->state == store::TaskState::kCancelled; },
       30'000));
   EXPECT_FALSE(Running(*w, n, *id));
 }
@@ -187,18 +187,19 @@ TEST_F(ScenarioTest, DeletingAScheduledTasksSliceRebindsItOnlyOnceStopped) {
   auto w = MakeWorld("delete-scheduled");
   ASSERT_TRUE(w);
   const int n = *w->AddNode(NodeKind::kBronze);
-  w->SetNetworkFaults(
-      n, NetworkFaults{.drop_request = 1.0,
-                       .only_paths_containing = "task-states"});
+  w->SetNetworkFaults(n, NetworkFaults{.drop_request = 1.0,
+                                       .only_paths_containing = "task-states"});
   const auto id = w->CreateTask(Slice("t2", 12288));
   ASSERT_TRUE(id);
-  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 30'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 30'000));
   const auto task = Task(*w, *id);
   ASSERT_TRUE(task && task->slice_id);
   const std::int64_t first_slice = *task->slice_id;
   ASSERT_TRUE(w->DeleteSlice(first_slice));
   ASSERT_TRUE(w->CreateTask(Slice("t2", 12288)));
-  EXPECT_FALSE(RunUntil(*w, [] { return false; }, 30'000));  // no violation
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 30'000));  // no violation
   w->SetNetworkFaults(n, NetworkFaults{});
   // Stopped, then bound again with a new slice, and running once more.
   ASSERT_TRUE(RunUntil(
@@ -217,16 +218,18 @@ TEST_F(ScenarioTest, ALostReplyToAMigCreateReportMakesNoSecondPartition) {
   auto w = MakeWorld("mig-create-once");
   ASSERT_TRUE(w);
   const int n = *w->AddNode(NodeKind::kMig);  // H100 in MIG, A100 80 GB
-  w->SetNetworkFaults(n, NetworkFaults{.drop_reply = 1.0,
-                                       .only_paths_containing = "/result"});
+  w->SetNetworkFaults(
+      n, NetworkFaults{.drop_reply = 1.0, .only_paths_containing = "/result"});
   // Best-Fit takes the H100 (the fuller card): a 2g.20gb, of which three
   // more would fit beside it.
   const auto id = w->CreateTask(Slice("t2", 20000));
   ASSERT_TRUE(id);
-  EXPECT_FALSE(RunUntil(*w, [] { return false; }, 25'000));
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 25'000));
   EXPECT_EQ(MigDevices(*w, n), 1);
   w->SetNetworkFaults(n, NetworkFaults{});
-  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 60'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 60'000));
   EXPECT_EQ(MigDevices(*w, n), 1);
 }
 
@@ -241,7 +244,8 @@ TEST_F(ScenarioTest, AnAgentThatDiedInsideAMigCreateFindsThePartitionItMade) {
                                        .only_paths_containing = "/result"});
   const auto id = w->CreateTask(Slice("t2", 20000));
   ASSERT_TRUE(id);
-  ASSERT_TRUE(RunUntil(*w, [&] { return MigDevices(*w, n) == 1; }, 30'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return MigDevices(*w, n) == 1; }, 30'000));
   w->CrashAgent(n, 3'000);
   // What the state file holds had it died inside the driver call.
   const std::filesystem::path state =
@@ -255,7 +259,8 @@ TEST_F(ScenarioTest, AnAgentThatDiedInsideAMigCreateFindsThePartitionItMade) {
   saved["partitions"] = nlohmann::json::object();
   std::ofstream(state) << saved.dump();
   w->SetNetworkFaults(n, NetworkFaults{});
-  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 60'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 60'000));
   EXPECT_EQ(MigDevices(*w, n), 1);
 }
 
@@ -270,8 +275,9 @@ TEST_F(ScenarioTest, AStuckMigCreateRebindsItsTaskAndALateResultIsDestroyed) {
   // The first node's reports do not get through for longer than the
   // deadline (60 s).
   for (int node : {a, b}) {
-    w->SetNetworkFaults(node, NetworkFaults{.drop_request = 1.0,
-                                            .only_paths_containing = "/result"});
+    w->SetNetworkFaults(
+        node,
+        NetworkFaults{.drop_request = 1.0, .only_paths_containing = "/result"});
   }
   const auto id = w->CreateTask(Slice("t2", 40960, 5 * 60'000));
   ASSERT_TRUE(id);
@@ -285,9 +291,10 @@ TEST_F(ScenarioTest, AStuckMigCreateRebindsItsTaskAndALateResultIsDestroyed) {
   // ...and once the first node's late report gets through, its partition
   // is destroyed.
   w->SetNetworkFaults(made_on, NetworkFaults{});
-  ASSERT_TRUE(RunUntil(*w, [&] { return MigDevices(*w, made_on) == 0; },
-                       120'000));
-  ASSERT_TRUE(RunUntil(*w, [&] { return !w->CheckSettled(); }, 30 * 60'000))
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return MigDevices(*w, made_on) == 0; }, 120'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return !w->CheckSettled(); }, 30 * 60'000))
       << *w->CheckSettled();
 }
 
@@ -297,8 +304,8 @@ TEST_F(ScenarioTest, AClaimWhoseReplyWasLostIsOfferedAgain) {
   auto w = MakeWorld("mig-reoffer");
   ASSERT_TRUE(w);
   const int n = *w->AddNode(NodeKind::kMixed);
-  w->SetNetworkFaults(n, NetworkFaults{.drop_reply = 1.0,
-                                       .only_paths_containing = "/claim"});
+  w->SetNetworkFaults(
+      n, NetworkFaults{.drop_reply = 1.0, .only_paths_containing = "/claim"});
   const auto id = w->CreateTask(Slice("t2", 40960));
   ASSERT_TRUE(id);
   ASSERT_TRUE(RunUntil(
@@ -310,7 +317,8 @@ TEST_F(ScenarioTest, AClaimWhoseReplyWasLostIsOfferedAgain) {
       20'000));
   w->SetNetworkFaults(n, NetworkFaults{});
   // Well before the 60 s deadline.
-  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 30'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 30'000));
   EXPECT_EQ(Commands(*w)[0].state, store::SliceRequestState::kDone);
 }
 
@@ -323,7 +331,8 @@ TEST_F(ScenarioTest, APartitionNobodyOwnsTakesNoGoldWorkUntilItIsGone) {
   auto orphan = w->driver(n).CreateMigDevice(1, "7g.80gb", std::nullopt);
   ASSERT_TRUE(orphan.ok()) << orphan.status().ToString();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(w->CreateTask(Slice("t2", 40960)));
-  EXPECT_FALSE(RunUntil(*w, [] { return false; }, 5 * 60'000));
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 5 * 60'000));
   int failed = 0;
   for (const auto& c : Commands(*w)) {
     failed += c.state == store::SliceRequestState::kFailed;
@@ -331,7 +340,8 @@ TEST_F(ScenarioTest, APartitionNobodyOwnsTakesNoGoldWorkUntilItIsGone) {
   EXPECT_LE(failed, 1);
   // Gone: the gold work goes there.
   ASSERT_TRUE(w->driver(n).DestroyMigDevice(1, orphan->gpu_instance_id).ok());
-  ASSERT_TRUE(RunUntil(*w, [&] { return MigDevices(*w, n) >= 1; }, 6 * 60'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return MigDevices(*w, n) >= 1; }, 6 * 60'000));
 }
 
 // Hole: MIG_PARTITION_ORPHANED notes lived in the server's memory only, so
@@ -341,10 +351,12 @@ TEST_F(ScenarioTest, AnOrphanIsNotedOnceAcrossRestarts) {
   ASSERT_TRUE(w);
   const int n = *w->AddNode(NodeKind::kMixed);
   ASSERT_TRUE(w->driver(n).CreateMigDevice(1, "1g.10gb", std::nullopt).ok());
-  EXPECT_FALSE(RunUntil(*w, [] { return false; }, 20'000));
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 20'000));
   for (int i = 0; i < 3; ++i) {
     w->CrashServer(2'000);
-    EXPECT_FALSE(RunUntil(*w, [] { return false; }, 20'000));
+    EXPECT_FALSE(RunUntil(
+        *w, [] { return false; }, 20'000));
   }
   int notes = 0;
   (void)w->store()->Read([&](store::Txn& txn) -> Status {
@@ -371,16 +383,17 @@ TEST_F(ScenarioTest, ANodeBackFromBeingLostStopsWhatTheServerNoLongerAssigns) {
   const int n = *w->AddNode(NodeKind::kBronze);
   const auto id = w->CreateTask(Slice("t2", 4096));
   ASSERT_TRUE(id);
-  ASSERT_TRUE(RunUntil(*w, [&] { return Running(*w, n, *id); }, 30'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 30'000));
   w->Partition(n, 150'000);
   ASSERT_TRUE(w->CancelTask(*id, "t2"));
   ASSERT_TRUE(RunUntil(
-      *w,
-      [&] { return Task(*w, *id)->state == store::TaskState::kCancelled; },
+      *w, [&] { return Task(*w, *id)->state == store::TaskState::kCancelled; },
       140'000));
   EXPECT_TRUE(Running(*w, n, *id));  // cut off: it cannot know yet
   // Back (the partition ends 150 s in): its next cycle stops the task.
-  ASSERT_TRUE(RunUntil(*w, [&] { return !Running(*w, n, *id); }, 90'000));
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return !Running(*w, n, *id); }, 90'000));
   EXPECT_FALSE(w->CheckInvariants());
 }
 

@@ -180,26 +180,26 @@ class World::AgentTransport final : public agent::Transport {
           std::uniform_int_distribution<std::int64_t>(1'000, 20'000)(w.rng_);
       w.Note(n.name + " -> server: " + what + " delayed " +
              std::to_string(later) + " ms");
-      w.Schedule(later, "delayed " + what + " from " + n.name,
-                 [&w, request, incarnation] {
-                   // A connection does not outlive the server process.
-                   if (w.server_ == nullptr ||
-                       w.server_->incarnation != incarnation) {
-                     return;
-                   }
-                   (void)w.Call(request.token, request.method, request.path,
-                                request.body);
-                 });
+      w.Schedule(
+          later, "delayed " + what + " from " + n.name,
+          [&w, request, incarnation] {
+            // A connection does not outlive the server process.
+            if (w.server_ == nullptr || w.server_->incarnation != incarnation) {
+              return;
+            }
+            (void)w.Call(request.token, request.method, request.path,
+                         request.body);
+          });
       return Status::Unavailable(what + ": timed out");
     }
-    auto reply = w.Call(request.token, request.method, request.path,
-                        request.body);
+    auto reply =
+        w.Call(request.token, request.method, request.path, request.body);
     if (!reply) return Status::Unavailable(what + ": connection reset");
     if (u(w.rng_) < net.duplicate && w.server_ != nullptr) {
       ++w.counters_.duplicated;
       w.Note(n.name + " -> server: " + what + " duplicated");
-      auto again = w.Call(request.token, request.method, request.path,
-                          request.body);
+      auto again =
+          w.Call(request.token, request.method, request.path, request.body);
       if (!again) return Status::Unavailable(what + ": connection reset");
     }
     if (u(w.rng_) < net.drop_reply) {
@@ -304,8 +304,8 @@ Status World::StartServer() {
   s->cp = std::move(*cp);
   const Status same = s->cp->CheckLedgerMatchesStore();
   if (!same.ok()) {
-    violation_ = "after a restart the ledger differs from the store: " +
-                 same.ToString();
+    violation_ =
+        "after a restart the ledger differs from the store: " + same.ToString();
   }
   s->api = std::make_unique<api::LocalApi>(s->cp.get(), &clock_);
   s->incarnation = ++incarnations_;
@@ -448,9 +448,8 @@ Status World::StartAgent(int node) {
   n.agent = std::move(*a);
   const int generation = ++n.generation;
   Note("agent " + n.name + " up");
-  const std::int64_t first =
-      std::uniform_int_distribution<std::int64_t>(0, options_.heartbeat_ms)(
-          rng_);
+  const std::int64_t first = std::uniform_int_distribution<std::int64_t>(
+      0, options_.heartbeat_ms)(rng_);
   Schedule(first, "agent " + n.name + " cycle",
            [this, node, generation] { AgentCycle(node, generation); });
   return Status::Ok();
@@ -619,10 +618,9 @@ bool World::CancelTask(std::int64_t task_id, const std::string& tenant) {
 }
 
 bool World::DeleteSlice(std::int64_t slice_id) {
-  auto r = Call(admin_token_, "DELETE",
-                "/api/v1/slices/" + std::to_string(slice_id) +
-                    "?reason=simulation",
-                "");
+  auto r = Call(
+      admin_token_, "DELETE",
+      "/api/v1/slices/" + std::to_string(slice_id) + "?reason=simulation", "");
   if (!r || r->status != 200) return false;
   acked_deletes_.insert(slice_id);
   Note("deleted slice " + std::to_string(slice_id));
@@ -630,8 +628,9 @@ bool World::DeleteSlice(std::int64_t slice_id) {
 }
 
 bool World::ResizeSlice(std::int64_t slice_id, std::int64_t memory_mib) {
-  auto r = Call(admin_token_, "PATCH", "/api/v1/slices/" + std::to_string(slice_id),
-                json{{"memory_mb", memory_mib}}.dump());
+  auto r =
+      Call(admin_token_, "PATCH", "/api/v1/slices/" + std::to_string(slice_id),
+           json{{"memory_mb", memory_mib}}.dump());
   return r && r->status == 200;
 }
 
@@ -640,7 +639,8 @@ bool World::SetTenantGroup(const std::string& tenant,
   const json body = {{"shared_group", group ? json(*group) : json(nullptr)}};
   // Joining may allow sharing: until the outcome is known, assume it did.
   uncertain_since_ = std::min(uncertain_since_, sim_now_);
-  auto r = Call(admin_token_, "PATCH", "/api/v1/tenants/" + tenant, body.dump());
+  auto r =
+      Call(admin_token_, "PATCH", "/api/v1/tenants/" + tenant, body.dump());
   if (!r) return false;  // outcome unknown until the next restart resyncs
   uncertain_since_ = kForever;
   if (r->status != 200) return false;
@@ -784,11 +784,11 @@ void World::ResyncSharingFromStore() {
     }
     // One the world never heard of (its reply was lost): from the start of
     // the window that left it unknown.
-    const std::int64_t since = uncertain_.empty() ? sim_now_
-                                                  : uncertain_.back().first;
-    approvals_[a.id] = Approval{tenant_names[a.tenant_a],
-                                tenant_names[a.tenant_b], since, a.expires_at,
-                                a.revoked_at ? sim_now_ : kForever};
+    const std::int64_t since =
+        uncertain_.empty() ? sim_now_ : uncertain_.back().first;
+    approvals_[a.id] =
+        Approval{tenant_names[a.tenant_a], tenant_names[a.tenant_b], since,
+                 a.expires_at, a.revoked_at ? sim_now_ : kForever};
   }
 }
 
@@ -851,8 +851,8 @@ void World::PowerOn(int node) {
 
 void World::Partition(int node, std::int64_t ms) {
   nodes_[node]->partitioned_until = sim_now_ + ms;
-  Note("node " + nodes_[node]->name + " partitioned for " +
-       std::to_string(ms) + " ms");
+  Note("node " + nodes_[node]->name + " partitioned for " + std::to_string(ms) +
+       " ms");
 }
 
 void World::SetNetworkFaults(int node, NetworkFaults faults) {
@@ -1033,9 +1033,10 @@ std::optional<std::string> World::CheckHardware() {
           if (tp == tq) continue;
           // Checked from the later one's creation to its start.
           const auto* later = p->started_at >= q->started_at ? p : q;
-          auto created = created_at_.find(later->spec.labels.count("sim.name")
-                                              ? later->spec.labels.at("sim.name")
-                                              : std::string());
+          auto created =
+              created_at_.find(later->spec.labels.count("sim.name")
+                                   ? later->spec.labels.at("sim.name")
+                                   : std::string());
           std::int64_t from = later->started_at;
           if (created != created_at_.end()) from = created->second;
           if (!MayShare(tp, tq, from, later->started_at)) {
@@ -1182,8 +1183,8 @@ std::optional<std::string> World::CheckMig() {
   });
   std::set<std::string> present;
   for (const auto& n : nodes_) {
-    const bool reachable = n->agent != nullptr && n->powered &&
-                           sim_now_ >= n->partitioned_until;
+    const bool reachable =
+        n->agent != nullptr && n->powered && sim_now_ >= n->partitioned_until;
     const std::int64_t node_id =
         node_ids.contains(n->name) ? node_ids[n->name] : -1;
     for (const auto& [g, devices] : n->driver->AllMigDevices()) {
@@ -1293,9 +1294,9 @@ std::optional<std::string> World::CheckSettled() {
     for (const auto& n : nodes_) {
       auto it = n->host->tasks().find(id);
       if (it == n->host->tasks().end()) continue;
-      where = " (" + n->name + " holds it: " +
-              runtime::DescribeTaskStatus(it->second.status) + "; its agent " +
-              (n->agent ? "is up" : "is down") + ")";
+      where = " (" + n->name +
+              " holds it: " + runtime::DescribeTaskStatus(it->second.status) +
+              "; its agent " + (n->agent ? "is up" : "is down") + ")";
     }
     return "NOT SETTLED: task " + std::to_string(id) + where + " is " +
            std::string(store::TaskStateName(t.state)) +
@@ -1335,7 +1336,8 @@ std::optional<std::string> World::CheckSettled() {
         if (h.op != "mig_orphaned") continue;
         const auto at = h.reason.find("MIG-");
         if (at == std::string::npos) continue;
-        const std::string uuid = h.reason.substr(at, h.reason.find(' ', at) - at);
+        const std::string uuid =
+            h.reason.substr(at, h.reason.find(' ', at) - at);
         if (++noted[uuid] == 2) {
           twice = "ORPHAN NOTED TWICE: " + uuid + " is in the history twice";
         }

@@ -83,8 +83,8 @@ struct WorldOptions {
 // How a workload task looks.
 struct TaskShape {
   std::string tenant;
-  int whole_gpus = 0;            // > 0: whole GPUs
-  std::int64_t memory_mib = 0;   // slice
+  int whole_gpus = 0;           // > 0: whole GPUs
+  std::int64_t memory_mib = 0;  // slice
   std::optional<double> compute_ratio;
   std::int64_t duration_ms = 60'000;
   int exit_code = 0;
@@ -246,8 +246,8 @@ class World {
   // True when `a` and `b` were allowed to share at some instant of
   // [from, to] (the same group, an approval in force, or a change whose
   // outcome a crash left unknown).
-  bool MayShare(const std::string& a, const std::string& b,
-                std::int64_t from, std::int64_t to) const;
+  bool MayShare(const std::string& a, const std::string& b, std::int64_t from,
+                std::int64_t to) const;
   // Opens or closes the pair's group interval from group_of_ now.
   void RefreshPair(const std::string& a, const std::string& b);
   // After a restart: what the calls whose replies were lost really did.

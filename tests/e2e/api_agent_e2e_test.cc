@@ -886,9 +886,8 @@ TEST_F(AgentFlowTest, CancelBeforeMigCreateCompletesLeavesNoUnnamedDestroy) {
     HttpReply a = node.Assignments();
     ASSERT_TRUE(HasStatus(a, 200));
     for (const json& stop : a.body["cancel"]) {
-      ASSERT_TRUE(
-          HasStatus(node.ReportState(stop.get<std::int64_t>(), "cancelled"),
-                    200));
+      ASSERT_TRUE(HasStatus(
+          node.ReportState(stop.get<std::int64_t>(), "cancelled"), 200));
     }
     HttpReply claim = node.Claim();
     ASSERT_TRUE(HasStatus(claim, 200));

@@ -531,8 +531,8 @@ TEST_F(LifecycleTest, ConcurrentSubmissionsNeverOversell) {
   ASSERT_TRUE(HasStatus(stops, 200));
   ASSERT_EQ(stops.body["cancel"].size(), 20u) << stops.raw;
   for (const json& stop : stops.body["cancel"]) {
-    ASSERT_TRUE(
-        HasStatus(node.ReportState(stop.get<std::int64_t>(), "cancelled"), 200));
+    ASSERT_TRUE(HasStatus(
+        node.ReportState(stop.get<std::int64_t>(), "cancelled"), 200));
   }
   ASSERT_TRUE(WaitFor([&] { return count("pending") == 20; }))
       << count("pending") << " pending";

@@ -251,14 +251,12 @@ TEST_F(HfctlTest, TenantsTokensAndAUsersTasks) {
   ASSERT_EQ(cancel.exit_code, 0) << cancel.Describe();
   EXPECT_NE(cancel.out.find("scheduled (cancelling)"), std::string::npos)
       << cancel.out;
-  ASSERT_TRUE(
-      HasStatus(api_->http().Post("/api/v1/nodes/cli-node/task-states",
-                                  {{"states", json::array({{{"task_id",
-                                                             std::stoll(id)},
-                                                            {"state",
-                                                             "cancelled"}}})}},
-                                  api_->admin()),
-                200));
+  ASSERT_TRUE(HasStatus(
+      api_->http().Post("/api/v1/nodes/cli-node/task-states",
+                        {{"states", json::array({{{"task_id", std::stoll(id)},
+                                                  {"state", "cancelled"}}})}},
+                        api_->admin()),
+      200));
   CliResult done = As(secret, {"tasks", "get", id});
   EXPECT_NE(done.out.find("cancelled"), std::string::npos) << done.out;
   CliResult empty = As(secret, {"slices", "list"});
