@@ -43,7 +43,7 @@ Status CrashingStore::Write(const std::function<Status(store::Txn&)>& fn) {
       }
     }
   }
-  const Status s = inner_->Write(fn);
+  Status s = inner_->Write(fn);
   if (s.ok()) committed_.fetch_add(1);
   return s;
 }

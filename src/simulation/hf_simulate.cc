@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/main_guard.h"
 #include "simulation/random_run.h"
 
 namespace {
@@ -26,9 +27,7 @@ std::filesystem::path ScratchRoot() {
   return std::filesystem::temp_directory_path();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int Main(int argc, char** argv) {
   CLI::App app{
       "HeteroFlow whole-system simulation: the real control plane "
       "and agents on simulated GPUs, under faults"};
@@ -117,6 +116,7 @@ int main(int argc, char** argv) {
     }
   };
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(jobs));
   for (int j = 0; j < jobs; ++j) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
   const double seconds =
@@ -129,4 +129,10 @@ int main(int argc, char** argv) {
       static_cast<long long>(total_steps.load()), seconds,
       total_steps.load() / std::max(seconds, 1e-9));
   return failures.load() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return hf::RunMain("hf-simulate", [&] { return Main(argc, argv); });
 }

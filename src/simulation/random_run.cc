@@ -42,7 +42,7 @@ TaskShape RandomShape(World& w) {
       shape.compute_ratio = Pick<double>(rng, {0.1, 0.25, 0.5});
     }
   }
-  shape.duration_ms = Between(rng, 10'000, 4 * 60'000);
+  shape.duration_ms = Between(rng, 10'000, std::int64_t{4} * 60'000);
   shape.exit_code = Chance(rng, 0.1) ? 1 : 0;
   return shape;
 }
@@ -195,9 +195,9 @@ void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
     (void)w.Act("fault: flaky network for " + w.NodeName(node),
                 [&] { w.SetNetworkFaults(node, net); });
   } else {
-    const std::int64_t jump = Chance(rng, 0.8)
-                                  ? Between(rng, 1'000, 10 * 60'000)
-                                  : -Between(rng, 1'000, 30'000);
+    const std::int64_t jump =
+        Chance(rng, 0.8) ? Between(rng, 1'000, std::int64_t{10} * 60'000)
+                         : -Between(rng, 1'000, 30'000);
     (void)w.Act("fault: the clock jumps", [&] { w.JumpClock(jump); });
   }
 }

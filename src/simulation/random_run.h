@@ -34,7 +34,7 @@ struct RandomRunOptions {
   bool keep_dir = false;      // unless this is set
   // How long the system may take to settle once the faults stop: a backlog
   // of whole-GPU tasks can take hours of simulated time to drain.
-  std::int64_t settle_bound_ms = 4 * 60 * 60'000;
+  std::int64_t settle_bound_ms = std::int64_t{4} * 60 * 60'000;
 };
 
 struct RandomRunResult {

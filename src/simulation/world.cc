@@ -487,7 +487,7 @@ void World::Schedule(std::int64_t delay_ms, std::string what,
                      next_seq_++, std::move(what), std::move(run)});
 }
 
-void World::Note(std::string line) {
+void World::Note(const std::string& line) {
   std::ostringstream out;
   out << "#" << steps_ << " t+" << (sim_now_ - options_.start_ms) << "ms "
       << line;
@@ -855,7 +855,7 @@ void World::Partition(int node, std::int64_t ms) {
        " ms");
 }
 
-void World::SetNetworkFaults(int node, NetworkFaults faults) {
+void World::SetNetworkFaults(int node, const NetworkFaults& faults) {
   nodes_[node]->net = faults;
 }
 
@@ -1040,13 +1040,14 @@ std::optional<std::string> World::CheckHardware() {
           std::int64_t from = later->started_at;
           if (created != created_at_.end()) from = created->second;
           if (!MayShare(tp, tq, from, later->started_at)) {
-            return "TENANCY: node " + n->name + " GPU " + std::to_string(g) +
-                   " runs task " + std::to_string(p->task_id) + " of " + tp +
-                   " and task " + std::to_string(q->task_id) + " of " + tq +
-                   ", who were not allowed to share from " +
-                   std::to_string(from - options_.start_ms) + " to " +
-                   std::to_string(later->started_at - options_.start_ms) +
-                   " ms";
+            std::string why = "TENANCY: node " + n->name + " GPU ";
+            why += std::to_string(g) + " runs task ";
+            why += std::to_string(p->task_id) + " of " + tp + " and task ";
+            why += std::to_string(q->task_id) + " of " + tq;
+            why += ", who were not allowed to share from ";
+            why += std::to_string(from - options_.start_ms) + " to ";
+            why += std::to_string(later->started_at - options_.start_ms);
+            return why + " ms";
           }
         }
       }
@@ -1114,15 +1115,15 @@ std::optional<std::string> World::CheckCoverage() {
         std::sort(have.begin(), have.end());
         if (node_id == node_ids.end() || s.node_id != node_id->second ||
             want != have) {
-          why = "MISPLACED: " + where + " but its slice " +
-                std::to_string(s.id) + " is on node id " +
-                std::to_string(s.node_id) + " GPU(s)" + list(have);
+          why = "MISPLACED: " + where + " but its slice ";
+          why += std::to_string(s.id) + " is on node id ";
+          why += std::to_string(s.node_id) + " GPU(s)" + list(have);
           continue;
         }
         if (tid == tenant_ids.end() || s.tenant_id != tid->second) {
-          why = "WRONG TENANT: " + where + " belongs to " + tenant +
-                " but slice " + std::to_string(s.id) + " to tenant id " +
-                std::to_string(s.tenant_id);
+          why = "WRONG TENANT: " + where + " belongs to " + tenant;
+          why += " but slice " + std::to_string(s.id) + " to tenant id ";
+          why += std::to_string(s.tenant_id);
           continue;
         }
         if (!p.mig_device.empty() && s.mig_device_id != p.mig_device) {

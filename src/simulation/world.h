@@ -150,7 +150,7 @@ class World {
   void PowerOff(int node);
   void PowerOn(int node);
   void Partition(int node, std::int64_t ms);
-  void SetNetworkFaults(int node, NetworkFaults faults);
+  void SetNetworkFaults(int node, const NetworkFaults& faults);
   // The node's task-state reports do not get through for `ms` (an
   // overloaded path, say); its other calls do.
   void StallReports(int node, std::int64_t ms);
@@ -231,7 +231,7 @@ class World {
   void RunGc(int incarnation);
   // After every step: processes end as time passes, then the checks.
   std::optional<std::string> AfterStep();
-  void Note(std::string line);
+  void Note(const std::string& line);
   void SetClocks();  // the clocks the system sees, from sim_now_
 
   // One request to the server as a caller with `token`; nullopt when no
