@@ -156,8 +156,15 @@ AgentProcess::~AgentProcess() {
     std::cerr << "[e2e] kept " << dir_ << "\n";
     return;
   }
-  std::error_code ignored;
-  fs::remove_all(dir_, ignored);
+  // The shims of killed tasks still write their exit records for a moment,
+  // which can make a removal fail on a directory that is not empty yet.
+  WaitFor(
+      [&] {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+        return !fs::exists(dir_, ec);
+      },
+      milliseconds(5'000), milliseconds(50));
 }
 
 void AgentProcess::KillLeftoverTasks() const {
