@@ -22,10 +22,8 @@ namespace hf::e2e {
 
 namespace fs = std::filesystem;
 
-namespace {
+// ------------------------------------------------------------- helpers
 
-// The fields of /proc/<pid>/stat after "(comm)": [0] state, [2] pgrp,
-// [19] start time. Empty when the process does not exist.
 std::vector<std::string> ProcStatFields(pid_t pid) {
   const std::string text =
       ReadFile(fs::path("/proc") / std::to_string(pid) / "stat");
@@ -37,10 +35,6 @@ std::vector<std::string> ProcStatFields(pid_t pid) {
   while (in >> field) fields.push_back(field);
   return fields;
 }
-
-}  // namespace
-
-// ------------------------------------------------------------- helpers
 
 int LiveProcessesInGroup(pid_t pgid) {
   int live = 0;
@@ -95,6 +89,12 @@ json A100(std::int64_t memory_mb, json faults) {
           {"memory_mb", memory_mb},
           {"compute_capability", "8.0"},
           {"faults", std::move(faults)}};
+}
+
+json T4() {
+  return {{"model", "Tesla T4"},
+          {"memory_mb", 15360},
+          {"compute_capability", "7.5"}};
 }
 
 json P100() {
@@ -156,8 +156,15 @@ AgentProcess::~AgentProcess() {
     std::cerr << "[e2e] kept " << dir_ << "\n";
     return;
   }
-  std::error_code ignored;
-  fs::remove_all(dir_, ignored);
+  // The shims of killed tasks still write their exit records for a moment,
+  // which can make a removal fail on a directory that is not empty yet.
+  WaitFor(
+      [&] {
+        std::error_code ec;
+        fs::remove_all(dir_, ec);
+        return !fs::exists(dir_, ec);
+      },
+      milliseconds(5'000), milliseconds(50));
 }
 
 void AgentProcess::KillLeftoverTasks() const {

@@ -129,6 +129,11 @@ class AgentProcess {
   pid_t pid_ = -1;
 };
 
+// The fields of /proc/<pid>/stat after "(comm)": [0] state, [2] pgrp,
+// [19] start time (with the pid, a process's identity). Empty when the
+// process does not exist.
+std::vector<std::string> ProcStatFields(pid_t pid);
+
 // Processes in process group `pgid` that have not ended (zombies do not
 // count), read from /proc.
 int LiveProcessesInGroup(pid_t pgid);
@@ -147,6 +152,7 @@ json SimInventory(const std::string& node, json gpus,
 // GPUs for SimInventory.
 json H100Mig(json faults = json::array());
 json A100(std::int64_t memory_mb = 81920, json faults = json::array());
+json T4();    // 15360 MB, compute capability 7.5 (MPS-capable)
 json P100();  // compute capability 6.0: no MPS limits (bronze)
 
 // KEY=VALUE lines of a log (the output of `env`) as a map; other lines are

@@ -82,14 +82,6 @@ bool Terminal(const json& t) {
   return s == "succeeded" || s == "failed" || s == "cancelled";
 }
 
-// Compute capability 7.5: MPS-capable, so only the container makes it
-// bronze.
-json T4() {
-  return {{"model", "Tesla T4"},
-          {"memory_mb", kT4MemoryMb},
-          {"compute_capability", "7.5"}};
-}
-
 std::string Get(const std::map<std::string, std::string>& env,
                 const std::string& name) {
   auto it = env.find(name);
@@ -139,6 +131,7 @@ class ClusterE2eTest : public ::testing::Test {
 
     gold_agent_ = NewAgent(kGoldNode, {H100Mig()});
     silver_agent_ = NewAgent(kSilverNode, {A100(40960)});
+    // The T4 is MPS-capable: only the container makes it bronze.
     bronze_agent_ = NewAgent(kBronzeNode, {T4()});
     bronze_agent_->options().inventory["containerized"] = true;
     for (AgentProcess* agent : {gold_agent_, silver_agent_, bronze_agent_}) {
