@@ -696,9 +696,9 @@ StatusOr<int> ControlPlane::ReportTaskStates(
         std::erase_if(task.labels, [](const auto& kv) {
           return kv.first.starts_with("heteroflow.");
         });
-        task.pending_reason = "its slice " + old +
-                              " was deleted; stopped on node " + node +
-                              ", waiting to be bound again";
+        task.pending_reason = "its slice " + old;
+        task.pending_reason += " was deleted; stopped on node " + node;
+        task.pending_reason += ", waiting to be bound again";
         requeued = true;
       } else {
         task.state = r.state;

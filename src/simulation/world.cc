@@ -1121,7 +1121,8 @@ std::optional<std::string> World::CheckCoverage() {
           continue;
         }
         if (tid == tenant_ids.end() || s.tenant_id != tid->second) {
-          why = "WRONG TENANT: " + where + " belongs to " + tenant;
+          why = "WRONG TENANT: " + where;
+          why += " belongs to " + tenant;
           why += " but slice " + std::to_string(s.id) + " to tenant id ";
           why += std::to_string(s.tenant_id);
           continue;
