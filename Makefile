@@ -82,9 +82,11 @@ fuzz: asan-configure
 	@scripts/fuzz.sh --seconds $(FUZZ_SECONDS) $(ASAN_BUILD) $(FUZZ_TARGETS)
 
 # Every *_bench binary, each writing build/bench-results/<name>.json.
+# OPENB_DIR: the openb trace's CSVs for sim_bench (HF_OPENB_DIR).
+OPENB_DIR ?= $(HF_OPENB_DIR)
 bench: build
 	@mkdir -p $(BUILD)/bench-results
-	@set -e; for b in $$(find $(BUILD)/bench -maxdepth 2 -type f -name '*_bench' -perm -u+x | sort); do \
+	@export HF_OPENB_DIR="$(OPENB_DIR)"; set -e; for b in $$(find $(BUILD)/bench -maxdepth 2 -type f -name '*_bench' -perm -u+x | sort); do \
 	  name=$$(basename $$b); echo "== $$name"; \
 	  $$b --benchmark_out=$(BUILD)/bench-results/$$name.json \
 	      --benchmark_out_format=json; \

@@ -1,9 +1,10 @@
 // Simulator benchmark: decisions per second of every placement policy on
 // the openb default trace (the experiment of src/sim/experiment.h, two
 // seeds per policy), plus where each policy lands (unallocated GPU % at
-// x = 100). Reads ../shared/traces/openb beside the repository, or the
-// directory in HF_OPENB_DIR; without the trace it reports an error and
-// skips.
+// x = 100). Reads the openb trace (cluster-trace-gpu-v2023/csv/ of
+// github.com/alibaba/clusterdata) from the directory in HF_OPENB_DIR
+// (`make bench OPENB_DIR=...`); without it the benchmark reports an error
+// and skips.
 //
 // One iteration = one seed's whole run; `decisions_per_second` counts
 // placement attempts per second spent inside Ledger::Place.
@@ -31,13 +32,12 @@ struct Trace {
 const Trace& LoadTrace() {
   static const Trace* trace = [] {
     auto* t = new Trace;
-    std::string dir = "../shared/traces/openb";
-    if (const char* env = std::getenv("HF_OPENB_DIR")) dir = env;
-    if (!std::filesystem::exists(dir)) {
-      // `make bench` runs from the repository root; ctest-like runs from
-      // build/: try one level up too.
-      dir = "../" + dir;
+    const char* env = std::getenv("HF_OPENB_DIR");
+    if (env == nullptr || *env == '\0') {
+      t->error = "HF_OPENB_DIR is not set: the directory of the openb trace";
+      return t;
     }
+    const std::string dir = env;
     auto nodes = ReadNodeCsv(dir + "/openb_node_list_gpu_node.csv");
     auto pods = ReadPodCsv(dir + "/openb_pod_list_default.csv");
     if (!nodes.ok() || !pods.ok()) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU check: run on a machine with a real NVIDIA GPU (the device
-# machine lent to some sessions). It never changes a GPU's settings: no MIG
-# mode change, no reset, no clocks; it creates and destroys MIG partitions
-# only on GPUs whose MIG mode is already on, through the product itself.
+# The GPU check: run on a machine with a real NVIDIA GPU. It never changes
+# a GPU's settings: no MIG mode change, no reset, no clocks; it creates and
+# destroys MIG partitions only on GPUs whose MIG mode is already on, through
+# the product itself.
 #
 # Steps, each recorded in $OUT/gpu-check.json (OUT defaults to ./gpu-check):
 #   build     hf-server, hf-agent, hf-task-shim, hfctl (Release, no benches)

@@ -1,6 +1,7 @@
 // Reading cluster traces: node lists and pod (task) lists in the CSV format
-// of Alibaba's openb GPU-sharing trace (../shared/traces/openb/), which the
-// simulator replays through the ledger.
+// of Alibaba's openb GPU-sharing trace (cluster-trace-gpu-v2023 of
+// github.com/alibaba/clusterdata), which the simulator replays through the
+// ledger.
 //
 // Node CSV columns: sn, cpu_milli, memory_mib, gpu, model.
 // Pod CSV columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli, and
