@@ -9,6 +9,7 @@
 #include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -587,7 +588,9 @@ void Agent::LoadPendingMig() {
     PendingMig p;
     p.command = entry["command"];
     p.first_seen_ms = IntOr(entry, "first_seen_ms", 0);
-    p.executing = entry.value("executing", false);
+    p.executing = entry.contains("executing") &&
+                  entry["executing"].is_boolean() &&
+                  entry["executing"].get<bool>();
     if (entry.contains("before") && entry["before"].is_array()) {
       for (const json& u : entry["before"]) {
         if (u.is_string()) p.before.push_back(u.get<std::string>());
@@ -595,6 +598,15 @@ void Agent::LoadPendingMig() {
     }
     if (entry.contains("outcome")) p.outcome = entry["outcome"];
     pending_mig_[id] = std::move(p);
+  }
+  if (saved.is_object() && saved.contains("done") &&
+      saved["done"].is_object()) {
+    for (const auto& [key, outcome] : saved["done"].items()) {
+      const auto id = ParseUnsigned(key);
+      if (id && *id > 0 && outcome.is_object()) {
+        done_mig_[static_cast<std::int64_t>(*id)] = outcome;
+      }
+    }
   }
 }
 
@@ -612,8 +624,12 @@ void Agent::SavePendingMig() {
     partitions[std::to_string(slice)] = {{"gpu_index", p.gpu_index},
                                          {"device_id", p.device_uuid}};
   }
+  json done = json::object();
+  for (const auto& [id, outcome] : done_mig_)
+    done[std::to_string(id)] = outcome;
   const json out = {{"commands", std::move(commands)},
-                    {"partitions", std::move(partitions)}};
+                    {"partitions", std::move(partitions)},
+                    {"done", std::move(done)}};
   const auto path = options_.state_dir / "mig-commands.json";
   const auto tmp = options_.state_dir / "mig-commands.json.tmp";
   {
@@ -639,6 +655,10 @@ Status Agent::HandleMigCommands() {
       const std::int64_t id = IntOr(cmd, "id", 0);
       if (id <= 0 || pending_mig_.contains(id)) continue;
       pending_mig_[id] = {cmd, clock_->NowMillis()};
+      // Offered again after it was done (a server restored from a backup,
+      // a replayed reply): its outcome is reported again, never redone.
+      auto done = done_mig_.find(id);
+      if (done != done_mig_.end()) pending_mig_[id].outcome = done->second;
       changed = true;
     }
   }
@@ -653,6 +673,11 @@ Status Agent::HandleMigCommands() {
       continue;
     }
     if (*done) {
+      if (!it->second.outcome.is_null()) {
+        done_mig_[it->first] = it->second.outcome;
+        while (done_mig_.size() > kDoneMigKept)
+          done_mig_.erase(done_mig_.begin());
+      }
       it = pending_mig_.erase(it);
       changed = true;
     } else {
@@ -719,6 +744,8 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
   const int index = static_cast<int>(IntOr(cmd, "gpu_index", -1));
   const std::string want_uuid = StringOr(cmd, "gpu_uuid", "");
   const auto report = [&](const json& result) -> StatusOr<bool> {
+    // Carried out: from now on only this result is reported.
+    if (pending.outcome.is_null()) pending.outcome = result;
     auto r = server_->ReportSliceRequest(id, result);
     if (!r.ok()) {
       // The command is gone or not ours any more: nothing to report to.
@@ -763,6 +790,10 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
     // destroy waits for the card (its slice stays charged meanwhile).
     if (action == "destroy") return false;
     return fail(why);
+  }
+  if (want_uuid.empty() && action == "create") {
+    return fail("the command names no GPU UUID for GPU " +
+                std::to_string(index) + ": refusing to act");
   }
   if (!want_uuid.empty() && g->uuid != want_uuid) {
     return fail("GPU " + std::to_string(index) + " is " + g->uuid + ", not " +
@@ -911,7 +942,9 @@ void Agent::Reconcile(const json& reply) {
       if (v.is_number_integer()) named.insert(v.get<std::int64_t>());
     }
   }
-  for (const json& t : reply["run"]) named.insert(IntOr(t, "id", 0));
+  if (reply.contains("run") && reply["run"].is_array()) {
+    for (const json& t : reply["run"]) named.insert(IntOr(t, "id", 0));
+  }
   std::erase_if(waiting_for_mps_,
                 [&](const auto& kv) { return !named.contains(kv.first); });
   for (auto& [id, local] : tasks_) {
@@ -958,11 +991,35 @@ Status Agent::StartTask(const json& task) {
       if (v.is_string()) labels[k] = v.get<std::string>();
     }
   }
+  // The GPUs it is pinned to: every one must be a GPU of this node. A task
+  // is never started with GPUs it cannot be pinned to (with none named, a
+  // process would see every GPU of the machine).
   std::vector<int> indices;
-  if (task.contains("gpu_indices") && task["gpu_indices"].is_array()) {
+  bool indices_ok = task.contains("gpu_indices") &&
+                    task["gpu_indices"].is_array() &&
+                    !task["gpu_indices"].empty();
+  if (indices_ok) {
     for (const json& i : task["gpu_indices"]) {
-      if (i.is_number_integer()) indices.push_back(i.get<int>());
+      if (!i.is_number_integer() || i.get<std::int64_t>() < 0 ||
+          i.get<std::int64_t>() > std::numeric_limits<int>::max() ||
+          GpuAt(static_cast<int>(i.get<std::int64_t>())) == nullptr) {
+        indices_ok = false;
+        break;
+      }
+      indices.push_back(static_cast<int>(i.get<std::int64_t>()));
     }
+  }
+  if (!indices_ok) {
+    std::string named =
+        task.contains("gpu_indices")
+            ? task["gpu_indices"].dump(-1, ' ', false,
+                                       json::error_handler_t::replace)
+            : std::string("nothing");
+    if (named.size() > 200) named = named.substr(0, 200) + "...";
+    return ReportState(id, spec.slice_id, "failed", {},
+                       "the assignment's gpu_indices (" + named +
+                           ") are not GPUs of node '" + options_.node_id +
+                           "': never started without its GPUs pinned");
   }
   const std::string qos = spec.env.count("HETEROFLOW_SLICE_QOS") != 0
                               ? spec.env["HETEROFLOW_SLICE_QOS"]

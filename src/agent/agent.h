@@ -207,6 +207,9 @@ class Agent {
   std::map<std::int64_t, std::int64_t> waiting_for_mps_;
   std::map<std::int64_t, PendingMig> pending_mig_;         // by command id
   std::map<std::int64_t, MadePartition> made_partitions_;  // by slice id
+  // The outcomes of the last kDoneMigKept commands reported, by command id.
+  static constexpr std::size_t kDoneMigKept = 256;
+  std::map<std::int64_t, json> done_mig_;
   std::string last_probe_error_;
 
   std::mutex stop_mu_;

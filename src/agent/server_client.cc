@@ -175,8 +175,13 @@ ServerClient::~ServerClient() = default;
 StatusOr<json> ServerClient::Send(const std::string& method,
                                   const std::string& path, const json* body) {
   const std::string what = method + " " + path;
-  WireRequest request{method, path, body ? body->dump() : std::string("{}"),
-                      token_};
+  // Invalid UTF-8 (a name or message read off the machine) is replaced,
+  // never a throw.
+  WireRequest request{
+      method, path,
+      body ? body->dump(-1, ' ', false, json::error_handler_t::replace)
+           : std::string("{}"),
+      token_};
   auto reply = transport_->RoundTrip(request);
   if (!reply.ok()) return reply.status();
   json parsed = json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
@@ -185,6 +190,11 @@ StatusOr<json> ServerClient::Send(const std::string& method,
   }
   if (parsed.is_discarded()) {
     return Status::Unavailable(what + ": the reply is not JSON");
+  }
+  // Every node endpoint answers an object; anything else is not a reply
+  // the agent can act on.
+  if (!parsed.is_object()) {
+    return Status::Unavailable(what + ": the reply is not a JSON object");
   }
   return parsed;
 }

@@ -1,0 +1,454 @@
+// The agent on its own, in process: a scripted control plane behind the
+// Transport seam (every request recorded, any reply lost or replaced), the
+// simulated GPU driver and the simulated task runtime. What the whole-system
+// simulation finds across components, these pin down for the agent alone:
+// it reconciles with the server's desired state, carries a MIG command out
+// once however often its report is lost or the agent dies, and survives any
+// reply a server (or something pretending to be one) sends.
+#include "agent/agent.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/server_client.h"
+#include "common/clock.h"
+#include "gpu/inventory.h"
+#include "gpu/sim_driver.h"
+#include "runtime/sim_runtime.h"
+
+namespace hf::agent {
+namespace {
+
+// A control plane that answers from a script. The node endpoints' shapes are
+// those of docs/API.md ("Nodes and agents").
+class ScriptedServer final : public Transport {
+ public:
+  struct Call {
+    std::string method;
+    std::string path;
+    json body;
+  };
+
+  StatusOr<WireReply> RoundTrip(const WireRequest& request) override {
+    json body = json::parse(request.body, nullptr, false);
+    calls.push_back({request.method, request.path, body});
+    if (replace) {
+      if (auto reply = replace(request)) return *reply;
+    }
+    // Carried out, then the reply is lost: the agent must retry harmlessly.
+    const bool lost = lose && lose(request);
+    WireReply reply{200, "{}"};
+    const std::string& p = request.path;
+    if (p.ends_with("/assignments")) {
+      reply.body = assignments.dump();
+    } else if (p.ends_with("/slice-requests/claim")) {
+      reply.body = json{{"items", claims}}.dump();
+    } else if (p.ends_with("/result")) {
+      results.push_back(body);
+    } else if (p.ends_with("/task-states")) {
+      for (const json& s : body["states"]) states.push_back(s);
+    } else if (p.ends_with("/logs")) {
+      reply.body = json{{"size", 0}}.dump();
+    } else if (p.ends_with("/heartbeat")) {
+      reply.body = heartbeat_reply.dump();
+    }
+    if (lost) return Status::Unavailable("the reply was lost");
+    return reply;
+  }
+
+  // The states reported for `task`, in order.
+  std::vector<std::string> StatesOf(std::int64_t task) const {
+    std::vector<std::string> out;
+    for (const json& s : states) {
+      if (s.value("task_id", 0) == task) out.push_back(s.value("state", ""));
+    }
+    return out;
+  }
+
+  json assignments = {{"run", json::array()},
+                      {"cancel", json::array()},
+                      {"bound", json::array()}};
+  json claims = json::array();
+  json heartbeat_reply = json::object();
+  std::function<bool(const WireRequest&)> lose;
+  std::function<std::optional<WireReply>(const WireRequest&)> replace;
+
+  std::vector<Call> calls;
+  std::vector<json> results;  // MIG command results, as posted
+  std::vector<json> states;   // task-state entries, as posted
+};
+
+// A driver whose MIG creates can "crash the agent" halfway: after the
+// partition exists and before the call returns, the agent's state directory
+// is copied aside, as a kill -9 at that instant would leave it.
+class CrashingDriver final : public gpu::GpuDriver {
+ public:
+  explicit CrashingDriver(gpu::SimGpuDriver* real) : real_(real) {}
+  std::string Name() const override { return real_->Name(); }
+  StatusOr<std::vector<gpu::GpuInfo>> ListGpus() override {
+    return real_->ListGpus();
+  }
+  StatusOr<std::vector<gpu::MigDevice>> ListMigDevices(int index) override {
+    return real_->ListMigDevices(index);
+  }
+  StatusOr<gpu::MigDevice> CreateMigDevice(
+      int index, const std::string& profile,
+      std::optional<gpu::MigPlacement> placement) override {
+    auto made = real_->CreateMigDevice(index, profile, placement);
+    ++creates;
+    if (on_create) on_create();
+    return made;
+  }
+  Status DestroyMigDevice(int index, int gpu_instance_id) override {
+    return real_->DestroyMigDevice(index, gpu_instance_id);
+  }
+  StatusOr<std::vector<gpu::GpuProcess>> ListProcesses(int index) override {
+    return real_->ListProcesses(index);
+  }
+
+  int creates = 0;
+  std::function<void()> on_create;
+
+ private:
+  gpu::SimGpuDriver* const real_;
+};
+
+constexpr char kInventory[] = R"({
+  "node_id": "n1", "cpu_milli": 64000, "host_memory_mb": 524288,
+  "gpus": [
+    {"model": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
+     "compute_capability": "9.0", "mig_enabled": true},
+    {"model": "Tesla T4", "memory_mb": 15360, "compute_capability": "7.5"}]})";
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("hf-agent-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    auto inventory = gpu::ParseInventory(kInventory);
+    ASSERT_TRUE(inventory.ok()) << inventory.status().ToString();
+    auto driver = gpu::SimGpuDriver::Create(std::move(*inventory), clock_);
+    ASSERT_TRUE(driver.ok()) << driver.status().ToString();
+    driver_ = std::move(*driver);
+    crashing_ = std::make_unique<CrashingDriver>(driver_.get());
+    host_ = std::make_unique<runtime::SimHost>(driver_.get(), &clock_,
+                                               [](const runtime::TaskSpec&) {
+                                                 runtime::SimTaskBehaviour b;
+                                                 b.duration_ms = 3'600'000;
+                                                 b.memory_mib = 1024;
+                                                 return b;
+                                               });
+    runtime_ = std::make_unique<runtime::SimRuntime>(host_.get());
+    auto server = std::make_unique<ScriptedServer>();
+    server_ = server.get();
+    client_ = std::make_unique<ServerClient>(std::move(server), "token");
+    StartAgent();
+  }
+
+  void TearDown() override {
+    agent_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A fresh Agent on the same state directory, driver and runtime: a
+  // restart after kill -9.
+  void StartAgent() {
+    agent_.reset();
+    AgentOptions o;
+    o.node_id = "n1";
+    o.agent_version = "test";
+    o.state_dir = dir_ / "state";
+    o.kill_grace = std::chrono::milliseconds(0);
+    auto a = Agent::Create(o, client_.get(), crashing_.get(), runtime_.get(),
+                           nullptr, HostFacts{}, &clock_);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    agent_ = std::move(*a);
+  }
+
+  std::string GpuUuid(int index) {
+    auto gpus = driver_->ListGpus();
+    EXPECT_TRUE(gpus.ok());
+    for (const gpu::GpuInfo& g : *gpus) {
+      if (g.index == index) return g.uuid;
+    }
+    return "";
+  }
+
+  static json Task(std::int64_t id, std::int64_t slice, int gpu) {
+    return {{"id", id},
+            {"tenant", "acme"},
+            {"slice_id", slice},
+            {"command", "train"},
+            {"gpu_indices", {gpu}},
+            {"env", {{"HETEROFLOW_SLICE_QOS", "bronze"}}},
+            {"labels", json::object()}};
+  }
+
+  json CreateCommand(std::int64_t id, std::int64_t slice) {
+    return {{"id", id},
+            {"action", "create"},
+            {"gpu_index", 0},
+            {"gpu_uuid", GpuUuid(0)},
+            {"profile", "1g.10gb"},
+            {"slice_id", slice},
+            {"task_id", 1}};
+  }
+
+  bool Running(std::int64_t task) const {
+    auto it = host_->tasks().find(task);
+    return it != host_->tasks().end() && it->second.running();
+  }
+
+  FakeClock clock_{1'000'000};
+  std::filesystem::path dir_;
+  std::unique_ptr<gpu::SimGpuDriver> driver_;
+  std::unique_ptr<CrashingDriver> crashing_;
+  std::unique_ptr<runtime::SimHost> host_;
+  std::unique_ptr<runtime::SimRuntime> runtime_;
+  ScriptedServer* server_ = nullptr;
+  std::unique_ptr<ServerClient> client_;
+  std::unique_ptr<Agent> agent_;
+};
+
+TEST_F(AgentTest, StartsWhatTheServerAssignsAndSaysWhichBinding) {
+  server_->assignments["run"] = json::array({Task(1, 5, 1)});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  ASSERT_TRUE(Running(1));
+  EXPECT_EQ(host_->tasks().at(1).gpu_indices, std::vector<int>{1});
+  ASSERT_EQ(server_->StatesOf(1), std::vector<std::string>{"running"});
+  EXPECT_EQ(server_->states.back()["slice_id"], 5);
+  // Assigned again (the report was not seen yet): never a second start.
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_EQ(host_->tasks().size(), 1U);
+}
+
+TEST_F(AgentTest, StopsATaskTheServerNoLongerAssignsToThisNode) {
+  server_->assignments["run"] = json::array({Task(1, 5, 1)});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  ASSERT_TRUE(Running(1));
+  // Terminal at the server, unknown to it, or bound elsewhere: the server
+  // names it nowhere.
+  server_->assignments["run"] = json::array();
+  server_->assignments["bound"] = json::array();
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_FALSE(Running(1));
+  const auto states = server_->StatesOf(1);
+  ASSERT_EQ(states.size(), 2U);
+  EXPECT_EQ(states[1], "cancelled");
+  EXPECT_EQ(server_->states.back()["slice_id"], 5);
+}
+
+TEST_F(AgentTest, KeepsATaskTheServerStillHoldsBound) {
+  server_->assignments["run"] = json::array({Task(1, 5, 1)});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  server_->assignments["run"] = json::array();  // running: not "run" again
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(Running(1));
+  // An older server that sends no "bound": the agent leaves its tasks be.
+  server_->assignments.erase("bound");
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(Running(1));
+}
+
+TEST_F(AgentTest, ACancelledTaskThatNeverStartedIsReportedWithItsSlice) {
+  server_->assignments["cancel"] = {9};
+  server_->assignments["slices"] = {{"9", 12}};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  ASSERT_EQ(server_->StatesOf(9), std::vector<std::string>{"cancelled"});
+  EXPECT_EQ(server_->states.back()["slice_id"], 12);
+  EXPECT_TRUE(host_->tasks().empty());
+}
+
+TEST_F(AgentTest, AMigCreateIsCarriedOutOnceHoweverOftenItsReportIsLost) {
+  server_->claims = json::array({CreateCommand(7, 3)});
+  int lost = 0;
+  server_->lose = [&](const WireRequest& r) {
+    return r.path.ends_with("/7/result") && lost++ < 3;
+  };
+  for (int i = 0; i < 5; ++i) (void)agent_->RunOnce();
+  EXPECT_EQ(crashing_->creates, 1);
+  auto devices = driver_->ListMigDevices(0);
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 1U);
+  // Every report (the lost ones too, and the one for the command offered
+  // again after it was done) names the one partition.
+  ASSERT_EQ(server_->results.size(), 5U);
+  for (const json& r : server_->results) {
+    EXPECT_EQ(r["ok"], true);
+    EXPECT_EQ(r["device_id"], (*devices)[0].device_uuid);
+  }
+  // A replay after a restart (a server restored from a backup offers the
+  // done command again): still one partition.
+  StartAgent();
+  (void)agent_->RunOnce();
+  EXPECT_EQ(crashing_->creates, 1);
+  EXPECT_EQ(server_->results.back()["device_id"], (*devices)[0].device_uuid);
+}
+
+TEST_F(AgentTest, AMigCreateOutcomeSurvivesARestartBeforeItsReport) {
+  server_->claims = json::array({CreateCommand(7, 3)});
+  server_->lose = [](const WireRequest& r) {
+    return r.path.ends_with("/result");
+  };
+  (void)agent_->RunOnce();
+  ASSERT_EQ(crashing_->creates, 1);
+  StartAgent();  // kill -9 after the create, before any report got through
+  server_->lose = nullptr;
+  (void)agent_->RunOnce();
+  EXPECT_EQ(crashing_->creates, 1);
+  auto devices = driver_->ListMigDevices(0);
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 1U);
+  ASSERT_FALSE(server_->results.empty());
+  EXPECT_EQ(server_->results.back()["device_id"], (*devices)[0].device_uuid);
+}
+
+TEST_F(AgentTest, AMigCreateInterruptedByACrashIsFoundAgainNotRepeated) {
+  // A partition someone made earlier is not ours to claim.
+  auto old = driver_->CreateMigDevice(0, "1g.10gb", {});
+  ASSERT_TRUE(old.ok());
+  server_->claims = json::array({CreateCommand(7, 3)});
+  const std::filesystem::path state = dir_ / "state";
+  const std::filesystem::path frozen = dir_ / "frozen";
+  crashing_->on_create = [&] {
+    // The agent's files as a kill -9 inside the driver call leaves them.
+    std::filesystem::copy(state, frozen,
+                          std::filesystem::copy_options::recursive);
+  };
+  server_->lose = [](const WireRequest& r) {
+    return r.path.ends_with("/result");
+  };
+  (void)agent_->RunOnce();
+  ASSERT_EQ(crashing_->creates, 1);
+  crashing_->on_create = nullptr;
+  agent_.reset();
+  std::filesystem::remove_all(state);
+  std::filesystem::rename(frozen, state);
+  StartAgent();
+  server_->lose = nullptr;
+  (void)agent_->RunOnce();
+  EXPECT_EQ(crashing_->creates, 1) << "the create was carried out again";
+  auto devices = driver_->ListMigDevices(0);
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 2U);
+  ASSERT_FALSE(server_->results.empty());
+  const json& last = server_->results.back();
+  EXPECT_EQ(last["ok"], true);
+  EXPECT_NE(last["device_id"], old->device_uuid);
+}
+
+TEST_F(AgentTest, ACleanupDestroyRemovesWhatTheAgentMadeForTheSlice) {
+  server_->claims = json::array({CreateCommand(7, 3)});
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  ASSERT_EQ(driver_->ListMigDevices(0)->size(), 1U);
+  // The server gave up on the create (its deadline passed) and asks for
+  // whatever was made for slice 3: no device id.
+  server_->claims = json::array({{{"id", 8},
+                                  {"action", "destroy"},
+                                  {"gpu_index", 0},
+                                  {"gpu_uuid", GpuUuid(0)},
+                                  {"slice_id", 3}}});
+  StartAgent();  // what it made is remembered across a restart
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(driver_->ListMigDevices(0)->empty());
+  EXPECT_EQ(server_->results.back()["ok"], true);
+}
+
+TEST_F(AgentTest, ACommandForAnotherCardIsRefusedUntouched) {
+  json cmd = CreateCommand(7, 3);
+  cmd["gpu_uuid"] = "GPU-00000000-0000-0000-0000-000000000000";
+  server_->claims = json::array({cmd});
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_EQ(crashing_->creates, 0);
+  ASSERT_EQ(server_->results.size(), 1U);
+  EXPECT_EQ(server_->results[0]["ok"], false);
+  EXPECT_NE(server_->results[0]["error"].get<std::string>().find("drift"),
+            std::string::npos);
+}
+
+TEST_F(AgentTest, ARestartFindsItsTasksAndHeartbeatsThem) {
+  server_->assignments["run"] = json::array({Task(1, 5, 1)});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  StartAgent();
+  server_->calls.clear();
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_EQ(host_->tasks().size(), 1U) << "started twice after a restart";
+  bool heartbeat_names_it = false;
+  for (const auto& c : server_->calls) {
+    if (!c.path.ends_with("/heartbeat")) continue;
+    for (const json& t : c.body["tasks"]) {
+      heartbeat_names_it |= t.value("task_id", 0) == 1;
+    }
+  }
+  EXPECT_TRUE(heartbeat_names_it);
+}
+
+// Replies of every shape to every call: the agent returns errors or ignores
+// what it cannot read, and never throws, crashes or starts anything from a
+// reply it does not understand.
+TEST_F(AgentTest, SurvivesAnyReplyTheServerSends) {
+  const std::vector<std::string> bodies = {
+      "",
+      "null",
+      "[]",
+      "\"run\"",
+      "42",
+      "{",
+      R"({"run": 5, "cancel": "x", "bound": {}})",
+      R"({"bound": [1]})",
+      R"({"bound": [1], "run": [5, "x", null, [], {"id": "1"}]})",
+      R"({"run": [{"id": 3, "gpu_indices": "0", "env": [], "labels": 4,
+                   "command": {"a": 1}}], "bound": [3]})",
+      R"({"cancel": [{"id": 1}, -4, 1e300], "slices": [1]})",
+      R"({"items": {}})",
+      R"({"items": [1, "x", {"id": "7"}, {"id": 7, "action": 5}]})",
+      R"({"items": [{"id": 7, "action": "create", "gpu_index": 1e10}]})",
+      R"({"quotas": 3})",
+      R"({"quotas": [1, {"task_id": "1"}, {"task_id": 1, "memory_mb": -1}]})",
+      R"({"size": "big"})",
+      R"({"size": -5})",
+  };
+  const std::vector<std::string> endpoints = {"/register",    "/heartbeat",
+                                              "/assignments", "/claim",
+                                              "/task-states", "/logs"};
+  server_->assignments["run"] = json::array({Task(1, 5, 1)});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  for (const std::string& endpoint : endpoints) {
+    for (const std::string& body : bodies) {
+      for (int status : {200, 400, 500}) {
+        SCOPED_TRACE(endpoint + " " + std::to_string(status) + " " + body);
+        server_->replace =
+            [&](const WireRequest& r) -> std::optional<WireReply> {
+          if (r.path.ends_with(endpoint)) return WireReply{status, body};
+          return std::nullopt;
+        };
+        EXPECT_NO_THROW((void)agent_->RunOnce());
+      }
+    }
+  }
+  server_->replace = nullptr;
+  // Task 3 of the malformed assignment was never a well-formed task: the
+  // only process is still task 1's.
+  for (const auto& [id, t] : host_->tasks()) {
+    EXPECT_TRUE(id == 1 || !t.running()) << "task " << id << " started";
+  }
+  EXPECT_EQ(crashing_->creates, 0);
+}
+
+}  // namespace
+}  // namespace hf::agent
