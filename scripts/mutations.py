@@ -81,7 +81,7 @@ def build():
         if r.returncode != 0:
             return r.stdout + r.stderr
     r = run(["cmake", "--build", BUILD, "--target", "hf-simulate",
-             "simulation_test", "control_plane_test"])
+             "simulation_test", "control_plane_test", "agent_test"])
     return None if r.returncode == 0 else (r.stdout + r.stderr)[-3000:]
 
 
@@ -110,9 +110,12 @@ def simulate():
 def tests(filters):
     caught = []
     for f in filters:
-        binary = "control_plane_test" if f.startswith(("ControlPlane", "ForEach")) \
-            else "simulation_test"
-        sub = "server" if binary == "control_plane_test" else "simulation"
+        if f.startswith("AgentTest."):
+            binary, sub = "agent_test", "agent"
+        elif f.startswith(("ControlPlane", "ForEach")):
+            binary, sub = "control_plane_test", "server"
+        else:
+            binary, sub = "simulation_test", "simulation"
         exe = os.path.join(BUILD, "src", sub, binary)
         r = run([exe, "--gtest_filter=" + f])
         caught.append((f, r.returncode != 0))

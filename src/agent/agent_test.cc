@@ -263,6 +263,30 @@ TEST_F(AgentTest, KeepsATaskTheServerStillHoldsBound) {
   EXPECT_TRUE(Running(1));
 }
 
+TEST_F(AgentTest, AnAssignmentWithoutGpusOfThisNodeFailsUnstarted) {
+  // With no GPU pinned a process would see every GPU of the machine.
+  json unreadable = Task(3, 13, 1);
+  unreadable["gpu_indices"] = "1";
+  json missing = Task(4, 14, 1);
+  missing.erase("gpu_indices");
+  json none = Task(5, 15, 1);
+  none["gpu_indices"] = json::array();
+  json elsewhere = Task(6, 16, 7);  // this node has GPUs 0 and 1
+  json mixed = Task(7, 17, 1);
+  mixed["gpu_indices"] = {1, "0"};
+  json huge = Task(8, 18, 1);
+  huge["gpu_indices"] = {4294967297LL};  // 1 once cut to 32 bits
+  server_->assignments["run"] = {unreadable, missing, none,
+                                 elsewhere,  mixed,   huge};
+  server_->assignments["bound"] = {3, 4, 5, 6, 7, 8};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(host_->tasks().empty());
+  for (std::int64_t id = 3; id <= 8; ++id) {
+    EXPECT_EQ(server_->StatesOf(id), std::vector<std::string>{"failed"})
+        << "task " << id;
+  }
+}
+
 TEST_F(AgentTest, ACancelledTaskThatNeverStartedIsReportedWithItsSlice) {
   server_->assignments["cancel"] = {9};
   server_->assignments["slices"] = {{"9", 12}};
@@ -377,6 +401,16 @@ TEST_F(AgentTest, ACommandForAnotherCardIsRefusedUntouched) {
   EXPECT_EQ(server_->results[0]["ok"], false);
   EXPECT_NE(server_->results[0]["error"].get<std::string>().find("drift"),
             std::string::npos);
+}
+
+TEST_F(AgentTest, ACreateThatNamesNoCardIsRefusedUntouched) {
+  json cmd = CreateCommand(7, 3);
+  cmd.erase("gpu_uuid");
+  server_->claims = json::array({cmd});
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_EQ(crashing_->creates, 0);
+  ASSERT_EQ(server_->results.size(), 1U);
+  EXPECT_EQ(server_->results[0]["ok"], false);
 }
 
 TEST_F(AgentTest, ARestartFindsItsTasksAndHeartbeatsThem) {

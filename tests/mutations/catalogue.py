@@ -4,7 +4,8 @@ Each entry puts one hole back into the source (an exact text replacement:
 it fails loudly once the code has moved on) and names what must catch it:
   "simulation": the random seeds of `make test` (simulation_test's
                RandomSeedsUnderFaultsKeepEveryInvariant budget), and
-  "test": a gtest filter over simulation_test / control_plane_test.
+  "test": a gtest filter over simulation_test, control_plane_test or
+          agent_test (filters starting "AgentTest.").
 scripts/mutations.py applies each in a scratch worktree, builds, runs
 the checks and reports whether, and after how many steps, it was caught.
 """
@@ -244,6 +245,42 @@ MUTATIONS = [
         old="""  if (!reply.contains("bound") || !reply["bound"].is_array()) return;""",
         new="""  return;""",
         tests=["ScenarioTest.ANodeBackFromBeingLost*"],
+        simulation=False,
+    ),
+    dict(
+        name="mig-redone-after-done",
+        hole="found (agent_test): a MIG command offered again after it was done is carried out again",
+        file="src/agent/agent.cc",
+        old="""      if (done != done_mig_.end()) pending_mig_[id].outcome = done->second;""",
+        new="""      if (false && done != done_mig_.end()) pending_mig_[id].outcome = done->second;""",
+        tests=["AgentTest.AMigCreateIsCarriedOutOnce*"],
+        simulation=False,
+    ),
+    dict(
+        name="reply-not-an-object",
+        hole="found (agent_test): a reply that is JSON but not an object throws in the agent",
+        file="src/agent/server_client.cc",
+        old="""  if (!parsed.is_object()) {""",
+        new="""  if (false) {""",
+        tests=["AgentTest.SurvivesAnyReply*"],
+        simulation=False,
+    ),
+    dict(
+        name="start-with-unreadable-gpus",
+        hole="found (agent_test): an assignment whose gpu_indices cannot be read starts with every GPU visible",
+        file="src/agent/agent.cc",
+        old="""  if (!indices_ok) {""",
+        new="""  if (false) {""",
+        tests=["AgentTest.AnAssignmentWithoutGpusOfThisNode*"],
+        simulation=False,
+    ),
+    dict(
+        name="create-without-uuid",
+        hole="found (agent_test): a MIG create that names no GPU UUID is carried out unchecked",
+        file="src/agent/agent.cc",
+        old="""  if (want_uuid.empty() && action == "create") {""",
+        new="""  if (false) {""",
+        tests=["AgentTest.ACreateThatNamesNoCard*"],
         simulation=False,
     ),
 ]
