@@ -346,6 +346,21 @@ TEST_F(ScenarioTest, APartitionNobodyOwnsTakesNoGoldWorkUntilItIsGone) {
 
 // Hole: MIG_PARTITION_ORPHANED notes lived in the server's memory only, so
 // every restart noted the same orphan again.
+// Hole: a gold slice took the MIG profile named for its size (3g.40gb for
+// 40,960 MB) though the partition holds less (40,779 MB on an H100): the
+// task held more than its slice was charged.
+TEST_F(ScenarioTest, AGoldSliceIsChargedAtLeastWhatItsTaskHolds) {
+  auto w = MakeWorld("mig-charge");
+  ASSERT_TRUE(w);
+  // V100 32 GB (too small for it) and an H100 in MIG mode.
+  const int n = *w->AddNode(NodeKind::kMixed);
+  const auto id = w->CreateTask(Slice("t1", 40960));
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 120'000));
+  EXPECT_EQ(MigDevices(*w, n), 1);
+}
+
 TEST_F(ScenarioTest, AnOrphanIsNotedOnceAcrossRestarts) {
   auto w = MakeWorld("mig-orphan-once");
   ASSERT_TRUE(w);
