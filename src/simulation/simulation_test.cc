@@ -212,6 +212,54 @@ TEST_F(ScenarioTest, DeletingAScheduledTasksSliceRebindsItOnlyOnceStopped) {
       60'000));
 }
 
+// Hole (found): a delayed report of an earlier binding (its slice was
+// deleted, and the task was bound again) was applied to the new binding,
+// ending the task while its new process ran.
+TEST_F(ScenarioTest, ADelayedReportOfAnEarlierBindingIsIgnored) {
+  auto w = MakeWorld("stale-report");
+  ASSERT_TRUE(w);
+  const int n = *w->AddNode(NodeKind::kBronze);
+  // Its "running" does not get through: still `scheduled` at the server,
+  // so an admin may delete its slice.
+  w->SetNetworkFaults(n, NetworkFaults{.drop_request = 1.0,
+                                       .only_paths_containing = "task-states"});
+  const auto id = w->CreateTask(Slice("t2", 4096));
+  ASSERT_TRUE(id);
+  ASSERT_TRUE(RunUntil(
+      *w, [&] { return Running(*w, n, *id); }, 30'000));
+  const auto task = Task(*w, *id);
+  ASSERT_TRUE(task && task->slice_id);
+  const std::int64_t first_slice = *task->slice_id;
+  ASSERT_TRUE(w->DeleteSlice(first_slice));
+  // Every report about the first binding now arrives late; the agent,
+  // timed out, sends it again each cycle, each copy late too.
+  w->SetNetworkFaults(
+      n, NetworkFaults{.delay = 1.0, .only_paths_containing = "task-states"});
+  ASSERT_TRUE(RunUntil(
+      *w,
+      [&] {
+        auto t = Task(*w, *id);
+        return t && t->slice_id != first_slice;
+      },
+      60'000));
+  w->SetNetworkFaults(n, NetworkFaults{});
+  // Bound again and running, while copies of the old report still land.
+  ASSERT_TRUE(RunUntil(
+      *w,
+      [&] {
+        auto t = Task(*w, *id);
+        return t && t->slice_id && *t->slice_id != first_slice &&
+               Running(*w, n, *id);
+      },
+      60'000));
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 30'000));  // no violation
+  const auto now = Task(*w, *id);
+  ASSERT_TRUE(now);
+  EXPECT_EQ(now->state, store::TaskState::kRunning);
+  EXPECT_TRUE(Running(*w, n, *id));
+}
+
 // Hole: the agent wrote down the MIG command it claimed, not what came of
 // it, so a lost reply to its report made it create a second partition.
 TEST_F(ScenarioTest, ALostReplyToAMigCreateReportMakesNoSecondPartition) {

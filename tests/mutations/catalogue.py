@@ -218,7 +218,7 @@ MUTATIONS = [
         continue;  // about an earlier binding of the task: stale
       }""",
         new="",
-        tests=[],
+        tests=["ScenarioTest.ADelayedReportOfAnEarlierBinding*"],
         simulation=True,
     ),
     dict(
