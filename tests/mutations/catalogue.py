@@ -5,7 +5,8 @@ it fails loudly once the code has moved on) and names what must catch it:
   "simulation": the random seeds of `make test` (simulation_test's
                RandomSeedsUnderFaultsKeepEveryInvariant budget), and
   "test": a gtest filter over simulation_test, control_plane_test or
-          agent_test (filters starting "AgentTest.").
+          agent_test (filters starting "AgentTest."), or "TARGET/FILTER"
+          for the test binary TARGET.
 scripts/mutations.py applies each in a scratch worktree, builds, runs
 the checks and reports whether, and after how many steps, it was caught.
 """
@@ -283,6 +284,51 @@ MUTATIONS = [
         old="""  if (want_uuid.empty() && action == "create") {""",
         new="""  if (false) {""",
         tests=["AgentTest.ACreateThatNamesNoCard*"],
+        simulation=False,
+    ),
+    dict(
+        name="duplicate-keys-pass",
+        hole="14: a body with a duplicate key is accepted (the last one wins)",
+        file="src/common/strict_json.cc",
+        old="""    if (!comment && !f.keys.insert(f.key).second) {""",
+        new="""    if (!comment && !f.keys.insert(f.key).second && false) {""",
+        tests=["common_test/StrictJsonTest.DuplicateKeys*"],
+        simulation=False,
+    ),
+    dict(
+        name="relative-flag-paths",
+        hole="12: a relative path flag is kept relative (the agent then refuses every silver task)",
+        file="src/common/flag_paths.cc",
+        old="""  value = std::move(normal);""",
+        new="""  (void)normal;""",
+        tests=["common_test/FlagPathsTest.RelativePathsBecomeAbsolute*"],
+        simulation=False,
+    ),
+    dict(
+        name="whole-gpu-shown-silver",
+        hole="18: a whole-GPU grant is shown as silver though no MPS limit applies",
+        file="src/scheduler/qos.cc",
+        old="""    d.level = QosLevel::kExclusive;""",
+        new="""    d.level = QosLevel::kSilver;""",
+        tests=["qos_test/DeriveQosTest.WholeGpusAreExclusive*"],
+        simulation=False,
+    ),
+    dict(
+        name="roles-after-validation",
+        hole="13: who may call a route is checked after what they sent (a user's bad body gets 400, not 403)",
+        file="src/api/http_api.cc",
+        old="""    if (!route.access.roles.Has(ctx.caller.role)) {""",
+        new="""    if (false) {""",
+        tests=["http_api_test/HttpApiTest.EveryRouteChecksTheRoleBeforeParsing*"],
+        simulation=False,
+    ),
+    dict(
+        name="idempotency-no-replay",
+        hole="10: a POST retried with its Idempotency-Key is not answered with the first reply",
+        file="src/api/idempotency.cc",
+        old="""  if (found.status != 0) return Outcome::kReplay;""",
+        new="""  if (found.status != 0 && false) return Outcome::kReplay;""",
+        tests=["http_api_test/HttpApiTest.TaskPostWithAKeyIsDoneOnce*"],
         simulation=False,
     ),
 ]
