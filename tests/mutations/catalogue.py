@@ -331,4 +331,27 @@ MUTATIONS = [
         tests=["http_api_test/HttpApiTest.TaskPostWithAKeyIsDoneOnce*"],
         simulation=False,
     ),
+    dict(
+        name="nul-in-strings-passes",
+        hole="14: a string with a NUL byte (\"a\\u0000b\") is accepted",
+        file="src/common/strict_json.cc",
+        old="""                                      '\\0') != std::string::npos) {""",
+        new="""                                      '\\0') != std::string::npos && false) {""",
+        tests=["common_test/StrictJsonTest.KeysAndStringsHoldNoForbidden*"],
+        simulation=False,
+    ),
+    dict(
+        name="huge-number-not-named",
+        hole="14: a number beyond a double (1e400) is not answered naming its field",
+        file="src/common/strict_json.cc",
+        old="""  } catch (const json::out_of_range& e) {
+    // A number beyond what a double holds: the field being parsed is the
+    // one at fault.
+    return Status::InvalidArgument("is out of range: " + Reason(e),
+                                   walker.Path());
+""",
+        new="",
+        tests=["common_test/StrictJsonTest.NumberOutOfRangeNamesItsPath"],
+        simulation=False,
+    ),
 ]
