@@ -190,6 +190,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(
   auto agent = std::unique_ptr<Agent>(
       new Agent(std::move(options), server, driver, runtime, mps, host, clock));
   agent->LoadPendingMig();
+  agent->LoadGaveUp();
   return agent;
 }
 
@@ -874,6 +875,48 @@ Status Agent::ReportState(std::int64_t task_id, std::int64_t slice_id,
   return reply.status();
 }
 
+Status Agent::GiveUp(std::int64_t task_id, std::int64_t slice_id,
+                     const std::string& message) {
+  gave_up_[task_id] = GaveUp{slice_id, message};
+  SaveGaveUp();  // before the report: a restart must not start it either
+  return ReportState(task_id, slice_id, "failed", {}, message);
+}
+
+void Agent::LoadGaveUp() {
+  std::ifstream in(options_.state_dir / "gave-up.json");
+  if (!in) return;
+  const json saved = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!saved.is_object()) return;
+  for (const auto& [key, entry] : saved.items()) {
+    const auto id = ParseUnsigned(key);
+    if (!id || *id == 0 || !entry.is_object()) continue;
+    gave_up_[static_cast<std::int64_t>(*id)] =
+        GaveUp{IntOr(entry, "slice_id", 0), StringOr(entry, "message", "")};
+  }
+}
+
+void Agent::SaveGaveUp() {
+  json out = json::object();
+  for (const auto& [id, g] : gave_up_) {
+    out[std::to_string(id)] = {{"slice_id", g.slice_id},
+                               {"message", g.message}};
+  }
+  const auto path = options_.state_dir / "gave-up.json";
+  const auto tmp = options_.state_dir / "gave-up.json.tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << out.dump(-1, ' ', false, json::error_handler_t::replace);
+    f.flush();
+    if (!f) {
+      spdlog::error("cannot write {}", tmp.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) spdlog::error("cannot replace {}: {}", path.string(), ec.message());
+}
+
 Status Agent::HandleAssignments() {
   auto reply = server_->Assignments(options_.node_id);
   if (!reply.ok()) return reply.status();
@@ -923,6 +966,17 @@ Status Agent::HandleAssignments() {
         }
         continue;
       }
+      auto gave = gave_up_.find(id);
+      if (gave != gave_up_.end() &&
+          gave->second.slice_id == IntOr(task, "slice_id", 0)) {
+        // Reported failed already, and that report may still be on its
+        // way: starting it now would run it under a slice the server is
+        // about to release. The report is sent again instead.
+        const Status s = ReportState(id, gave->second.slice_id, "failed", {},
+                                     gave->second.message);
+        if (!s.ok() && first.ok()) first = s;
+        continue;
+      }
       const Status s = StartTask(task);
       if (!s.ok() && first.ok()) first = s;
     }
@@ -947,6 +1001,11 @@ void Agent::Reconcile(const json& reply) {
   }
   std::erase_if(waiting_for_mps_,
                 [&](const auto& kv) { return !named.contains(kv.first); });
+  if (std::erase_if(gave_up_, [&](const auto& kv) {
+        return !named.contains(kv.first);
+      }) > 0) {
+    SaveGaveUp();
+  }
   for (auto& [id, local] : tasks_) {
     if (local.finished || named.contains(id)) continue;
     // Terminal at the server, unknown to it, or bound to another node:
@@ -1016,10 +1075,10 @@ Status Agent::StartTask(const json& task) {
                                        json::error_handler_t::replace)
             : std::string("nothing");
     if (named.size() > 200) named = named.substr(0, 200) + "...";
-    return ReportState(id, spec.slice_id, "failed", {},
-                       "the assignment's gpu_indices (" + named +
-                           ") are not GPUs of node '" + options_.node_id +
-                           "': never started without its GPUs pinned");
+    return GiveUp(id, spec.slice_id,
+                  "the assignment's gpu_indices (" + named +
+                      ") are not GPUs of node '" + options_.node_id +
+                      "': never started without its GPUs pinned");
   }
   const std::string qos = spec.env.count("HETEROFLOW_SLICE_QOS") != 0
                               ? spec.env["HETEROFLOW_SLICE_QOS"]
@@ -1046,10 +1105,10 @@ Status Agent::StartTask(const json& task) {
           waiting_for_mps_.emplace(id, now).first->second;
       if (now - since < options_.mps_wait.count()) return Status::Ok();
       waiting_for_mps_.erase(id);
-      return ReportState(id, spec.slice_id, "failed", {},
-                         "the MPS control daemon on node '" + options_.node_id +
-                             "' is down: a silver slice is never run without "
-                             "its MPS limits");
+      return GiveUp(id, spec.slice_id,
+                    "the MPS control daemon on node '" + options_.node_id +
+                        "' is down: a silver slice is never run without "
+                        "its MPS limits");
     }
     waiting_for_mps_.erase(id);
     for (const auto& [k, v] : mps_env) spec.env[k] = v;
@@ -1085,9 +1144,9 @@ Status Agent::StartTask(const json& task) {
   if (!started.ok() && started.code() != StatusCode::kAlreadyExists) {
     spdlog::warn("task {} could not start: {}", id, started.ToString());
     RemoveRegion(local);
-    // Not held by the runtime: report and forget.
-    return ReportState(id, spec.slice_id, "failed", {},
-                       "the node could not start it: " + started.message());
+    // Not held by the runtime: report it failed.
+    return GiveUp(id, spec.slice_id,
+                  "the node could not start it: " + started.message());
   }
   spdlog::info("task {} started ({} runtime)", id, runtime_->Name());
   tasks_[id] = local;

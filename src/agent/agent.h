@@ -169,6 +169,13 @@ class Agent {
                      const std::string& message);
   void LoadPendingMig();
   void SavePendingMig();
+  // Reports a task it will not start as failed, and remembers it (in
+  // STATE/gave-up.json) so that binding is never started later: the
+  // report may still be on its way when the server assigns it again.
+  Status GiveUp(std::int64_t task_id, std::int64_t slice_id,
+                const std::string& message);
+  void LoadGaveUp();
+  void SaveGaveUp();
   // STATE/hook/slice-<id>.region (absolute).
   std::filesystem::path RegionPath(std::int64_t slice_id) const;
   // Opens (creating it when missing) the region of a task about to start,
@@ -205,6 +212,14 @@ class Agent {
   std::map<std::int64_t, LocalTask> tasks_;
   // Silver tasks waiting for the MPS daemon: task id -> first seen.
   std::map<std::int64_t, std::int64_t> waiting_for_mps_;
+  // Tasks reported failed without being started, by task id: the binding
+  // (slice id) and the message, sent again while the server still assigns
+  // that binding here.
+  struct GaveUp {
+    std::int64_t slice_id = 0;
+    std::string message;
+  };
+  std::map<std::int64_t, GaveUp> gave_up_;
   std::map<std::int64_t, PendingMig> pending_mig_;         // by command id
   std::map<std::int64_t, MadePartition> made_partitions_;  // by slice id
   // The outcomes of the last kDoneMigKept commands reported, by command id.

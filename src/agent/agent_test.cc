@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "gpu/inventory.h"
 #include "gpu/sim_driver.h"
+#include "mps/sim_mps_control.h"
 #include "runtime/sim_runtime.h"
 
 namespace hf::agent {
@@ -170,7 +171,7 @@ class AgentTest : public ::testing::Test {
     o.state_dir = dir_ / "state";
     o.kill_grace = std::chrono::milliseconds(0);
     auto a = Agent::Create(o, client_.get(), crashing_.get(), runtime_.get(),
-                           nullptr, HostFacts{}, &clock_);
+                           mps_, HostFacts{}, &clock_);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     agent_ = std::move(*a);
   }
@@ -218,6 +219,7 @@ class AgentTest : public ::testing::Test {
   ScriptedServer* server_ = nullptr;
   std::unique_ptr<ServerClient> client_;
   std::unique_ptr<Agent> agent_;
+  mps::MpsControl* mps_ = nullptr;
 };
 
 TEST_F(AgentTest, StartsWhatTheServerAssignsAndSaysWhichBinding) {
@@ -285,6 +287,43 @@ TEST_F(AgentTest, AnAssignmentWithoutGpusOfThisNodeFailsUnstarted) {
     EXPECT_EQ(server_->StatesOf(id), std::vector<std::string>{"failed"})
         << "task " << id;
   }
+}
+
+// Found by the simulation: a silver task waited for a dead MPS daemon, was
+// reported failed (the report delayed on the way), and was then started
+// when the daemon came back, while the server still assigned it; the late
+// report then ended it at the server with its process running.
+TEST_F(AgentTest, ATaskReportedFailedIsNeverStartedLaterUnderThatBinding) {
+  mps::SimMpsControl mps(mps::SimMpsOptions{.daemon_can_start = false});
+  mps_ = &mps;
+  StartAgent();
+  json silver = Task(1, 5, 1);
+  silver["env"]["HETEROFLOW_SLICE_QOS"] = "silver";
+  server_->assignments["run"] = json::array({silver});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());  // waits for the daemon
+  EXPECT_TRUE(server_->StatesOf(1).empty());
+  clock_.Advance(61'000);
+  server_->lose = [](const WireRequest& r) {
+    return r.path.ends_with("/task-states");
+  };
+  (void)agent_->RunOnce();  // gives up; the reply to its report is lost
+  ASSERT_EQ(server_->StatesOf(1), std::vector<std::string>{"failed"});
+  mps.SetDaemonCanStart(true);
+  server_->lose = nullptr;
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(host_->tasks().empty()) << "started after it was reported failed";
+  EXPECT_EQ(server_->StatesOf(1),
+            (std::vector<std::string>{"failed", "failed"}));
+  StartAgent();  // remembered across a restart
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(host_->tasks().empty());
+  // Bound again (a new slice): that binding starts.
+  silver["slice_id"] = 6;
+  server_->assignments["run"] = json::array({silver});
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  EXPECT_TRUE(Running(1));
+  agent_.reset();  // before the MPS control it holds
 }
 
 TEST_F(AgentTest, ACancelledTaskThatNeverStartedIsReportedWithItsSlice) {
