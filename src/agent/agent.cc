@@ -16,6 +16,7 @@
 
 #include "gpu/mig_profiles.h"
 #include "hook/config.h"
+#include "runtime/task_files.h"
 
 namespace hf::agent {
 
@@ -631,20 +632,7 @@ void Agent::SavePendingMig() {
   const json out = {{"commands", std::move(commands)},
                     {"partitions", std::move(partitions)},
                     {"done", std::move(done)}};
-  const auto path = options_.state_dir / "mig-commands.json";
-  const auto tmp = options_.state_dir / "mig-commands.json.tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << out.dump();
-    f.flush();
-    if (!f) {
-      spdlog::error("cannot write {}", tmp.string());
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) spdlog::error("cannot replace {}: {}", path.string(), ec.message());
+  SaveStateFile("mig-commands.json", out);
 }
 
 Status Agent::HandleMigCommands() {
@@ -901,20 +889,14 @@ void Agent::SaveGaveUp() {
     out[std::to_string(id)] = {{"slice_id", g.slice_id},
                                {"message", g.message}};
   }
-  const auto path = options_.state_dir / "gave-up.json";
-  const auto tmp = options_.state_dir / "gave-up.json.tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << out.dump(-1, ' ', false, json::error_handler_t::replace);
-    f.flush();
-    if (!f) {
-      spdlog::error("cannot write {}", tmp.string());
-      return;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) spdlog::error("cannot replace {}: {}", path.string(), ec.message());
+  SaveStateFile("gave-up.json", out);
+}
+
+void Agent::SaveStateFile(const std::string& name, const json& content) {
+  const Status s = runtime::task_files::WriteFileAtomic(
+      options_.state_dir / name,
+      content.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!s.ok()) spdlog::error("cannot write {}: {}", name, s.ToString());
 }
 
 Status Agent::HandleAssignments() {

@@ -176,6 +176,8 @@ class Agent {
                 const std::string& message);
   void LoadGaveUp();
   void SaveGaveUp();
+  // STATE/<name>, replaced atomically (a temporary file and a rename).
+  void SaveStateFile(const std::string& name, const json& content);
   // STATE/hook/slice-<id>.region (absolute).
   std::filesystem::path RegionPath(std::int64_t slice_id) const;
   // Opens (creating it when missing) the region of a task about to start,
