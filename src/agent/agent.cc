@@ -27,6 +27,8 @@ constexpr std::string_view kMigDeviceLabel = "heteroflow.mig_device_id";
 // The task's hook region file, so that a restarted agent finds it again.
 constexpr std::string_view kHookRegionLabel = "heteroflow.hook_region";
 constexpr int kMaxLogChunksPerCycle = 8;
+// The largest report number the server takes (docs/API.md).
+constexpr std::int64_t kMaxReportNumber = (std::int64_t{1} << 53) - 1;
 
 std::string JoinInts(const std::vector<int>& values) {
   std::string out;
@@ -192,6 +194,7 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(
       new Agent(std::move(options), server, driver, runtime, mps, host, clock));
   agent->LoadPendingMig();
   agent->LoadGaveUp();
+  agent->StartReportEpoch();
   return agent;
 }
 
@@ -530,10 +533,40 @@ void Agent::Probe() {
              {"gpus", std::move(gpus)}};
 }
 
+void Agent::StartReportEpoch() {
+  std::ifstream in(options_.state_dir / "report-epoch.json");
+  if (in) {
+    const json saved = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const std::int64_t last = IntOr(saved, "epoch", 0);
+    if (last > 0 && last < kMaxReportNumber) report_epoch_ = last + 1;
+  }
+  report_seq_ = 0;
+  SaveStateFile("report-epoch.json", {{"epoch", report_epoch_}});
+}
+
+void Agent::NumberReport(json& body) {
+  body["report_epoch"] = report_epoch_;
+  body["report_seq"] = ++report_seq_;
+}
+
+void Agent::NoteReportReply(const json& reply) {
+  if (!reply.contains("newer_report")) return;
+  const std::int64_t newer = IntOr(reply["newer_report"], "report_epoch", 0);
+  spdlog::warn("the server applied a newer report of node '{}' (epoch {})",
+               options_.node_id, newer);
+  if (newer < report_epoch_ || newer >= kMaxReportNumber) return;
+  report_epoch_ = newer + 1;
+  report_seq_ = 0;
+  SaveStateFile("report-epoch.json", {{"epoch", report_epoch_}});
+}
+
 Status Agent::RegisterOrHeartbeat() {
   if (!registered_) {
-    auto reply = server_->Register(report_);
+    json body = report_;
+    NumberReport(body);
+    auto reply = server_->Register(body);
     if (!reply.ok()) return reply.status();
+    NoteReportReply(*reply);
     registered_ = true;
     spdlog::info("registered as node '{}' with {} GPUs", options_.node_id,
                  report_["gpus"].size());
@@ -549,8 +582,13 @@ Status Agent::RegisterOrHeartbeat() {
     if (t.region) tasks.back()["hook"] = HookReport(*t.region);
   }
   body["tasks"] = std::move(tasks);
+  NumberReport(body);
   auto reply = server_->Heartbeat(options_.node_id, body);
-  if (reply.ok()) ApplyQuotas(*reply);
+  if (reply.ok()) {
+    NoteReportReply(*reply);
+    // Quotas answer a report that was applied.
+    if (!reply->contains("newer_report")) ApplyQuotas(*reply);
+  }
   if (!reply.ok() && reply.status().code() == StatusCode::kNotFound) {
     registered_ = false;  // the server lost us: register again next cycle
   }

@@ -176,6 +176,14 @@ class Agent {
                 const std::string& message);
   void LoadGaveUp();
   void SaveGaveUp();
+  // Counts this start in STATE/report-epoch.json: the epoch of its reports.
+  void StartReportEpoch();
+  // Numbers a register or heartbeat body (report_epoch, report_seq).
+  void NumberReport(json& body);
+  // A reply saying the report was not applied because the server applied a
+  // newer one: an epoch at or above ours is an earlier life of this node
+  // (its state directory wiped), and the next epoch starts above it.
+  void NoteReportReply(const json& reply);
   // STATE/<name>, replaced atomically (a temporary file and a rename).
   void SaveStateFile(const std::string& name, const json& content);
   // STATE/hook/slice-<id>.region (absolute).
@@ -211,6 +219,8 @@ class Agent {
   bool mps_alive_ = false;
   std::set<std::string> mps_caps_;  // GPUs whose daemon-side cap was set
   json report_;
+  std::int64_t report_epoch_ = 1;
+  std::int64_t report_seq_ = 0;
   std::map<std::int64_t, LocalTask> tasks_;
   // Silver tasks waiting for the MPS daemon: task id -> first seen.
   std::map<std::int64_t, std::int64_t> waiting_for_mps_;

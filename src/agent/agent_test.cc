@@ -235,6 +235,57 @@ TEST_F(AgentTest, StartsWhatTheServerAssignsAndSaysWhichBinding) {
   EXPECT_EQ(host_->tasks().size(), 1U);
 }
 
+// The numbers of its reports (register and heartbeat) only grow, across
+// restarts too, so the server can tell a report delivered late from a new
+// one; after its state directory is wiped, the agent starts above the
+// numbers the server says it applied.
+TEST_F(AgentTest, NumbersItsReportsUpwardAcrossRestartsAndAfterAWipe) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> numbers;
+  const auto take = [&] {
+    for (const auto& c : server_->calls) {
+      if (c.path.ends_with("/register") || c.path.ends_with("/heartbeat")) {
+        numbers.emplace_back(c.body.value("report_epoch", -1),
+                             c.body.value("report_seq", -1));
+      }
+    }
+    server_->calls.clear();
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(agent_->RunOnce().ok());
+  StartAgent();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(agent_->RunOnce().ok());
+  take();
+  ASSERT_EQ(numbers.size(), 7U);  // a register and 3 heartbeats, then 1 + 2
+  EXPECT_EQ(numbers.front(), std::make_pair(std::int64_t{1}, std::int64_t{1}));
+  for (std::size_t i = 1; i < numbers.size(); ++i) {
+    EXPECT_LT(numbers[i - 1], numbers[i]) << i;
+  }
+  EXPECT_EQ(numbers[4].first, 2);  // the second start
+  // Wiped: it starts at epoch 1 again, and the server, having applied
+  // epoch 2's reports, says so instead of applying them.
+  agent_.reset();
+  std::filesystem::remove_all(dir_ / "state");
+  server_->heartbeat_reply = {
+      {"ok", true},
+      {"quotas", json::array()},
+      {"applied", false},
+      {"newer_report", {{"report_epoch", 2}, {"report_seq", 3}}}};
+  StartAgent();
+  numbers.clear();
+  (void)agent_->RunOnce();
+  server_->heartbeat_reply = json::object();
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  take();
+  ASSERT_EQ(numbers.size(), 3U);
+  EXPECT_EQ(numbers[1].first, 1);
+  EXPECT_EQ(numbers[2], std::make_pair(std::int64_t{3}, std::int64_t{1}));
+  // Remembered: the next start is above that too.
+  StartAgent();
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  take();
+  ASSERT_FALSE(numbers.empty());
+  EXPECT_EQ(numbers.back().first, 4);
+}
+
 TEST_F(AgentTest, StopsATaskTheServerNoLongerAssignsToThisNode) {
   server_->assignments["run"] = json::array({Task(1, 5, 1)});
   server_->assignments["bound"] = {1};

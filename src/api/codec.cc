@@ -19,6 +19,7 @@ namespace {
 // server's arithmetic on them (sums, MiB to bytes) cannot wrap.
 constexpr std::int64_t kMaxGpuIndex = 1023;
 constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{16} << 20;  // 16 TiB
+constexpr std::int64_t kMaxReportNumber = (std::int64_t{1} << 53) - 1;
 constexpr std::int64_t kMaxCpuMilli = std::int64_t{1} << 30;       // ~1M CPUs
 constexpr std::int64_t kMaxHostMemoryMib = std::int64_t{1} << 30;  // 1 PiB
 constexpr std::size_t kMaxGpusPerTask = 64;
@@ -526,9 +527,10 @@ StatusOr<store::Millis> ParseTime(std::string_view text,
 
 StatusOr<server::NodeReport> ParseNodeReport(const json& body,
                                              bool name_required) {
-  HF_RETURN_IF_ERROR(CheckFields(
-      body, {"node_id", "containerized", "hook_available", "cpu_milli",
-             "host_memory_mb", "gpus", "agent_version", "tasks"}));
+  HF_RETURN_IF_ERROR(
+      CheckFields(body, {"node_id", "containerized", "hook_available",
+                         "cpu_milli", "host_memory_mb", "gpus", "agent_version",
+                         "tasks", "report_epoch", "report_seq"}));
   HF_RETURN_IF_ERROR(CheckStrings(body, 4096, ""));
   server::NodeReport r;
   auto name = GetString(body, "node_id", name_required);
@@ -552,6 +554,16 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
   if (!version.ok()) return version.status();
   HF_RETURN_IF_ERROR(CheckIdentifier(*version, "agent_version"));
   r.agent_version = *version;
+  auto epoch =
+      GetIntIn(body, "report_epoch", 1, kMaxReportNumber, "report_epoch");
+  if (!epoch.ok()) return epoch.status();
+  auto seq = GetIntIn(body, "report_seq", 0, kMaxReportNumber, "report_seq");
+  if (!seq.ok()) return seq.status();
+  if (epoch->has_value() != seq->has_value()) {
+    return Wrong(epoch->has_value() ? "report_seq" : "report_epoch",
+                 "is required with the other of report_epoch and report_seq");
+  }
+  if (*epoch) r.number = server::ReportNumber{**epoch, **seq};
   // Every report lists the node's GPUs (an empty list for a node without
   // any): a GPU left out is treated as gone.
   const json* gpus = Field(body, "gpus");

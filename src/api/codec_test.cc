@@ -212,6 +212,35 @@ TEST(ParseNodeReportTest, CpuAndHostMemoryAreBounded) {
                     "host_memory_mb"));
 }
 
+TEST(ParseNodeReportTest, ReportNumbersComeTogetherAndAreBounded) {
+  auto j = ParseBody(NodeBody(kGpu, R"("report_epoch":3,"report_seq":0,)"));
+  ASSERT_TRUE(j.ok());
+  auto r = ParseNodeReport(*j, true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->number);
+  EXPECT_EQ(*r->number, (server::ReportNumber{3, 0}));
+  j = ParseBody(NodeBody(kGpu));
+  ASSERT_TRUE(j.ok());
+  EXPECT_FALSE(ParseNodeReport(*j, true)->number);  // an older agent
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("report_epoch":3,)")), "report_seq"));
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("report_seq":3,)")), "report_epoch"));
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("report_epoch":0,"report_seq":1,)")),
+            "report_epoch"));
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("report_epoch":1,"report_seq":-1,)")),
+            "report_seq"));
+  EXPECT_TRUE(Register(NodeBody(kGpu, R"("report_epoch":9007199254740991,)"
+                                      R"("report_seq":9007199254740991,)"))
+                  .ok());
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("report_epoch":1,)"
+                                    R"("report_seq":9007199254740992,)")),
+            "report_seq"));
+}
+
 TEST(ParseNodeReportTest, ComputeCapabilityIsStrict) {
   for (const char* bad : {"8", "8.", ".0", "+8.0", " 8.0", "8.0x", "100.0",
                           "99999999999999999999.0", "8.-1"}) {

@@ -163,6 +163,17 @@ Reply Ok(json body, int status = 200) {
   return r;
 }
 
+// A report older than the newest one applied for its node was answered
+// without being applied (docs/API.md, "Nodes and agents"): the reply says
+// so, with that newer report's number.
+void AddNewerApplied(const std::optional<server::ReportNumber>& newer,
+                     json& reply) {
+  if (!newer) return;
+  reply["applied"] = false;
+  reply["newer_report"] = {{"report_epoch", newer->epoch},
+                           {"report_seq", newer->seq}};
+}
+
 json ErrorBody(const Status& s) {
   json j = {{"error", ErrorCodeFor(s.code())}, {"message", s.message()}};
   if (!s.field().empty()) j["field"] = s.field();
@@ -915,11 +926,13 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         }
         auto report = ParseNodeReport(*body, true);
         if (!report.ok()) return report.status();
-        auto node = cp.RegisterNode(c.caller, *report);
-        if (!node.ok()) return node.status();
-        return Ok(
-            {{"node_id", node->name},
-             {"heartbeat_interval_s", cp.options().heartbeat_interval_s}});
+        auto applied = cp.RegisterNode(c.caller, *report);
+        if (!applied.ok()) return applied.status();
+        json reply = {
+            {"node_id", applied->node.name},
+            {"heartbeat_interval_s", cp.options().heartbeat_interval_s}};
+        AddNewerApplied(applied->newer_applied, reply);
+        return Ok(std::move(reply));
       });
   add("POST", "/api/v1/nodes/{node}/heartbeat", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
@@ -943,7 +956,9 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
                             {"memory_mb", q.memory_mib ? json(*q.memory_mib)
                                                        : json(nullptr)}});
         }
-        return Ok({{"ok", true}, {"quotas", std::move(quotas)}});
+        json out = {{"ok", true}, {"quotas", std::move(quotas)}};
+        AddNewerApplied(reply->newer_applied, out);
+        return Ok(std::move(out));
       });
   add("GET", "/api/v1/nodes/{node}/assignments", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {

@@ -164,8 +164,19 @@ struct GpuReport {
   std::optional<std::vector<std::string>> mig_devices;
 };
 
+// Where a report stands among its agent's reports: the agent's start count
+// (kept in its state directory) and the report's number since that start.
+// A report is applied only if it is newer than the last one applied for
+// its node; one delivered late is answered without being applied.
+struct ReportNumber {
+  std::int64_t epoch = 0;
+  std::int64_t seq = 0;
+  auto operator<=>(const ReportNumber&) const = default;
+};
+
 struct NodeReport {
   std::string name;
+  std::optional<ReportNumber> number;  // none: an agent that numbers none
   bool containerized = false;
   bool hook_available = false;
   std::int64_t cpu_milli = 0;
@@ -214,6 +225,17 @@ struct HeartbeatReply {
   // One per reported running task whose live slice the hook may enforce
   // (a slice that is neither gold nor whole GPUs).
   std::vector<QuotaDirective> quotas;
+  // Set when the report was not applied: the node has applied this newer
+  // one (an agent whose state directory was wiped starts above it).
+  std::optional<ReportNumber> newer_applied;
+};
+
+// What RegisterNode made of a report.
+struct AppliedNodeReport {
+  store::NodeRow node;
+  // Set when the report was older than the newest applied (nothing of it
+  // was applied): that one's number.
+  std::optional<ReportNumber> newer_applied;
 };
 
 // PATCH /api/v1/slices/{id} (dynamic quota, SPEC.md section 13).
@@ -420,8 +442,10 @@ class ControlPlane {
       const Caller& caller, const store::SliceRequestFilter& f);
 
   // --- nodes and agents ---
-  StatusOr<store::NodeRow> RegisterNode(const Caller& caller,
-                                        const NodeReport& report);
+  // Takes the node's capabilities and GPUs from the report, unless an
+  // equal or newer numbered report was applied already.
+  StatusOr<AppliedNodeReport> RegisterNode(const Caller& caller,
+                                           const NodeReport& report);
   // Also records the hook reports of the tasks (the first report of an
   // attached hook adds "hook" to the slice's enforcement, with a
   // `hook_attached` history entry) and returns the quotas the tasks' hook

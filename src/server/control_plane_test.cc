@@ -530,6 +530,48 @@ TEST_F(ControlPlaneTest, LostGpuKeepsItsSlicesAndTakesNoNewOnes) {
   EXPECT_EQ(Bind(), 1);
 }
 
+// A report sent before the newest one applied and delivered after it (a
+// slow network, a retry) is out of date in everything it says: it is
+// answered, naming the newer one, and none of it is applied.
+TEST_F(ControlPlaneTest, AReportOlderThanTheNewestAppliedIsNotApplied) {
+  const auto numbered = [&](std::int64_t epoch, std::int64_t seq,
+                            bool gpu0_lost) {
+    NodeReport r = Node("n1", {Gpu(0)});
+    r.gpus[0].lost = gpu0_lost;
+    r.number = ReportNumber{epoch, seq};
+    return r;
+  };
+  auto applied = cp_->RegisterNode(admin_, numbered(2, 5, false));
+  ASSERT_TRUE(applied.ok()) << applied.status().ToString();
+  EXPECT_FALSE(applied->newer_applied);
+  const Caller alice = TenantUser("alice");
+  // Older (same start, or an earlier start of the agent) and equal ones:
+  // the GPU they call lost is not taken as lost.
+  for (const auto& [epoch, seq] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{
+           {2, 4}, {1, 99}, {2, 5}}) {
+    auto reply = cp_->Heartbeat(admin_, numbered(epoch, seq, true), {});
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    ASSERT_TRUE(reply->newer_applied) << epoch << "/" << seq;
+    EXPECT_EQ(*reply->newer_applied, (ReportNumber{2, 5}));
+  }
+  (void)Submit(alice, 1024);
+  EXPECT_EQ(Bind(), 1);
+  // A newer one is applied; an unnumbered one (an older agent) always is.
+  auto newer = cp_->Heartbeat(admin_, numbered(3, 1, true), {});
+  ASSERT_TRUE(newer.ok());
+  EXPECT_FALSE(newer->newer_applied);
+  (void)Submit(alice, 1024);
+  EXPECT_EQ(Bind(), 0);  // GPU 0 is lost now
+  ASSERT_TRUE(cp_->Heartbeat(admin_, Node("n1", {Gpu(0)}), {}).ok());
+  EXPECT_EQ(Bind(), 1);
+  // The number stays what was applied last, across a restart too.
+  Open();
+  auto stale = cp_->Heartbeat(admin_, numbered(3, 1, true), {});
+  ASSERT_TRUE(stale.ok());
+  EXPECT_TRUE(stale->newer_applied);
+}
+
 TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
   Register(Node("n1", {Gpu(0), Gpu(1)}));
   const Caller alice = TenantUser("alice", "g");

@@ -120,8 +120,8 @@ StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
   return *row;
 }
 
-StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
-                                             const NodeReport& report) {
+StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
+    const Caller& caller, const NodeReport& report) {
   HF_RETURN_IF_ERROR(RequireAgentFor(caller, report.name));
   HF_RETURN_IF_ERROR(ValidateNodeReport(report));
   const store::Millis now = clock_->NowMillis();
@@ -149,14 +149,28 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
       });
     }
   }
+  std::optional<ReportNumber> newer_applied;
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     gpus.clear();
+    newer_applied.reset();
     NodeRow row;
     auto existing = txn.FindNode(report.name);
     if (existing.ok()) {
       row = *existing;
+      const ReportNumber applied{row.report_epoch, row.report_seq};
+      if (report.number && *report.number <= applied) {
+        // Sent before the newest one applied, delivered after it: what it
+        // says is out of date, and none of it is applied.
+        newer_applied = applied;
+        stored = row;
+        return Status::Ok();
+      }
     } else {
       row.registered_at = now;
+    }
+    if (report.number) {
+      row.report_epoch = report.number->epoch;
+      row.report_seq = report.number->seq;
     }
     row.name = report.name;
     row.containerized = report.containerized;
@@ -218,6 +232,7 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
     }
     return Status::Ok();
   }));
+  if (newer_applied) return AppliedNodeReport{stored, newer_applied};
   {
     std::lock_guard names(names_mu_);
     node_names_[stored.id] = stored.name;
@@ -228,7 +243,7 @@ StatusOr<NodeRow> ControlPlane::RegisterNode(const Caller& caller,
   auto node_id = LedgerNodeLocked(stored);
   if (!node_id.ok()) return node_id.status();
   WakeScheduler();
-  return stored;
+  return AppliedNodeReport{stored, std::nullopt};
 }
 
 StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
@@ -236,8 +251,15 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     const std::vector<RunningTask>& tasks) {
   auto node = NodeForAgent(caller, report.name);
   if (!node.ok()) return node.status();
-  auto stored = RegisterNode(caller, report);  // capabilities afresh
-  if (!stored.ok()) return stored.status();
+  auto applied = RegisterNode(caller, report);  // capabilities afresh
+  if (!applied.ok()) return applied.status();
+  if (applied->newer_applied) {
+    // Its running tasks and partitions are as out of date as the rest.
+    HeartbeatReply reply;
+    reply.newer_applied = applied->newer_applied;
+    return reply;
+  }
+  const NodeRow* stored = &applied->node;
   {
     std::lock_guard lock(mu_);
     for (const RunningTask& t : tasks) {

@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "simulation/random_run.h"
@@ -392,8 +394,6 @@ TEST_F(ScenarioTest, APartitionNobodyOwnsTakesNoGoldWorkUntilItIsGone) {
       *w, [&] { return MigDevices(*w, n) >= 1; }, 6 * 60'000));
 }
 
-// Hole: MIG_PARTITION_ORPHANED notes lived in the server's memory only, so
-// every restart noted the same orphan again.
 // Hole: a gold slice took the MIG profile named for its size (3g.40gb for
 // 40,960 MB) though the partition holds less (40,779 MB on an H100): the
 // task held more than its slice was charged.
@@ -409,6 +409,8 @@ TEST_F(ScenarioTest, AGoldSliceIsChargedAtLeastWhatItsTaskHolds) {
   EXPECT_EQ(MigDevices(*w, n), 1);
 }
 
+// Hole: MIG_PARTITION_ORPHANED notes lived in the server's memory only, so
+// every restart noted the same orphan again.
 TEST_F(ScenarioTest, AnOrphanIsNotedOnceAcrossRestarts) {
   auto w = MakeWorld("mig-orphan-once");
   ASSERT_TRUE(w);
@@ -432,6 +434,53 @@ TEST_F(ScenarioTest, AnOrphanIsNotedOnceAcrossRestarts) {
     return Status::Ok();
   });
   EXPECT_EQ(notes, 1);
+}
+
+// Found by the soak (seed 40172): a heartbeat delivered late was applied
+// over newer ones. It listed a partition that had been destroyed since, so
+// the orphan, its note already dropped, was noted a second time; its GPU
+// facts and running tasks were as out of date.
+TEST_F(ScenarioTest, AHeartbeatDeliveredLateIsNotAppliedOverANewerOne) {
+  auto w = MakeWorld("late-heartbeat");
+  ASSERT_TRUE(w);
+  const int n = *w->AddNode(NodeKind::kMixed);
+  EXPECT_FALSE(RunUntil(
+      *w, [] { return false; }, 10'000));
+  std::set<std::string> orphans;
+  for (int round = 0; round < 6; ++round) {
+    auto made = w->driver(n).CreateMigDevice(1, "1g.10gb", std::nullopt);
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    orphans.insert(made->device_uuid);
+    EXPECT_FALSE(RunUntil(
+        *w, [] { return false; }, 15'000));  // noted
+    // The next heartbeat, which lists it, arrives 1-20 s late; the
+    // partition is gone before it lands, and the heartbeats after it say so.
+    const auto delayed = w->counters().delayed;
+    w->SetNetworkFaults(
+        n, NetworkFaults{.delay = 1.0, .only_paths_containing = "heartbeat"});
+    ASSERT_TRUE(RunUntil(
+        *w, [&] { return w->counters().delayed > delayed; }, 10'000));
+    w->SetNetworkFaults(n, NetworkFaults{});
+    ASSERT_TRUE(w->driver(n).DestroyMigDevice(1, made->gpu_instance_id).ok());
+    EXPECT_FALSE(RunUntil(
+        *w, [] { return false; }, 30'000));
+  }
+  std::map<std::string, int> notes;
+  (void)w->store()->Read([&](store::Txn& txn) -> Status {
+    store::HistoryFilter f;
+    f.limit = 1000;
+    auto rows = txn.ListHistory(f);
+    if (rows.ok()) {
+      for (const auto& h : *rows) {
+        if (h.op != "mig_orphaned") continue;
+        for (const std::string& d : orphans) {
+          notes[d] += h.reason.find(d) != std::string::npos;
+        }
+      }
+    }
+    return Status::Ok();
+  });
+  for (const std::string& d : orphans) EXPECT_EQ(notes[d], 1) << d;
 }
 
 // The agent syncs with the server's desired state: a task the server no

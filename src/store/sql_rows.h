@@ -162,7 +162,7 @@ inline constexpr auto DecodeIdempotency =
 
 inline constexpr std::string_view kNodeColumns =
     "id, name, containerized, cpu_milli, host_memory_mib, agent_version, "
-    "registered_at, last_heartbeat_at";
+    "registered_at, last_heartbeat_at, report_epoch, report_seq";
 inline constexpr auto DecodeNode = [](const auto& s) -> StatusOr<NodeRow> {
   NodeRow r;
   r.id = s.Int(0);
@@ -173,6 +173,8 @@ inline constexpr auto DecodeNode = [](const auto& s) -> StatusOr<NodeRow> {
   r.agent_version = s.Text(5);
   r.registered_at = s.Int(6);
   r.last_heartbeat_at = s.Int(7);
+  r.report_epoch = s.Int(8);
+  r.report_seq = s.Int(9);
   return r;
 };
 

@@ -556,6 +556,12 @@ UPDATE tasks SET env = json_set(env, '$.HETEROFLOW_SLICE_QOS', 'exclusive')
 UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
  WHERE whole = 1 AND qos_level <> 'exclusive';
 )sql",
+    // 6: the newest agent report applied per node, so that a report
+    // delivered late is not applied over a newer one.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN report_epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN report_seq INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -819,18 +825,20 @@ class SqliteTxn final : public Txn {
     HF_RETURN_IF_ERROR(CheckWritable(what));
     StatusOr<Statement> stmt = conn_.Prepare(
         "INSERT INTO nodes (" + std::string(WithoutId(kNodeColumns)) +
-        ") VALUES (" + Placeholders(7) +
+        ") VALUES (" + Placeholders(9) +
         ") ON CONFLICT (name) DO UPDATE SET "
         "containerized = excluded.containerized, "
         "cpu_milli = excluded.cpu_milli, "
         "host_memory_mib = excluded.host_memory_mib, "
         "agent_version = excluded.agent_version, "
-        "last_heartbeat_at = excluded.last_heartbeat_at "
+        "last_heartbeat_at = excluded.last_heartbeat_at, "
+        "report_epoch = excluded.report_epoch, "
+        "report_seq = excluded.report_seq "
         "RETURNING id, registered_at");
     if (!stmt.ok()) return stmt.status();
     stmt->BindAll(row.name, row.containerized, row.cpu_milli,
                   row.host_memory_mib, row.agent_version, row.registered_at,
-                  row.last_heartbeat_at);
+                  row.last_heartbeat_at, row.report_epoch, row.report_seq);
     StatusOr<bool> has_row = stmt->Step(what);
     if (!has_row.ok()) return has_row.status();
     if (!*has_row) return Status::Internal(what + ": no id returned");

@@ -76,6 +76,11 @@ struct NodeRow {
   std::string agent_version;
   Millis registered_at = 0;
   Millis last_heartbeat_at = 0;
+  // The newest report of the agent applied so far (its start count and the
+  // report's number within that start): an older one arriving late is not
+  // applied over it. 0/0 before the first numbered report.
+  std::int64_t report_epoch = 0;
+  std::int64_t report_seq = 0;
 };
 
 struct GpuRow {

@@ -295,6 +295,8 @@ TEST_P(StoreContractTest, UpsertNodeInsertsThenUpdatesInPlace) {
   in.agent_version = "0.1.0";
   in.registered_at = 100;
   in.last_heartbeat_at = 100;
+  in.report_epoch = 3;
+  in.report_seq = 41;
   const NodeRow first = MustWrite([&](Txn& t) { return t.UpsertNode(in); });
   EXPECT_GT(first.id, 0);
   NodeRow expected = in;
@@ -308,6 +310,8 @@ TEST_P(StoreContractTest, UpsertNodeInsertsThenUpdatesInPlace) {
   again.agent_version = "0.2.0 \"beta\"";
   again.registered_at = 700;  // a re-registration keeps the first time
   again.last_heartbeat_at = 700;
+  again.report_epoch = 4;
+  again.report_seq = (std::int64_t{1} << 53) - 1;  // the largest it may be
   const NodeRow second = MustWrite([&](Txn& t) { return t.UpsertNode(again); });
   expected = again;
   expected.id = first.id;

@@ -109,7 +109,8 @@ inline auto Fields(const ApprovalRow& r) {
 }
 inline auto Fields(const NodeRow& r) {
   return std::tie(r.id, r.name, r.containerized, r.cpu_milli, r.host_memory_mib,
-                  r.agent_version, r.registered_at, r.last_heartbeat_at);
+                  r.agent_version, r.registered_at, r.last_heartbeat_at,
+                  r.report_epoch, r.report_seq);
 }
 inline auto Fields(const GpuRow& r) {
   return std::tie(r.id, r.node_id, r.index, r.uuid, r.vendor, r.model,
