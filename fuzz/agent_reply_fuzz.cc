@@ -20,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "agent/server_client.h"
+#include "agent/testing/test_node.h"
 #include "common/clock.h"
 #include "gpu/inventory.h"
 #include "gpu/sim_driver.h"
@@ -56,13 +57,6 @@ class FuzzedServer final : public hf::agent::Transport {
   std::size_t next_ = 0;
 };
 
-constexpr char kInventory[] = R"({
-  "node_id": "n1", "cpu_milli": 64000, "host_memory_mb": 524288,
-  "gpus": [
-    {"model": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
-     "compute_capability": "9.0", "mig_enabled": true},
-    {"model": "Tesla T4", "memory_mb": 15360, "compute_capability": "7.5"}]})";
-
 const std::filesystem::path& StateRoot() {
   static const std::filesystem::path root =
       std::filesystem::temp_directory_path() /
@@ -90,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   std::error_code ec;
   std::filesystem::remove_all(StateRoot(), ec);
   hf::FakeClock clock(1'000'000);
-  auto inventory = hf::gpu::ParseInventory(kInventory);
+  auto inventory = hf::gpu::ParseInventory(hf::agent::test_node::kInventory);
   if (!inventory.ok()) Fail("inventory");
   auto driver = hf::gpu::SimGpuDriver::Create(std::move(*inventory), clock);
   if (!driver.ok()) Fail("driver");

@@ -383,39 +383,41 @@ void Agent::RemoveRegion(LocalTask& task) {
   task.region_path.clear();
 }
 
-json Agent::HookReport(const hook::Region& region) {
+wire::HookReport Agent::ReadHookReport(const hook::Region& region) {
   const hook::RegionStats s = region.Stats();
-  return {
-      {"attached", s.attaches > 0},
-      {"attaches", s.attaches},
-      {"processes", s.live_processes},
-      {"used_bytes", s.used_bytes},
-      {"peak_bytes", s.peak_bytes},
-      {"quota_bytes",
-       s.quota_bytes == hook::kUnlimited ? json(nullptr) : json(s.quota_bytes)},
-      {"quota_ooms", s.quota_ooms},
-      {"physical_ooms", s.physical_ooms}};
+  // The region's counters are unsigned; the report's are int64 (what the
+  // server takes), which they never come near.
+  const auto count = [](auto v) {
+    return static_cast<std::int64_t>(
+        std::min<std::uint64_t>(v, static_cast<std::uint64_t>(INT64_MAX)));
+  };
+  wire::HookReport r;
+  r.attached = s.attaches > 0;
+  r.attaches = count(s.attaches);
+  r.processes = static_cast<int>(s.live_processes);
+  r.used_bytes = count(s.used_bytes);
+  r.peak_bytes = count(s.peak_bytes);
+  if (s.quota_bytes != hook::kUnlimited) r.quota_bytes = count(s.quota_bytes);
+  r.quota_ooms = count(s.quota_ooms);
+  r.physical_ooms = count(s.physical_ooms);
+  return r;
 }
 
-void Agent::ApplyQuotas(const json& reply) {
-  if (!reply.is_object() || !reply.contains("quotas") ||
-      !reply["quotas"].is_array()) {
-    return;
-  }
-  for (const json& q : reply["quotas"]) {
-    auto it = tasks_.find(IntOr(q, "task_id", 0));
+void Agent::ApplyQuotas(const wire::HeartbeatReply& reply) {
+  for (const wire::QuotaDirective& q : reply.quotas) {
+    auto it = tasks_.find(q.task_id);
     if (it == tasks_.end() || !it->second.region || it->second.finished) {
       continue;
     }
     LocalTask& t = it->second;
-    if (IntOr(q, "slice_id", 0) != t.slice_id || !q.contains("memory_mb")) {
-      continue;
-    }
-    const json& mb = q["memory_mb"];
+    if (q.slice_id != t.slice_id) continue;
     std::uint64_t want = hook::kUnlimited;
-    if (!mb.is_null()) {
-      if (!mb.is_number_integer() || mb.get<std::int64_t>() < 0) continue;
-      want = mb.get<std::uint64_t>() * kMib;
+    if (q.memory_mib) {
+      if (*q.memory_mib < 0 ||
+          static_cast<std::uint64_t>(*q.memory_mib) > UINT64_MAX / kMib) {
+        continue;
+      }
+      want = static_cast<std::uint64_t>(*q.memory_mib) * kMib;
     }
     const std::uint64_t have = t.region->quota();
     if (have == want) continue;
@@ -495,7 +497,7 @@ void Agent::Probe() {
     }
   }
 
-  json gpus = json::array();
+  std::vector<wire::GpuReport> gpus;
   for (const gpu::GpuInfo& g : gpus_) {
     const bool mig_capable =
         g.healthy && g.mig_enabled &&
@@ -503,34 +505,37 @@ void Agent::Probe() {
     const bool mps_capable = g.healthy && !g.mig_enabled &&
                              g.vendor == "nvidia" &&
                              mps::MpsCapable(mps_alive_, g.cc_major);
-    gpus.push_back({{"index", g.index},
-                    {"uuid", g.uuid},
-                    {"vendor", g.vendor},
-                    {"model", g.model},
-                    {"memory_mb", g.memory_mib},
-                    {"compute_capability", std::to_string(g.cc_major) + "." +
-                                               std::to_string(g.cc_minor)},
-                    {"mig_capable", mig_capable},
-                    {"mps_capable", mps_capable},
-                    {"health", g.healthy ? "ok" : "lost"}});
+    wire::GpuReport& r = gpus.emplace_back();
+    r.index = g.index;
+    r.uuid = g.uuid;
+    r.vendor = g.vendor;
+    r.model = g.model;
+    r.memory_mib = g.memory_mib;
+    r.cc_major = g.cc_major;
+    r.cc_minor = g.cc_minor;
+    r.mig_capable = mig_capable;
+    r.mps_capable = mps_capable;
+    r.lost = !g.healthy;
     if (g.healthy && g.mig_enabled) {
       // What is really on the card: the server flags partitions no slice
       // owns (MIG_PARTITION_ORPHANED).
       auto devices = driver_->ListMigDevices(g.index);
       if (devices.ok()) {
-        json uuids = json::array();
-        for (const gpu::MigDevice& d : *devices) uuids.push_back(d.device_uuid);
-        gpus.back()["mig_devices"] = std::move(uuids);
+        r.mig_devices.emplace();
+        for (const gpu::MigDevice& d : *devices) {
+          r.mig_devices->push_back(d.device_uuid);
+        }
       }
     }
   }
-  report_ = {{"node_id", options_.node_id},
-             {"containerized", host_.containerized},
-             {"hook_available", !options_.hook_library.empty()},
-             {"cpu_milli", host_.cpu_milli},
-             {"host_memory_mb", host_.host_memory_mib},
-             {"agent_version", options_.agent_version},
-             {"gpus", std::move(gpus)}};
+  report_ = wire::NodeReport{};
+  report_.name = options_.node_id;
+  report_.containerized = host_.containerized;
+  report_.hook_available = !options_.hook_library.empty();
+  report_.cpu_milli = host_.cpu_milli;
+  report_.host_memory_mib = host_.host_memory_mib;
+  report_.agent_version = options_.agent_version;
+  report_.gpus = std::move(gpus);
 }
 
 void Agent::StartReportEpoch() {
@@ -544,14 +549,13 @@ void Agent::StartReportEpoch() {
   SaveStateFile("report-epoch.json", {{"epoch", report_epoch_}});
 }
 
-void Agent::NumberReport(json& body) {
-  body["report_epoch"] = report_epoch_;
-  body["report_seq"] = ++report_seq_;
+wire::ReportNumber Agent::NextReportNumber() {
+  return {report_epoch_, ++report_seq_};
 }
 
-void Agent::NoteReportReply(const json& reply) {
-  if (!reply.contains("newer_report")) return;
-  const std::int64_t newer = IntOr(reply["newer_report"], "report_epoch", 0);
+void Agent::NoteReportReply(const wire::HeartbeatReply& reply) {
+  if (!reply.newer_applied) return;
+  const std::int64_t newer = reply.newer_applied->epoch;
   spdlog::warn("the server applied a newer report of node '{}' (epoch {})",
                options_.node_id, newer);
   if (newer < report_epoch_ || newer >= kMaxReportNumber) return;
@@ -562,32 +566,33 @@ void Agent::NoteReportReply(const json& reply) {
 
 Status Agent::RegisterOrHeartbeat() {
   if (!registered_) {
-    json body = report_;
-    NumberReport(body);
-    auto reply = server_->Register(body);
+    report_.number = NextReportNumber();
+    auto reply = server_->Register(wire::ToJson(report_, /*with_name=*/true));
     if (!reply.ok()) return reply.status();
-    NoteReportReply(*reply);
+    NoteReportReply(wire::ReadHeartbeatReply(*reply));
     registered_ = true;
     spdlog::info("registered as node '{}' with {} GPUs", options_.node_id,
-                 report_["gpus"].size());
+                 report_.gpus.size());
   }
-  json body = report_;
-  body.erase("node_id");
+  report_.number = NextReportNumber();
+  json body = wire::ToJson(report_, /*with_name=*/false);
   json tasks = json::array();
   for (const auto& [id, t] : tasks_) {
     if (t.finished || !t.reported_running) continue;
-    tasks.push_back({{"task_id", id},
-                     {"state", "running"},
-                     {"gpu_indices", t.gpu_indices}});
-    if (t.region) tasks.back()["hook"] = HookReport(*t.region);
+    wire::RunningTask running;
+    running.task_id = id;
+    running.state = "running";
+    running.gpu_indices = t.gpu_indices;
+    if (t.region) running.hook = ReadHookReport(*t.region);
+    tasks.push_back(wire::ToJson(running));
   }
   body["tasks"] = std::move(tasks);
-  NumberReport(body);
   auto reply = server_->Heartbeat(options_.node_id, body);
   if (reply.ok()) {
-    NoteReportReply(*reply);
+    const wire::HeartbeatReply read = wire::ReadHeartbeatReply(*reply);
+    NoteReportReply(read);
     // Quotas answer a report that was applied.
-    if (!reply->contains("newer_report")) ApplyQuotas(*reply);
+    if (!read.newer_applied) ApplyQuotas(read);
   }
   if (!reply.ok() && reply.status().code() == StatusCode::kNotFound) {
     registered_ = false;  // the server lost us: register again next cycle

@@ -46,6 +46,7 @@
 #include "hook/region.h"
 #include "mps/mps_control.h"
 #include "runtime/runtime.h"
+#include "wire/node_wire.h"
 
 namespace hf::agent {
 
@@ -101,13 +102,13 @@ class Agent {
   Status Run();
   void Stop();
 
-  // The node report (register / heartbeat body) of the last probe.
-  const json& last_report() const { return report_; }
+  // The node report (register body) of the last probe.
+  json last_report() const { return wire::ToJson(report_, true); }
   // Probes the GPUs and MPS now, talks to no server, and returns the report
   // (`hf-agent --probe`).
-  const json& ProbeOnly() {
+  json ProbeOnly() {
     Probe();
-    return report_;
+    return wire::ToJson(report_, true);
   }
 
  private:
@@ -178,12 +179,12 @@ class Agent {
   void SaveGaveUp();
   // Counts this start in STATE/report-epoch.json: the epoch of its reports.
   void StartReportEpoch();
-  // Numbers a register or heartbeat body (report_epoch, report_seq).
-  void NumberReport(json& body);
+  // The number of the next register or heartbeat.
+  wire::ReportNumber NextReportNumber();
   // A reply saying the report was not applied because the server applied a
   // newer one: an epoch at or above ours is an earlier life of this node
   // (its state directory wiped), and the next epoch starts above it.
-  void NoteReportReply(const json& reply);
+  void NoteReportReply(const wire::HeartbeatReply& reply);
   // STATE/<name>, replaced atomically (a temporary file and a rename).
   void SaveStateFile(const std::string& name, const json& content);
   // STATE/hook/slice-<id>.region (absolute).
@@ -198,10 +199,10 @@ class Agent {
   void AdoptRegions();
   // Unmaps and deletes a finished task's region.
   void RemoveRegion(LocalTask& task);
-  // The heartbeat's "hook" object for a task with a region.
-  static json HookReport(const hook::Region& region);
+  // The heartbeat's "hook" report for a task with a region.
+  static wire::HookReport ReadHookReport(const hook::Region& region);
   // Sets the quotas the server's heartbeat reply names on their regions.
-  void ApplyQuotas(const json& reply);
+  void ApplyQuotas(const wire::HeartbeatReply& reply);
   const gpu::GpuInfo* GpuAt(int index) const;
 
   const AgentOptions options_;
@@ -218,7 +219,7 @@ class Agent {
   std::map<int, gpu::GpuInfo> known_gpus_;  // last healthy facts by index
   bool mps_alive_ = false;
   std::set<std::string> mps_caps_;  // GPUs whose daemon-side cap was set
-  json report_;
+  wire::NodeReport report_;
   std::int64_t report_epoch_ = 1;
   std::int64_t report_seq_ = 0;
   std::map<std::int64_t, LocalTask> tasks_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/server_client.h"
+#include "agent/testing/test_node.h"
 #include "common/clock.h"
 #include "gpu/inventory.h"
 #include "gpu/sim_driver.h"
@@ -121,13 +122,6 @@ class CrashingDriver final : public gpu::GpuDriver {
   gpu::SimGpuDriver* const real_;
 };
 
-constexpr char kInventory[] = R"({
-  "node_id": "n1", "cpu_milli": 64000, "host_memory_mb": 524288,
-  "gpus": [
-    {"model": "NVIDIA H100 80GB HBM3", "memory_mb": 81559,
-     "compute_capability": "9.0", "mig_enabled": true},
-    {"model": "Tesla T4", "memory_mb": 15360, "compute_capability": "7.5"}]})";
-
 class AgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -136,7 +130,7 @@ class AgentTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    auto inventory = gpu::ParseInventory(kInventory);
+    auto inventory = gpu::ParseInventory(test_node::kInventory);
     ASSERT_TRUE(inventory.ok()) << inventory.status().ToString();
     auto driver = gpu::SimGpuDriver::Create(std::move(*inventory), clock_);
     ASSERT_TRUE(driver.ok()) << driver.status().ToString();

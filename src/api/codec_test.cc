@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
+
+#include "wire/node_wire.h"
 
 namespace hf::api {
 namespace {
@@ -239,6 +242,67 @@ TEST(ParseNodeReportTest, ReportNumbersComeTogetherAndAreBounded) {
       Names(Register(NodeBody(kGpu, R"("report_epoch":1,)"
                                     R"("report_seq":9007199254740992,)")),
             "report_seq"));
+}
+
+// What the agent sends (wire::ToJson of the shared types) is what the
+// server decodes, field for field: one set of types for both ends.
+TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
+  wire::NodeReport r;
+  r.name = "gpu-node-7";
+  r.number = wire::ReportNumber{12, 345};
+  r.containerized = true;
+  r.hook_available = true;
+  r.cpu_milli = 96000;
+  r.host_memory_mib = 1 << 20;
+  r.agent_version = "1.2.3";
+  wire::GpuReport mig;
+  mig.index = 0;
+  mig.uuid = "GPU-aaaa";
+  mig.model = "NVIDIA H100 80GB HBM3";
+  mig.memory_mib = 81559;
+  mig.cc_major = 9;
+  mig.cc_minor = 0;
+  mig.mig_capable = true;
+  mig.mig_devices = std::vector<std::string>{"MIG-1", "MIG-2"};
+  wire::GpuReport lost;
+  lost.index = 3;
+  lost.uuid = "GPU-bbbb";
+  lost.vendor = "nvidia";
+  lost.model = "Tesla T4";
+  lost.memory_mib = 15360;
+  lost.cc_major = 7;
+  lost.cc_minor = 5;
+  lost.mps_capable = true;
+  lost.lost = true;
+  r.gpus = {mig, lost};
+  auto decoded = ParseNodeReport(wire::ToJson(r, true), true);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, r);
+
+  json heartbeat = wire::ToJson(r, false);
+  wire::RunningTask plain{41, "running", {0, 3}, std::nullopt};
+  wire::RunningTask hooked{42, "running", {3}, wire::HookReport{}};
+  hooked.hook->attached = true;
+  hooked.hook->attaches = 2;
+  hooked.hook->processes = 1;
+  hooked.hook->used_bytes = 1LL << 30;
+  hooked.hook->peak_bytes = 3LL << 29;
+  hooked.hook->quota_bytes = 2LL << 30;
+  hooked.hook->quota_ooms = 4;
+  hooked.hook->physical_ooms = 1;
+  wire::RunningTask uncapped = hooked;
+  uncapped.task_id = 43;
+  uncapped.hook->quota_bytes.reset();
+  heartbeat["tasks"] = {wire::ToJson(plain), wire::ToJson(hooked),
+                        wire::ToJson(uncapped)};
+  auto body = ParseNodeReport(heartbeat, false);
+  ASSERT_TRUE(body.ok()) << body.status().ToString();
+  wire::NodeReport unnamed = r;
+  unnamed.name.clear();
+  EXPECT_EQ(*body, unnamed);
+  auto tasks = ParseRunningTasks(heartbeat);
+  ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
+  EXPECT_EQ(*tasks, (std::vector<wire::RunningTask>{plain, hooked, uncapped}));
 }
 
 TEST(ParseNodeReportTest, ComputeCapabilityIsStrict) {

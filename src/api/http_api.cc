@@ -163,17 +163,6 @@ Reply Ok(json body, int status = 200) {
   return r;
 }
 
-// A report older than the newest one applied for its node was answered
-// without being applied (docs/API.md, "Nodes and agents"): the reply says
-// so, with that newer report's number.
-void AddNewerApplied(const std::optional<server::ReportNumber>& newer,
-                     json& reply) {
-  if (!newer) return;
-  reply["applied"] = false;
-  reply["newer_report"] = {{"report_epoch", newer->epoch},
-                           {"report_seq", newer->seq}};
-}
-
 json ErrorBody(const Status& s) {
   json j = {{"error", ErrorCodeFor(s.code())}, {"message", s.message()}};
   if (!s.field().empty()) j["field"] = s.field();
@@ -931,7 +920,10 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         json reply = {
             {"node_id", applied->node.name},
             {"heartbeat_interval_s", cp.options().heartbeat_interval_s}};
-        AddNewerApplied(applied->newer_applied, reply);
+        if (applied->newer_applied) {
+          reply["applied"] = false;
+          reply["newer_report"] = wire::ToJson(*applied->newer_applied);
+        }
         return Ok(std::move(reply));
       });
   add("POST", "/api/v1/nodes/{node}/heartbeat", kAgents, {},
@@ -949,16 +941,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!tasks.ok()) return tasks.status();
         auto reply = cp.Heartbeat(c.caller, *report, *tasks);
         if (!reply.ok()) return reply.status();
-        json quotas = json::array();
-        for (const server::QuotaDirective& q : reply->quotas) {
-          quotas.push_back({{"task_id", q.task_id},
-                            {"slice_id", q.slice_id},
-                            {"memory_mb", q.memory_mib ? json(*q.memory_mib)
-                                                       : json(nullptr)}});
-        }
-        json out = {{"ok", true}, {"quotas", std::move(quotas)}};
-        AddNewerApplied(reply->newer_applied, out);
-        return Ok(std::move(out));
+        return Ok(wire::ToJson(*reply));
       });
   add("GET", "/api/v1/nodes/{node}/assignments", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {

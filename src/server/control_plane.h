@@ -38,6 +38,7 @@
 #include "server/leadership.h"
 #include "server/slice_env.h"
 #include "store/store.h"
+#include "wire/node_wire.h"
 
 namespace hf::server {
 
@@ -148,62 +149,14 @@ struct SliceCreate {
   std::string reason;
 };
 
-struct GpuReport {
-  int index = 0;
-  std::string uuid;
-  std::string vendor = "nvidia";
-  std::string model;
-  std::int64_t memory_mib = 0;
-  int cc_major = 0;
-  int cc_minor = 0;
-  bool mig_capable = false;
-  bool mps_capable = false;
-  bool lost = false;
-  // MIG devices present on the GPU (their "MIG-..." UUIDs), when the agent
-  // reports them: ones no live slice owns are MIG_PARTITION_ORPHANED.
-  std::optional<std::vector<std::string>> mig_devices;
-};
-
-// Where a report stands among its agent's reports: the agent's start count
-// (kept in its state directory) and the report's number since that start.
-// A report is applied only if it is newer than the last one applied for
-// its node; one delivered late is answered without being applied.
-struct ReportNumber {
-  std::int64_t epoch = 0;
-  std::int64_t seq = 0;
-  auto operator<=>(const ReportNumber&) const = default;
-};
-
-struct NodeReport {
-  std::string name;
-  std::optional<ReportNumber> number;  // none: an agent that numbers none
-  bool containerized = false;
-  bool hook_available = false;
-  std::int64_t cpu_milli = 0;
-  std::int64_t host_memory_mib = 0;
-  std::string agent_version;
-  std::vector<GpuReport> gpus;
-};
-
-// A task's hook region as its agent read it (heartbeat `tasks[].hook`,
-// docs/API.md): the counters of src/hook/region.h.
-struct HookReport {
-  bool attached = false;      // a process of the task loaded the hook
-  std::int64_t attaches = 0;  // processes that ever attached
-  int processes = 0;          // attached processes alive now
-  std::int64_t used_bytes = 0;
-  std::int64_t peak_bytes = 0;
-  std::optional<std::int64_t> quota_bytes;  // none: no memory cap
-  std::int64_t quota_ooms = 0;              // allocations the quota refused
-  std::int64_t physical_ooms = 0;           // allocations the driver refused
-};
-
-struct RunningTask {
-  RowId task_id = 0;
-  std::string state;  // as the agent sees it: "running", ...
-  std::vector<int> gpu_indices;
-  std::optional<HookReport> hook;  // the task runs with a hook region
-};
+// The node endpoints' messages, shared with hf-agent (src/wire).
+using wire::GpuReport;
+using wire::HeartbeatReply;
+using wire::HookReport;
+using wire::NodeReport;
+using wire::QuotaDirective;
+using wire::ReportNumber;
+using wire::RunningTask;
 
 // The hook usage last reported for a live slice. Kept in memory only (the
 // agent reports it every heartbeat); gone when the slice is released.
@@ -211,23 +164,6 @@ struct HookUsage {
   HookReport report;
   RowId task_id = 0;
   store::Millis reported_at = 0;
-};
-
-// The memory quota a running task's hook region must hold (the heartbeat
-// reply): the slice's memory_mb, none for a slice without a memory cap.
-struct QuotaDirective {
-  RowId task_id = 0;
-  RowId slice_id = 0;
-  std::optional<std::int64_t> memory_mib;
-};
-
-struct HeartbeatReply {
-  // One per reported running task whose live slice the hook may enforce
-  // (a slice that is neither gold nor whole GPUs).
-  std::vector<QuotaDirective> quotas;
-  // Set when the report was not applied: the node has applied this newer
-  // one (an agent whose state directory was wiped starts above it).
-  std::optional<ReportNumber> newer_applied;
 };
 
 // What RegisterNode made of a report.

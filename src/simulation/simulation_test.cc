@@ -137,6 +137,19 @@ class ScenarioTest : public SimulationTest {
     return out;
   }
 
+  // The first 1,000 history entries.
+  static std::vector<store::HistoryRow> History(World& w) {
+    std::vector<store::HistoryRow> out;
+    (void)w.store()->Read([&](store::Txn& txn) -> Status {
+      store::HistoryFilter f;
+      f.limit = 1000;
+      auto rows = txn.ListHistory(f);
+      if (rows.ok()) out = *rows;
+      return Status::Ok();
+    });
+    return out;
+  }
+
   static int MigDevices(World& w, int node) {
     int n = 0;
     for (const auto& [g, d] : w.driver(node).AllMigDevices()) {
@@ -424,15 +437,7 @@ TEST_F(ScenarioTest, AnOrphanIsNotedOnceAcrossRestarts) {
         *w, [] { return false; }, 20'000));
   }
   int notes = 0;
-  (void)w->store()->Read([&](store::Txn& txn) -> Status {
-    store::HistoryFilter f;
-    f.limit = 1000;
-    auto rows = txn.ListHistory(f);
-    if (rows.ok()) {
-      for (const auto& h : *rows) notes += h.op == "mig_orphaned";
-    }
-    return Status::Ok();
-  });
+  for (const auto& h : History(*w)) notes += h.op == "mig_orphaned";
   EXPECT_EQ(notes, 1);
 }
 
@@ -466,20 +471,12 @@ TEST_F(ScenarioTest, AHeartbeatDeliveredLateIsNotAppliedOverANewerOne) {
         *w, [] { return false; }, 30'000));
   }
   std::map<std::string, int> notes;
-  (void)w->store()->Read([&](store::Txn& txn) -> Status {
-    store::HistoryFilter f;
-    f.limit = 1000;
-    auto rows = txn.ListHistory(f);
-    if (rows.ok()) {
-      for (const auto& h : *rows) {
-        if (h.op != "mig_orphaned") continue;
-        for (const std::string& d : orphans) {
-          notes[d] += h.reason.find(d) != std::string::npos;
-        }
-      }
+  for (const auto& h : History(*w)) {
+    if (h.op != "mig_orphaned") continue;
+    for (const std::string& d : orphans) {
+      notes[d] += h.reason.find(d) != std::string::npos;
     }
-    return Status::Ok();
-  });
+  }
   for (const std::string& d : orphans) EXPECT_EQ(notes[d], 1) << d;
 }
 

@@ -1,0 +1,119 @@
+#include "wire/node_wire.h"
+
+#include <string>
+
+namespace hf::wire {
+
+namespace {
+
+std::optional<std::int64_t> Integer(const json& j, const char* key) {
+  if (!j.is_object()) return std::nullopt;
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  if (it->is_number_unsigned() &&
+      it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+    return std::nullopt;
+  }
+  return it->get<std::int64_t>();
+}
+
+std::optional<ReportNumber> ReadNumber(const json& j) {
+  auto epoch = Integer(j, "report_epoch");
+  auto seq = Integer(j, "report_seq");
+  if (!epoch || !seq) return std::nullopt;
+  return ReportNumber{*epoch, *seq};
+}
+
+}  // namespace
+
+json ToJson(const ReportNumber& number) {
+  return {{"report_epoch", number.epoch}, {"report_seq", number.seq}};
+}
+
+json ToJson(const GpuReport& g) {
+  json j = {{"index", g.index},
+            {"uuid", g.uuid},
+            {"vendor", g.vendor},
+            {"model", g.model},
+            {"memory_mb", g.memory_mib},
+            {"compute_capability",
+             std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor)},
+            {"mig_capable", g.mig_capable},
+            {"mps_capable", g.mps_capable},
+            {"health", g.lost ? "lost" : "ok"}};
+  if (g.mig_devices) j["mig_devices"] = *g.mig_devices;
+  return j;
+}
+
+json ToJson(const NodeReport& r, bool with_name) {
+  json gpus = json::array();
+  for (const GpuReport& g : r.gpus) gpus.push_back(ToJson(g));
+  json j = {
+      {"containerized", r.containerized}, {"hook_available", r.hook_available},
+      {"cpu_milli", r.cpu_milli},         {"host_memory_mb", r.host_memory_mib},
+      {"agent_version", r.agent_version}, {"gpus", std::move(gpus)}};
+  if (with_name) j["node_id"] = r.name;
+  if (r.number) j.update(ToJson(*r.number));
+  return j;
+}
+
+json ToJson(const HookReport& h) {
+  return {{"attached", h.attached},
+          {"attaches", h.attaches},
+          {"processes", h.processes},
+          {"used_bytes", h.used_bytes},
+          {"peak_bytes", h.peak_bytes},
+          {"quota_bytes", h.quota_bytes ? json(*h.quota_bytes) : json(nullptr)},
+          {"quota_ooms", h.quota_ooms},
+          {"physical_ooms", h.physical_ooms}};
+}
+
+json ToJson(const RunningTask& t) {
+  json j = {{"task_id", t.task_id},
+            {"state", t.state},
+            {"gpu_indices", t.gpu_indices}};
+  if (t.hook) j["hook"] = ToJson(*t.hook);
+  return j;
+}
+
+json ToJson(const HeartbeatReply& reply) {
+  json quotas = json::array();
+  for (const QuotaDirective& q : reply.quotas) {
+    quotas.push_back(
+        {{"task_id", q.task_id},
+         {"slice_id", q.slice_id},
+         {"memory_mb", q.memory_mib ? json(*q.memory_mib) : json(nullptr)}});
+  }
+  json j = {{"ok", true}, {"quotas", std::move(quotas)}};
+  if (reply.newer_applied) {
+    j["applied"] = false;
+    j["newer_report"] = ToJson(*reply.newer_applied);
+  }
+  return j;
+}
+
+HeartbeatReply ReadHeartbeatReply(const json& reply) {
+  HeartbeatReply out;
+  if (!reply.is_object()) return out;
+  if (auto it = reply.find("quotas"); it != reply.end() && it->is_array()) {
+    for (const json& q : *it) {
+      auto task = Integer(q, "task_id");
+      auto slice = Integer(q, "slice_id");
+      if (!task || !slice || !q.contains("memory_mb")) continue;
+      QuotaDirective d{*task, *slice, std::nullopt};
+      if (!q["memory_mb"].is_null()) {
+        auto mb = Integer(q, "memory_mb");
+        if (!mb || *mb < 0) continue;
+        d.memory_mib = *mb;
+      }
+      out.quotas.push_back(d);
+    }
+  }
+  if (auto it = reply.find("newer_report"); it != reply.end()) {
+    out.newer_applied = ReadNumber(*it);
+    if (!out.newer_applied) out.newer_applied = ReportNumber{};
+  }
+  return out;
+}
+
+}  // namespace hf::wire

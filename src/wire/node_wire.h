@@ -1,0 +1,120 @@
+// The node endpoints' messages (docs/API.md, "Nodes and agents"), as one
+// set of types for both ends: hf-agent fills them and encodes them with
+// ToJson; hf-server decodes the same types from what it receives, strictly
+// (src/api/codec.cc: every field named and bounded), and encodes its
+// heartbeat reply with ToJson, which the agent reads back with
+// ReadHeartbeatReply. What one end writes, the other reads as the same
+// values (node_wire_test checks the round trip through the server's
+// decoders).
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hf::wire {
+
+using json = nlohmann::json;
+
+struct GpuReport {
+  int index = 0;
+  std::string uuid;
+  std::string vendor = "nvidia";
+  std::string model;
+  std::int64_t memory_mib = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  bool mig_capable = false;
+  bool mps_capable = false;
+  bool lost = false;
+  // MIG devices present on the GPU (their "MIG-..." UUIDs), when the agent
+  // reports them: ones no live slice owns are MIG_PARTITION_ORPHANED.
+  std::optional<std::vector<std::string>> mig_devices;
+  bool operator==(const GpuReport&) const = default;
+};
+
+// Where a report stands among its agent's reports: the agent's start count
+// (kept in its state directory) and the report's number since that start.
+// A report is applied only if it is newer than the last one applied for
+// its node; one delivered late is answered without being applied.
+struct ReportNumber {
+  std::int64_t epoch = 0;
+  std::int64_t seq = 0;
+  auto operator<=>(const ReportNumber&) const = default;
+};
+
+// The body of a register (with `name` as "node_id") or a heartbeat.
+struct NodeReport {
+  std::string name;
+  std::optional<ReportNumber> number;  // none: an agent that numbers none
+  bool containerized = false;
+  bool hook_available = false;
+  std::int64_t cpu_milli = 0;
+  std::int64_t host_memory_mib = 0;
+  std::string agent_version;
+  std::vector<GpuReport> gpus;
+  bool operator==(const NodeReport&) const = default;
+};
+
+// A task's hook region as its agent read it (heartbeat `tasks[].hook`):
+// the counters of src/hook/region.h.
+struct HookReport {
+  bool attached = false;      // a process of the task loaded the hook
+  std::int64_t attaches = 0;  // processes that ever attached
+  int processes = 0;          // attached processes alive now
+  std::int64_t used_bytes = 0;
+  std::int64_t peak_bytes = 0;
+  std::optional<std::int64_t> quota_bytes;  // none: no memory cap
+  std::int64_t quota_ooms = 0;              // allocations the quota refused
+  std::int64_t physical_ooms = 0;           // allocations the driver refused
+  bool operator==(const HookReport&) const = default;
+};
+
+// A heartbeat's `tasks[]` entry.
+struct RunningTask {
+  std::int64_t task_id = 0;
+  std::string state;  // as the agent sees it: "running", ...
+  std::vector<int> gpu_indices;
+  std::optional<HookReport> hook;  // the task runs with a hook region
+  bool operator==(const RunningTask&) const = default;
+};
+
+// The memory quota a running task's hook region must hold (the heartbeat
+// reply): the slice's memory_mb, none for a slice without a memory cap.
+struct QuotaDirective {
+  std::int64_t task_id = 0;
+  std::int64_t slice_id = 0;
+  std::optional<std::int64_t> memory_mib;
+  bool operator==(const QuotaDirective&) const = default;
+};
+
+struct HeartbeatReply {
+  // One per reported running task whose live slice the hook may enforce
+  // (a slice that is neither gold nor whole GPUs).
+  std::vector<QuotaDirective> quotas;
+  // Set when the report was not applied: the node has applied this newer
+  // one (an agent whose state directory was wiped starts above it).
+  std::optional<ReportNumber> newer_applied;
+  bool operator==(const HeartbeatReply&) const = default;
+};
+
+// Register body (with "node_id"); a heartbeat body leaves the name out (it
+// is in the path) and adds "tasks".
+json ToJson(const NodeReport& report, bool with_name);
+json ToJson(const GpuReport& gpu);
+json ToJson(const HookReport& hook);
+json ToJson(const RunningTask& task);
+json ToJson(const HeartbeatReply& reply);
+// {"report_epoch", "report_seq"}.
+json ToJson(const ReportNumber& number);
+
+// The agent's reading of a heartbeat (or register) reply, from a server it
+// does not take on trust: anything not of the documented shape is left
+// out (a quota entry without integer ids, a negative memory_mb), never
+// thrown on. A reply that is not an object reads as an empty one.
+HeartbeatReply ReadHeartbeatReply(const json& reply);
+
+}  // namespace hf::wire
