@@ -27,6 +27,10 @@ BUILD = os.path.join(SCRATCH, "build")
 SEEDS, STEPS = 12, 4200
 
 
+# The working tree's uncommitted changes when the run began, by file.
+SNAPSHOT = {}
+
+
 def run(cmd, **kw):
     return subprocess.run(cmd, text=True, capture_output=True, **kw)
 
@@ -39,8 +43,9 @@ def fresh_tree():
     if r.returncode != 0:
         sys.exit("git worktree add failed: " + r.stderr)
     # The working tree's uncommitted changes too, so what is measured is
-    # what is here.
+    # what is here (as it is now: later edits do not leak into the run).
     diff = run(["git", "diff", "HEAD"], cwd=ROOT).stdout
+    SNAPSHOT.update(diff_by_file(diff))
     if diff:
         r = subprocess.run(["git", "apply"], input=diff, text=True,
                            cwd=TREE, capture_output=True)
@@ -69,9 +74,19 @@ def mutate(m):
 def restore(m):
     for file in {f for f, _, _ in edits(m)}:
         run(["git", "checkout", "--", file], cwd=TREE)
-        diff = run(["git", "diff", "HEAD", "--", file], cwd=ROOT).stdout
+        diff = SNAPSHOT.get(file)
         if diff:
             subprocess.run(["git", "apply"], input=diff, text=True, cwd=TREE)
+
+
+def diff_by_file(diff):
+    """A `git diff` split into the diff of each file, by path."""
+    out = {}
+    for part in re.split(r"(?m)^(?=diff --git )", diff):
+        found = re.match(r"diff --git a/(\S+) b/", part)
+        if found:
+            out[found.group(1)] = part
+    return out
 
 
 def build():
