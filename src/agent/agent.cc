@@ -118,35 +118,35 @@ std::string DescribeQuota(std::uint64_t bytes) {
 
 // The terminal state the server gets for a runtime status.
 struct Outcome {
-  std::string state;
+  TaskState state = TaskState::kRunning;
   std::optional<int> exit_code;
   std::string message;
 };
 
 Outcome OutcomeOf(const runtime::TaskStatus& s, bool cancelled) {
-  using runtime::TaskState;
   Outcome o;
   o.message = runtime::DescribeTaskStatus(s);
   switch (s.state) {
-    case TaskState::kExited:
+    case runtime::TaskState::kExited:
       o.exit_code = s.exit_code;
-      o.state = s.exit_code == 0 ? "succeeded" : "failed";
+      o.state =
+          s.exit_code == 0 ? hf::TaskState::kSucceeded : hf::TaskState::kFailed;
       break;
-    case TaskState::kSignaled:
+    case runtime::TaskState::kSignaled:
       o.exit_code = 128 + s.signal;
-      o.state = "failed";
+      o.state = hf::TaskState::kFailed;
       break;
-    case TaskState::kFailed:
+    case runtime::TaskState::kFailed:
       o.exit_code = s.exit_code;
-      o.state = "failed";
+      o.state = hf::TaskState::kFailed;
       break;
-    case TaskState::kLost:
-    case TaskState::kRunning:
-      o.state = "failed";
+    case runtime::TaskState::kLost:
+    case runtime::TaskState::kRunning:
+      o.state = hf::TaskState::kFailed;
       break;
   }
   // Stopped because the server said so: cancelled, however it ended.
-  if (cancelled) o.state = "cancelled";
+  if (cancelled) o.state = hf::TaskState::kCancelled;
   return o;
 }
 
@@ -742,7 +742,7 @@ json Agent::CreateMigOnce(PendingMig& pending, int index,
       spdlog::info("MIG create {}: found {} made before a restart", id, uuid);
       made_partitions_[slice_id] = MadePartition{index, uuid};
       pending.executing = false;
-      pending.outcome = {{"ok", true}, {"device_id", uuid}};
+      pending.outcome = wire::ToJson(wire::MigResult{true, uuid, "", false});
       SavePendingMig();
       return pending.outcome;
     }
@@ -757,13 +757,13 @@ json Agent::CreateMigOnce(PendingMig& pending, int index,
     spdlog::info("MIG create {}: {} on GPU {} as {}", id, device->profile,
                  index, device->device_uuid);
     made_partitions_[slice_id] = MadePartition{index, device->device_uuid};
-    pending.outcome = {{"ok", true}, {"device_id", device->device_uuid}};
+    pending.outcome =
+        wire::ToJson(wire::MigResult{true, device->device_uuid, "", false});
   } else {
     spdlog::warn("MIG create {} on GPU {}: {}", id, index,
                  device.status().ToString());
-    pending.outcome = {{"ok", false},
-                       {"error", device.status().ToString()},
-                       {"orphaned", false}};
+    pending.outcome = wire::ToJson(
+        wire::MigResult{false, "", device.status().ToString(), false});
   }
   SavePendingMig();
   return pending.outcome;
@@ -794,7 +794,7 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
     spdlog::warn("MIG {} command {} on GPU {}: {}", action, id, index, error);
     // The first outcome is the one reported, however often the report has
     // to be sent again: a create refused now is never carried out later.
-    pending.outcome = {{"ok", false}, {"error", error}, {"orphaned", orphaned}};
+    pending.outcome = wire::ToJson(wire::MigResult{false, "", error, orphaned});
     SavePendingMig();
     return report(pending.outcome);
   };
@@ -807,7 +807,8 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
   if (action == "destroy" && device_uuid.empty()) {
     // A cleanup (the create's deadline passed): whatever we made for it.
     if (made == made_partitions_.end()) {
-      return report({{"ok", true}});  // nothing of that slice here
+      return report(wire::ToJson(
+          wire::MigResult{true, "", "", false}));  // nothing of that slice here
     }
     device_uuid = made->second.device_uuid;
   }
@@ -865,7 +866,8 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
       [&](const gpu::MigDevice& d) { return d.device_uuid == device_uuid; });
   if (found == devices->end()) {
     forget();
-    return report({{"ok", true}});  // already gone: idempotent
+    return report(wire::ToJson(
+        wire::MigResult{true, "", "", false}));  // already gone: idempotent
   }
   auto processes = driver_->ListProcesses(index);
   bool busy = false;
@@ -882,7 +884,7 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
   if (destroyed.ok() || destroyed.code() == StatusCode::kNotFound) {
     spdlog::info("MIG destroy {}: {} on GPU {}", id, device_uuid, index);
     forget();
-    return report({{"ok", true}});
+    return report(wire::ToJson(wire::MigResult{true, "", "", false}));
   }
   if (destroyed.code() == StatusCode::kFailedPrecondition && !waited_enough) {
     return false;  // still in use: try again next cycle
@@ -893,16 +895,18 @@ StatusOr<bool> Agent::HandleMigCommand(PendingMig& pending) {
 // ---------------------------------------------------------------- tasks
 
 Status Agent::ReportState(std::int64_t task_id, std::int64_t slice_id,
-                          const std::string& state,
-                          std::optional<int> exit_code,
+                          TaskState state, std::optional<int> exit_code,
                           const std::string& message) {
-  json entry = {{"task_id", task_id}, {"state", state}, {"message", message}};
-  if (exit_code) entry["exit_code"] = *exit_code;
+  wire::TaskStateReport entry;
+  entry.task_id = task_id;
+  entry.state = state;
+  entry.exit_code = exit_code;
+  entry.message = message;
   // Which binding this is about: a delayed report of an earlier one is
   // then ignored by the server.
-  if (slice_id > 0) entry["slice_id"] = slice_id;
-  auto reply =
-      server_->ReportTaskStates(options_.node_id, json::array({entry}));
+  if (slice_id > 0) entry.slice_id = slice_id;
+  auto reply = server_->ReportTaskStates(options_.node_id,
+                                         json::array({wire::ToJson(entry)}));
   return reply.status();
 }
 
@@ -910,7 +914,7 @@ Status Agent::GiveUp(std::int64_t task_id, std::int64_t slice_id,
                      const std::string& message) {
   gave_up_[task_id] = GaveUp{slice_id, message};
   SaveGaveUp();  // before the report: a restart must not start it either
-  return ReportState(task_id, slice_id, "failed", {}, message);
+  return ReportState(task_id, slice_id, TaskState::kFailed, {}, message);
 }
 
 void Agent::LoadGaveUp() {
@@ -961,7 +965,7 @@ Status Agent::HandleAssignments() {
         if (reply->contains("slices") && (*reply)["slices"].is_object()) {
           slice = IntOr((*reply)["slices"], std::to_string(id).c_str(), 0);
         }
-        const Status s = ReportState(id, slice, "cancelled", {},
+        const Status s = ReportState(id, slice, TaskState::kCancelled, {},
                                      "cancelled before it started");
         if (!s.ok() && first.ok()) first = s;
         continue;
@@ -985,8 +989,8 @@ Status Agent::HandleAssignments() {
         // Still "scheduled" at the server although it runs here (a restart
         // between start and report): say so now.
         if (!local->second.finished) {
-          const Status s =
-              ReportState(id, local->second.slice_id, "running", {}, "");
+          const Status s = ReportState(id, local->second.slice_id,
+                                       TaskState::kRunning, {}, "");
           if (s.ok()) local->second.reported_running = true;
         }
         continue;
@@ -997,8 +1001,9 @@ Status Agent::HandleAssignments() {
         // Reported failed already, and that report may still be on its
         // way: starting it now would run it under a slice the server is
         // about to release. The report is sent again instead.
-        const Status s = ReportState(id, gave->second.slice_id, "failed", {},
-                                     gave->second.message);
+        const Status s =
+            ReportState(id, gave->second.slice_id, TaskState::kFailed, {},
+                        gave->second.message);
         if (!s.ok() && first.ok()) first = s;
         continue;
       }
@@ -1175,7 +1180,7 @@ Status Agent::StartTask(const json& task) {
   }
   spdlog::info("task {} started ({} runtime)", id, runtime_->Name());
   tasks_[id] = local;
-  Status reported = ReportState(id, spec.slice_id, "running", {}, "");
+  Status reported = ReportState(id, spec.slice_id, TaskState::kRunning, {}, "");
   if (reported.ok()) tasks_[id].reported_running = true;
   return reported;
 }

@@ -166,7 +166,7 @@ class Agent {
   Status ShipLogs(std::int64_t task_id, LocalTask& task, bool drain);
   // `slice_id` > 0 names the binding the report is about.
   Status ReportState(std::int64_t task_id, std::int64_t slice_id,
-                     const std::string& state, std::optional<int> exit_code,
+                     TaskState state, std::optional<int> exit_code,
                      const std::string& message);
   void LoadPendingMig();
   void SavePendingMig();

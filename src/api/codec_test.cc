@@ -305,6 +305,31 @@ TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
   EXPECT_EQ(*tasks, (std::vector<wire::RunningTask>{plain, hooked, uncapped}));
 }
 
+TEST(ParseTaskStatesTest, TheAgentsEncodingDecodesToTheSameValues) {
+  const std::vector<wire::TaskStateReport> states = {
+      {1, TaskState::kRunning, std::nullopt, "", 10},
+      {2, TaskState::kSucceeded, 0, "exited 0", 11},
+      {3, TaskState::kFailed, 137, "killed by signal 9", std::nullopt},
+      {4, TaskState::kCancelled, std::nullopt, "stopped", 12}};
+  json body = {{"states", json::array()}};
+  for (const auto& s : states) body["states"].push_back(wire::ToJson(s));
+  auto decoded = ParseTaskStates(body);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(*decoded, states);
+}
+
+TEST(ParseMigResultTest, TheAgentsEncodingDecodesToTheSameValues) {
+  for (const wire::MigResult& r :
+       {wire::MigResult{true, "MIG-1", "", false},
+        wire::MigResult{true, "", "", false},
+        wire::MigResult{false, "", "RESOURCE_EXHAUSTED: no placement", false},
+        wire::MigResult{false, "", "busy", true}}) {
+    auto decoded = ParseMigResult(wire::ToJson(r));
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, r) << wire::ToJson(r).dump();
+  }
+}
+
 TEST(ParseNodeReportTest, ComputeCapabilityIsStrict) {
   for (const char* bad : {"8", "8.", ".0", "+8.0", " 8.0", "8.0x", "100.0",
                           "99999999999999999999.0", "8.-1"}) {

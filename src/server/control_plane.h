@@ -153,10 +153,12 @@ struct SliceCreate {
 using wire::GpuReport;
 using wire::HeartbeatReply;
 using wire::HookReport;
+using wire::MigResult;
 using wire::NodeReport;
 using wire::QuotaDirective;
 using wire::ReportNumber;
 using wire::RunningTask;
+using wire::TaskStateReport;
 
 // The hook usage last reported for a live slice. Kept in memory only (the
 // agent reports it every heartbeat); gone when the slice is released.
@@ -187,17 +189,6 @@ struct SliceResize {
   std::vector<std::string> warnings;
 };
 
-struct TaskStateReport {
-  RowId task_id = 0;
-  store::TaskState state = store::TaskState::kRunning;
-  std::optional<int> exit_code;
-  std::string message;
-  // The slice the node ran (or was to run) the task with. A report naming
-  // another slice than the task's current one is about an older binding
-  // (a delayed message) and is ignored. Unset: the current one.
-  std::optional<RowId> slice_id;
-};
-
 // What a node's agent must do (GET /api/v1/nodes/{node}/assignments), from
 // one snapshot: start `run`; stop `cancel` (cancelled, or their slice was
 // deleted) and report them; keep `bound` running. A task the node runs that
@@ -208,13 +199,6 @@ struct Assignments {
   std::vector<RowId> cancel;        // to stop, then report
   std::vector<RowId> bound;         // every task the node should run
   std::map<RowId, RowId> slices;    // task id -> its slice, for reports
-};
-
-struct MigResult {
-  bool ok = false;
-  std::string device_id;
-  std::string error;
-  bool orphaned = false;  // destroy failed and left an instance behind
 };
 
 struct GpuStats {

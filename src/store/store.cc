@@ -33,15 +33,6 @@ constexpr std::array<NamedValue<Role>, 4> kRoleNames = {{
     {Role::kNode, "node"},
 }};
 
-constexpr std::array<NamedValue<TaskState>, 6> kTaskStateNames = {{
-    {TaskState::kPending, "pending"},
-    {TaskState::kScheduled, "scheduled"},
-    {TaskState::kRunning, "running"},
-    {TaskState::kSucceeded, "succeeded"},
-    {TaskState::kFailed, "failed"},
-    {TaskState::kCancelled, "cancelled"},
-}};
-
 constexpr std::array<NamedValue<SliceState>, 3> kSliceStateNames = {{
     {SliceState::kAllocated, "allocated"},
     {SliceState::kReleasing, "releasing"},
@@ -86,17 +77,6 @@ Status BadUrl(std::string message) {
 std::string_view RoleName(Role role) { return NameOf(kRoleNames, role); }
 std::optional<Role> ParseRole(std::string_view name) {
   return ValueOf(kRoleNames, name);
-}
-
-std::string_view TaskStateName(TaskState state) {
-  return NameOf(kTaskStateNames, state);
-}
-std::optional<TaskState> ParseTaskState(std::string_view name) {
-  return ValueOf(kTaskStateNames, name);
-}
-bool IsTerminal(TaskState state) {
-  return state == TaskState::kSucceeded || state == TaskState::kFailed ||
-         state == TaskState::kCancelled;
 }
 
 std::string_view SliceStateName(SliceState state) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/task_state.h"
 
 namespace hf::store {
 
@@ -99,17 +100,11 @@ struct GpuRow {
   Millis updated_at = 0;
 };
 
-enum class TaskState {
-  kPending,
-  kScheduled,
-  kRunning,
-  kSucceeded,
-  kFailed,
-  kCancelled
-};
-std::string_view TaskStateName(TaskState state);  // "pending", ...
-std::optional<TaskState> ParseTaskState(std::string_view name);
-bool IsTerminal(TaskState state);
+// The task lifecycle (common/task_state.h), under its store names too.
+using ::hf::IsTerminal;
+using ::hf::ParseTaskState;
+using ::hf::TaskState;
+using ::hf::TaskStateName;
 
 using StringMap = std::map<std::string, std::string>;
 

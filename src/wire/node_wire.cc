@@ -92,6 +92,25 @@ json ToJson(const HeartbeatReply& reply) {
   return j;
 }
 
+json ToJson(const TaskStateReport& r) {
+  json j = {{"task_id", r.task_id},
+            {"state", std::string(TaskStateName(r.state))},
+            {"message", r.message}};
+  if (r.exit_code) j["exit_code"] = *r.exit_code;
+  if (r.slice_id) j["slice_id"] = *r.slice_id;
+  return j;
+}
+
+json ToJson(const MigResult& r) {
+  json j = {{"ok", r.ok}};
+  if (!r.device_id.empty()) j["device_id"] = r.device_id;
+  if (!r.ok) {
+    j["error"] = r.error;
+    j["orphaned"] = r.orphaned;
+  }
+  return j;
+}
+
 HeartbeatReply ReadHeartbeatReply(const json& reply) {
   HeartbeatReply out;
   if (!reply.is_object()) return out;

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "common/task_state.h"
+
 namespace hf::wire {
 
 using json = nlohmann::json;
@@ -101,6 +103,28 @@ struct HeartbeatReply {
   bool operator==(const HeartbeatReply&) const = default;
 };
 
+// A `task-states` entry: what became of a task on the node.
+struct TaskStateReport {
+  std::int64_t task_id = 0;
+  TaskState state = TaskState::kRunning;
+  std::optional<int> exit_code;
+  std::string message;
+  // The slice the node ran (or was to run) the task with. A report naming
+  // another slice than the task's current one is about an older binding
+  // (a delayed message) and is ignored. Unset: the current one.
+  std::optional<std::int64_t> slice_id;
+  bool operator==(const TaskStateReport&) const = default;
+};
+
+// The result of a MIG command (`slice-requests/{id}/result`).
+struct MigResult {
+  bool ok = false;
+  std::string device_id;  // the partition a create made
+  std::string error;
+  bool orphaned = false;  // a destroy failed and left an instance behind
+  bool operator==(const MigResult&) const = default;
+};
+
 // Register body (with "node_id"); a heartbeat body leaves the name out (it
 // is in the path) and adds "tasks".
 json ToJson(const NodeReport& report, bool with_name);
@@ -110,6 +134,8 @@ json ToJson(const RunningTask& task);
 json ToJson(const HeartbeatReply& reply);
 // {"report_epoch", "report_seq"}.
 json ToJson(const ReportNumber& number);
+json ToJson(const TaskStateReport& report);
+json ToJson(const MigResult& result);
 
 // The agent's reading of a heartbeat (or register) reply, from a server it
 // does not take on trust: anything not of the documented shape is left
