@@ -8,11 +8,11 @@
 // decoders).
 #pragma once
 
-#include <compare>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/task_state.h"
@@ -45,7 +45,11 @@ struct GpuReport {
 struct ReportNumber {
   std::int64_t epoch = 0;
   std::int64_t seq = 0;
-  auto operator<=>(const ReportNumber&) const = default;
+  bool operator==(const ReportNumber&) const = default;
+  bool operator<(const ReportNumber& o) const {
+    return std::tie(epoch, seq) < std::tie(o.epoch, o.seq);
+  }
+  bool operator<=(const ReportNumber& o) const { return !(o < *this); }
 };
 
 // The body of a register (with `name` as "node_id") or a heartbeat.
