@@ -27,8 +27,6 @@ constexpr std::string_view kMigDeviceLabel = "heteroflow.mig_device_id";
 // The task's hook region file, so that a restarted agent finds it again.
 constexpr std::string_view kHookRegionLabel = "heteroflow.hook_region";
 constexpr int kMaxLogChunksPerCycle = 8;
-// The largest report number the server takes (docs/API.md).
-constexpr std::int64_t kMaxReportNumber = (std::int64_t{1} << 53) - 1;
 
 std::string JoinInts(const std::vector<int>& values) {
   std::string out;
@@ -543,7 +541,7 @@ void Agent::StartReportEpoch() {
   if (in) {
     const json saved = json::parse(in, nullptr, /*allow_exceptions=*/false);
     const std::int64_t last = IntOr(saved, "epoch", 0);
-    if (last > 0 && last < kMaxReportNumber) report_epoch_ = last + 1;
+    if (last > 0 && last < wire::kMaxReportNumber) report_epoch_ = last + 1;
   }
   report_seq_ = 0;
   SaveStateFile("report-epoch.json", {{"epoch", report_epoch_}});
@@ -558,7 +556,7 @@ void Agent::NoteReportReply(const wire::HeartbeatReply& reply) {
   const std::int64_t newer = reply.newer_applied->epoch;
   spdlog::warn("the server applied a newer report of node '{}' (epoch {})",
                options_.node_id, newer);
-  if (newer < report_epoch_ || newer >= kMaxReportNumber) return;
+  if (newer < report_epoch_ || newer >= wire::kMaxReportNumber) return;
   report_epoch_ = newer + 1;
   report_seq_ = 0;
   SaveStateFile("report-epoch.json", {{"epoch", report_epoch_}});

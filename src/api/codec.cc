@@ -19,7 +19,6 @@ namespace {
 // server's arithmetic on them (sums, MiB to bytes) cannot wrap.
 constexpr std::int64_t kMaxGpuIndex = 1023;
 constexpr std::int64_t kMaxGpuMemoryMib = std::int64_t{16} << 20;  // 16 TiB
-constexpr std::int64_t kMaxReportNumber = (std::int64_t{1} << 53) - 1;
 constexpr std::int64_t kMaxCpuMilli = std::int64_t{1} << 30;       // ~1M CPUs
 constexpr std::int64_t kMaxHostMemoryMib = std::int64_t{1} << 30;  // 1 PiB
 constexpr std::size_t kMaxGpusPerTask = 64;
@@ -555,9 +554,10 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
   HF_RETURN_IF_ERROR(CheckIdentifier(*version, "agent_version"));
   r.agent_version = *version;
   auto epoch =
-      GetIntIn(body, "report_epoch", 1, kMaxReportNumber, "report_epoch");
+      GetIntIn(body, "report_epoch", 1, wire::kMaxReportNumber, "report_epoch");
   if (!epoch.ok()) return epoch.status();
-  auto seq = GetIntIn(body, "report_seq", 0, kMaxReportNumber, "report_seq");
+  auto seq =
+      GetIntIn(body, "report_seq", 0, wire::kMaxReportNumber, "report_seq");
   if (!seq.ok()) return seq.status();
   if (epoch->has_value() != seq->has_value()) {
     return Wrong(epoch->has_value() ? "report_seq" : "report_epoch",

@@ -42,6 +42,10 @@ struct GpuReport {
 // (kept in its state directory) and the report's number since that start.
 // A report is applied only if it is newer than the last one applied for
 // its node; one delivered late is answered without being applied.
+// The largest report_epoch and report_seq (an integer a JSON double holds
+// exactly; docs/API.md).
+inline constexpr std::int64_t kMaxReportNumber = (std::int64_t{1} << 53) - 1;
+
 struct ReportNumber {
   std::int64_t epoch = 0;
   std::int64_t seq = 0;
