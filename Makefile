@@ -91,6 +91,11 @@ bench: build
 	  $$b --benchmark_out=$(BUILD)/bench-results/$$name.json \
 	      --benchmark_out_format=json; \
 	done
+	@echo "== hook_shares"
+	@$(BUILD)/src/hook/hook_shares --hook $(BUILD)/lib/libhfhook.so \
+	    --worker $(BUILD)/src/hook/share_worker \
+	    --fake-cuda-dir $(BUILD)/src/hook/testing/fake-cuda \
+	    --out $(BUILD)/bench-results/hook_shares.json
 	@echo "results: $(BUILD)/bench-results/"
 
 # The whole-system simulation for as long as you like (docs/SIMULATION.md):

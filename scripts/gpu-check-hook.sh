@@ -31,10 +31,12 @@ if [ "$dry" = "--dry-run" ]; then
              HF_FAKE_CUDA_MEMORY_MB=16384 HF_FAKE_CUDA_KERNEL_US=1000)
 fi
 slice_env() {  # slice_env MB PERCENT -> env assignments for a hooked run
+  # (a share is strict: one slice alone measures its share, not the GPU)
   local region="$work/region-$RANDOM$RANDOM"
   echo LD_PRELOAD="$hook" HETEROFLOW_SLICE_MEMORY_MB="$1" \
        HETEROFLOW_HOOK_REGION="$region" \
-       ${2:+HETEROFLOW_SLICE_COMPUTE_PERCENT=$2}
+       ${2:+HETEROFLOW_SLICE_COMPUTE_PERCENT=$2} \
+       ${2:+HETEROFLOW_SLICE_COMPUTE_MODE=strict}
 }
 run_json() {  # run_json CMD... -> its last stdout line, or an error object
   local out

@@ -1157,6 +1157,26 @@ Status Agent::StartTask(const json& task) {
       local.region_path = path;
       spec.hook_region = path.string();
       labels[std::string(kHookRegionLabel)] = spec.hook_region;
+      // The GPU's region: the slices on one GPU share its time through it.
+      if (indices.size() == 1) {
+        const std::filesystem::path gpu_path =
+            path.parent_path() /
+            ("gpu-" + std::to_string(indices[0]) + ".region");
+        hook::GpuRegion gpu;
+        const char* gpu_error = "";
+        if (gpu.Open(gpu_path.c_str(), &gpu_error)) {
+          if (::chmod(gpu_path.c_str(), 0666) != 0) {
+            spdlog::warn("{}: chmod 0666: {}", gpu_path.string(),
+                         std::strerror(errno));
+          }
+          spec.hook_gpu_region = gpu_path.string();
+        } else {
+          spdlog::warn(
+              "task {}: no GPU region {} ({}); its compute share is kept "
+              "against its own time only",
+              id, gpu_path.string(), gpu_error);
+        }
+      }
     } else {
       // The hook still enforces the quota from the slice env in a region of
       // its own; only the agent's view (usage, live quota changes) is lost.

@@ -43,6 +43,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "gpu/gpu_driver.h"
+#include "hook/gpu_region.h"
 #include "hook/region.h"
 #include "mps/mps_control.h"
 #include "runtime/runtime.h"

@@ -76,6 +76,25 @@ HookConfig ReadConfig(EnvLookup lookup, void* ctx) {
       c.compute_percent = static_cast<uint32_t>(pct);
     }
   }
+  if (const char* mode = get_env(kEnvComputeMode)) {
+    if (std::strcmp(mode, "strict") == 0) {
+      c.compute_mode = ComputeMode::kStrict;
+    } else if (std::strcmp(mode, "work-conserving") == 0) {
+      c.compute_mode = ComputeMode::kWorkConserving;
+    } else {
+      // Never more than the share when the wish cannot be read.
+      c.compute_mode = ComputeMode::kStrict;
+      fail(kEnvComputeMode, "must be \"strict\" or \"work-conserving\"");
+    }
+  }
+  if (const char* gpu_region = get_env(kEnvGpuRegion);
+      gpu_region != nullptr && *gpu_region != '\0') {
+    if (std::strlen(gpu_region) >= sizeof(c.gpu_region_path)) {
+      fail(kEnvGpuRegion, "path too long");
+    } else {
+      CopyString(c.gpu_region_path, sizeof(c.gpu_region_path), gpu_region);
+    }
+  }
   if (const char* ctx = get_env(kEnvContextMb)) {
     uint64_t mb = 0;
     if (!ParseUnsigned(ctx, &mb) || mb > uint64_t{64} * 1024) {
@@ -84,21 +103,22 @@ HookConfig ReadConfig(EnvLookup lookup, void* ctx) {
       c.context_bytes = mb * kMiB;
     }
   }
+  if (slice != nullptr && *slice != '\0') {
+    if (!ParseUnsigned(slice, &c.slice_id)) {
+      c.slice_id = 0;
+      fail(kEnvSliceId, "must be a slice id (a whole number)");
+    }
+  }
   if (region != nullptr && *region != '\0') {
     if (std::strlen(region) >= sizeof(c.region_path)) {
       fail(kEnvRegion, "path too long");
     } else {
       CopyString(c.region_path, sizeof(c.region_path), region);
     }
-  } else if (slice != nullptr && *slice != '\0') {
-    uint64_t id = 0;
-    if (!ParseUnsigned(slice, &id)) {
-      fail(kEnvSliceId, "must be a slice id (a whole number)");
-    } else {
-      std::snprintf(c.region_path, sizeof(c.region_path),
-                    "/dev/shm/heteroflow-slice-%llu",
-                    static_cast<unsigned long long>(id));
-    }
+  } else if (c.slice_id != 0) {
+    std::snprintf(c.region_path, sizeof(c.region_path),
+                  "/dev/shm/heteroflow-slice-%llu",
+                  static_cast<unsigned long long>(c.slice_id));
   }
   if (const char* uuid = get_env(kEnvGpuUuid)) {
     // Never cut short: a truncated list could name a GPU it did not. Too

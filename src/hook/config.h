@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "hook/gpu_region.h"
 #include "hook/region.h"
 
 namespace hf::hook {
@@ -16,9 +17,11 @@ namespace hf::hook {
 inline constexpr const char* kEnvMemoryMb = "HETEROFLOW_SLICE_MEMORY_MB";
 inline constexpr const char* kEnvComputePercent =
     "HETEROFLOW_SLICE_COMPUTE_PERCENT";
+inline constexpr const char* kEnvComputeMode = "HETEROFLOW_SLICE_COMPUTE_MODE";
 inline constexpr const char* kEnvSliceId = "HETEROFLOW_SLICE_ID";
 inline constexpr const char* kEnvGpuUuid = "HETEROFLOW_GPU_UUID";
 inline constexpr const char* kEnvRegion = "HETEROFLOW_HOOK_REGION";
+inline constexpr const char* kEnvGpuRegion = "HETEROFLOW_HOOK_GPU_REGION";
 inline constexpr const char* kEnvContextMb = "HETEROFLOW_HOOK_CONTEXT_MB";
 inline constexpr const char* kEnvLog = "HETEROFLOW_HOOK_LOG";
 inline constexpr const char* kEnvDisable = "HETEROFLOW_HOOK_DISABLE";
@@ -31,10 +34,17 @@ struct HookConfig {
   bool active = false;
   uint64_t quota_bytes = kUnlimited;
   uint32_t compute_percent = 0;  // 0: no compute limit
-  uint64_t context_bytes = 0;    // charged per context
+  // How the share is kept against the other slices on the GPU.
+  ComputeMode compute_mode = ComputeMode::kWorkConserving;
+  // The slice the process belongs to (HETEROFLOW_SLICE_ID; 0: none given).
+  uint64_t slice_id = 0;
+  uint64_t context_bytes = 0;  // charged per context
   // Empty: a region private to this process and the children it forks.
   char region_path[256] = {};
   char gpu_uuid[128] = {};
+  // The GPU region (gpu_region.h); empty: one private to this process and
+  // the children it forks.
+  char gpu_region_path[256] = {};
   LogLevel log_level = LogLevel::kWarn;
   // The first variable that could not be parsed (then the quota is 0:
   // fail closed) and why.

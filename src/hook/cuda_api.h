@@ -37,6 +37,7 @@ CUresult cuLaunchCooperativeKernel_ptsz(
     unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
     void** kernelParams);
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 }
 
 #endif  // HF_HOOK_CUDA_API_H_

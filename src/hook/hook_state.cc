@@ -49,6 +49,7 @@ void AfterForkInChild() {
   if (s->counting) {
     s->region.ResetAfterFork();
     AttachSelf(*s);
+    JoinGpu(*s);
   }
 }
 
@@ -99,7 +100,7 @@ void Initialise(HookState& s) {
   }
   AttachSelf(s);
   s.counting = true;
-  s.throttling.store(s.region.compute_percent() > 0, std::memory_order_relaxed);
+  JoinGpu(s);
   pthread_atfork(nullptr, nullptr, &AfterForkInChild);
   Log(LogLevel::kInfo, nullptr,
       "enforcing: quota %llu bytes, compute %u%%, region %s",

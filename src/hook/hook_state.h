@@ -15,6 +15,7 @@
 #include "hook/alloc_table.h"
 #include "hook/config.h"
 #include "hook/cuda_api.h"
+#include "hook/gpu_region.h"
 #include "hook/region.h"
 
 namespace hf::hook {
@@ -58,12 +59,16 @@ namespace hf::hook {
   X(cuLaunchCooperativeKernel_ptsz) \
   X(cuGraphLaunch)                  \
   X(cuGraphLaunch_ptsz)             \
+  X(cuCtxSynchronize)               \
+  X(cuCtxSynchronize_v2)            \
+  X(cuStreamSynchronize)            \
+  X(cuStreamSynchronize_ptsz)       \
+  X(cuEventSynchronize)             \
   X(cuGetProcAddress)               \
   X(cuGetProcAddress_v2)
 
 #define HF_HOOK_USED(X) \
   X(cuCtxGetCurrent)    \
-  X(cuCtxSynchronize)   \
   X(cuDevicePrimaryCtxGetState)
 
 struct RealCuda {
@@ -86,6 +91,10 @@ struct HookState {
   // Whether launches go through the compute throttle.
   std::atomic<bool> throttling{false};
   Region region;
+  // The GPU's region, shared by the slices on the GPU (gpu_region.h), and
+  // this process's entry in it (-1: not joined; throttling is then off).
+  GpuRegion gpu;
+  std::atomic<int> gpu_process{-1};
   AllocTable table;
   void* libcuda = nullptr;
 };
@@ -104,8 +113,9 @@ void* RealDlsym(void* handle, const char* name);
 // The NVML wrapper to hand out for `name` (nvml_hook.cc), or `real`.
 void* NvmlWrapperFor(const char* name, void* real);
 
-// The compute throttle: called before each launch when `throttling`.
-void ThrottleLaunch(HookState& s);
+// The compute throttle (launch.cc): joins the GPU region when the slice has
+// a share. Called once the slice region is open, and in a forked child.
+void JoinGpu(HookState& s);
 
 }  // namespace hf::hook
 

@@ -468,8 +468,10 @@ TEST_F(HookTest, ThreadsOfOneProcessNeverExceedTheQuota) {
 }
 
 // The compute share: with 2 ms kernels launched back to back (launch,
-// synchronize), a slice at 25% gets about a quarter of the launches it gets
-// unlimited, on every launch path. Launch rates, not busy time over wall
+// synchronize), a strict slice at 25% gets about a quarter of the launches
+// it gets unlimited, on every launch path; a work-conserving one alone on
+// its GPU gets them all. (Shares between slices on one GPU:
+// hook_shares_test.) Launch rates, not busy time over wall
 // time, so the probe's own CPU time (the same in both runs) cancels out.
 double LaunchRate(const json& j) {
   return static_cast<double>(j["launches"].get<uint64_t>()) /
@@ -487,6 +489,12 @@ TEST_F(HookTest, ComputeShareHoldsOnEveryLaunchPath) {
             0.8)
       << full.dump();
   env["HETEROFLOW_SLICE_COMPUTE_PERCENT"] = "25";
+  // Work-conserving (the default), a slice alone on its GPU may use it all.
+  fs::remove(region_);
+  json alone = Run("procaddr", {"launch", "600", "kernel"}, env);
+  EXPECT_GT(LaunchRate(alone) / LaunchRate(full), 0.9) << alone.dump();
+  // Strict, it never gets more than its share.
+  env["HETEROFLOW_SLICE_COMPUTE_MODE"] = "strict";
   fs::remove(region_);
   json quarter = Run("procaddr", {"launch", "2000", "kernel"}, env);
   EXPECT_NEAR(LaunchRate(quarter) / LaunchRate(full), 0.25, 0.05)

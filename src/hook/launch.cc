@@ -1,102 +1,130 @@
 // Kernel launches: every launch path (plain, extended, cooperative, graph,
-// and their per-thread-stream variants) passes through ThrottleLaunch when
-// the slice has a compute share. Without one, the wrapper is one relaxed
-// load and a tail call: no lock, no syscall.
+// and their per-thread-stream variants) passes through the GPU's turn
+// (gpu_region.h) when the slice has a compute share. Without one, the
+// wrapper is one relaxed load and a tail call: no lock, no syscall.
 //
-// The throttle is a duty cycle in wall-clock windows. Time is cut into
-// 100 ms periods aligned to CLOCK_MONOTONIC, the same for every process on
-// the machine, so all processes of a slice open and close their window
-// together. In each period the slice may launch during the first
-// `percent`% of it. The first launch after the window closes waits for the
-// process's queued work (cuCtxSynchronize), then sleeps to the next
-// period; GPU time its queued work used past the window's end is a debt
-// taken off the next windows. So a GPU-bound slice gets about its share of
-// the GPU's time whatever its kernels' lengths (docs/HOOK.md says where
-// that holds and where it does not).
+// With a share, a launch first waits for this process to hold the GPU's
+// turn; the turn is shared with the other slices on the GPU by their
+// shares, and handed over only after this process's queued work has
+// finished (cuCtxSynchronize), so the share is of the GPU's time, not the
+// process's. The synchronising calls (cuCtxSynchronize, cuStreamSynchronize,
+// cuEventSynchronize) are wrapped too, so that a process waiting for its
+// own kernels is seen as busy and keeps its turn.
 #include <pthread.h>
-#include <time.h>
+#include <stdint.h>
+#include <unistd.h>
 
 #include "hook/hook_state.h"
+#include "hook/log.h"
 
 namespace hf::hook {
 namespace {
 
-constexpr int64_t kPeriodNs = 100'000'000;
-
-int64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no syscall
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+// FNV-1a of the region path: a slice key when no slice id is given.
+uint64_t PathKey(const char* path) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const char* p = path; *p != '\0'; ++p) {
+    h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ULL;
+  }
+  return h | 1;
 }
 
-void SleepUntil(int64_t deadline_ns) {
-  timespec ts{static_cast<time_t>(deadline_ns / 1'000'000'000),
-              static_cast<long>(deadline_ns % 1'000'000'000)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) != 0) {
+void Drain(void* ctx) {
+  auto* s = static_cast<HookState*>(ctx);
+  if (s->real.cuCtxSynchronize != nullptr) {
+    s->real.cuCtxSynchronize();
+  } else if (s->real.cuCtxSynchronize_v2 != nullptr) {
+    s->real.cuCtxSynchronize_v2(nullptr);
   }
 }
 
-// The debt owed by the window of period `debt_period` (ns of GPU time used
-// outside the slice's windows).
-std::atomic<int64_t> g_debt_ns{0};
-std::atomic<int64_t> g_debt_period{-1};
-pthread_mutex_t g_slow_path = PTHREAD_MUTEX_INITIALIZER;
+// Holds the process busy for the GPU region while a launch or a
+// synchronise is in the driver.
+class BusyCall {
+ public:
+  explicit BusyCall(HookState& s)
+      : s_(s), process_(s.gpu_process.load(std::memory_order_relaxed)) {
+    if (process_ >= 0) s_.gpu.EnterCall(process_);
+  }
+  ~BusyCall() {
+    if (process_ >= 0) s_.gpu.ExitCall(process_);
+  }
+  BusyCall(const BusyCall&) = delete;
+  BusyCall& operator=(const BusyCall&) = delete;
+  int process() const { return process_; }
 
-int64_t OnTime(uint32_t percent) {
-  return kPeriodNs * static_cast<int64_t>(percent) / 100;
-}
+ private:
+  HookState& s_;
+  int process_;
+};
 
 }  // namespace
 
-void ThrottleLaunch(HookState& s) {
+void JoinGpu(HookState& s) {
   const uint32_t percent = s.region.compute_percent();
-  if (percent == 0 || percent >= 100) return;
-  const int64_t on = OnTime(percent);
-  for (;;) {
-    const int64_t now = NowNs();
-    const int64_t period = now / kPeriodNs;
-    const int64_t phase = now % kPeriodNs;
-    const int64_t debt = g_debt_period.load(std::memory_order_relaxed) == period
-                             ? g_debt_ns.load(std::memory_order_relaxed)
-                             : 0;
-    if (phase < on - debt) return;  // the window is open
-
-    pthread_mutex_lock(&g_slow_path);
-    // Another thread may have paid for this window already.
-    const int64_t again = NowNs();
-    if (again / kPeriodNs != period) {
-      pthread_mutex_unlock(&g_slow_path);
-      continue;
-    }
-    // Let the queued work finish: what runs past the window is owed.
-    if (s.real.cuCtxSynchronize != nullptr) s.real.cuCtxSynchronize();
-    const int64_t after = NowNs();
-    const int64_t window_end = period * kPeriodNs + (debt < on ? on - debt : 0);
-    const int64_t next = (period + 1) * kPeriodNs;
-    int64_t owed = (after < next ? after : next) - window_end;
-    if (owed < 0) owed = 0;
-    // Debt beyond a whole window rolls on to the windows after it.
-    const int64_t carried = debt > on ? debt - on : 0;
-    g_debt_ns.store(owed + carried, std::memory_order_relaxed);
-    g_debt_period.store(period + 1, std::memory_order_relaxed);
-    pthread_mutex_unlock(&g_slow_path);
-    if (after < next) SleepUntil(next);
+  s.gpu_process.store(-1, std::memory_order_relaxed);
+  if (percent == 0 || percent >= 100) {
+    s.throttling.store(false, std::memory_order_relaxed);
+    return;
   }
+  if (!s.gpu.is_open()) {
+    const char* error = nullptr;
+    bool opened = false;
+    if (s.config.gpu_region_path[0] != '\0') {
+      opened = s.gpu.Open(s.config.gpu_region_path, &error);
+      if (!opened) {
+        Log(LogLevel::kError, nullptr,
+            "%s (%s): the compute share is kept against this process's own "
+            "time only, not against the other slices on the GPU",
+            error, s.config.gpu_region_path);
+      }
+    }
+    if (!opened && !s.gpu.OpenPrivate(&error)) {
+      Log(LogLevel::kError, nullptr, "%s: the compute share is NOT enforced",
+          error);
+      s.throttling.store(false, std::memory_order_relaxed);
+      return;
+    }
+  }
+  const int pid = static_cast<int>(getpid());
+  const uint64_t key = s.config.slice_id != 0 ? s.config.slice_id
+                       : s.config.region_path[0] != '\0'
+                           ? PathKey(s.config.region_path)
+                           : static_cast<uint64_t>(pid);
+  const int process = s.gpu.Join(key, percent, s.config.compute_mode, pid,
+                                 Region::ProcessStartTicks(pid));
+  if (process < 0) {
+    Log(LogLevel::kError, nullptr,
+        "the GPU region is full: the compute share is NOT enforced in this "
+        "process");
+    s.throttling.store(false, std::memory_order_relaxed);
+    return;
+  }
+  s.gpu_process.store(process, std::memory_order_relaxed);
+  s.throttling.store(true, std::memory_order_relaxed);
+  Log(LogLevel::kInfo, nullptr, "compute share %u%% (%s) on %s", percent,
+      s.config.compute_mode == ComputeMode::kStrict ? "strict"
+                                                    : "work-conserving",
+      s.config.gpu_region_path[0] != '\0' ? s.config.gpu_region_path
+                                          : "a private GPU region");
 }
 
 namespace {
 
-inline HookState& LaunchState() {
-  HookState& s = Hook();
-  if (s.throttling.load(std::memory_order_relaxed)) ThrottleLaunch(s);
-  return s;
+// Before a throttled launch: waits for the turn (the share set live by the
+// agent is picked up here too).
+inline void AwaitTurn(HookState& s, const BusyCall& call) {
+  if (call.process() < 0) return;
+  s.gpu.AwaitTurn(call.process(), &Drain, &s);
 }
 
 }  // namespace
 }  // namespace hf::hook
 
+using hf::hook::AwaitTurn;
+using hf::hook::BusyCall;
+using hf::hook::Hook;
 using hf::hook::HookState;
-using hf::hook::LaunchState;
 
 extern "C" {
 
@@ -106,8 +134,15 @@ extern "C" {
       unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,  \
       unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,  \
       void** kernelParams, void** extra) {                                    \
-    HookState& s = LaunchState();                                             \
+    HookState& s = Hook();                                                    \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;            \
+    if (!s.throttling.load(std::memory_order_relaxed)) {                      \
+      return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX,          \
+                         blockDimY, blockDimZ, sharedMemBytes, hStream,       \
+                         kernelParams, extra);                                \
+    }                                                                         \
+    BusyCall call(s);                                                         \
+    AwaitTurn(s, call);                                                       \
     return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, \
                        blockDimZ, sharedMemBytes, hStream, kernelParams,      \
                        extra);                                                \
@@ -120,8 +155,13 @@ HF_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
   __attribute__((visibility("default"))) CUresult name(                \
       const CUlaunchConfig* config, CUfunction f, void** kernelParams, \
       void** extra) {                                                  \
-    HookState& s = LaunchState();                                      \
+    HookState& s = Hook();                                             \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;     \
+    if (!s.throttling.load(std::memory_order_relaxed)) {               \
+      return s.real.name(config, f, kernelParams, extra);              \
+    }                                                                  \
+    BusyCall call(s);                                                  \
+    AwaitTurn(s, call);                                                \
     return s.real.name(config, f, kernelParams, extra);                \
   }
 HF_LAUNCH_KERNEL_EX(cuLaunchKernelEx)
@@ -134,8 +174,15 @@ HF_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
       unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,  \
       unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,  \
       void** kernelParams) {                                                  \
-    HookState& s = LaunchState();                                             \
+    HookState& s = Hook();                                                    \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;            \
+    if (!s.throttling.load(std::memory_order_relaxed)) {                      \
+      return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX,          \
+                         blockDimY, blockDimZ, sharedMemBytes, hStream,       \
+                         kernelParams);                                       \
+    }                                                                         \
+    BusyCall call(s);                                                         \
+    AwaitTurn(s, call);                                                       \
     return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, \
                        blockDimZ, sharedMemBytes, hStream, kernelParams);     \
   }
@@ -146,12 +193,44 @@ HF_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 #define HF_GRAPH_LAUNCH(name)                                                  \
   __attribute__((visibility("default"))) CUresult name(CUgraphExec hGraphExec, \
                                                        CUstream hStream) {     \
-    HookState& s = LaunchState();                                              \
+    HookState& s = Hook();                                                     \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;             \
+    if (!s.throttling.load(std::memory_order_relaxed)) {                       \
+      return s.real.name(hGraphExec, hStream);                                 \
+    }                                                                          \
+    BusyCall call(s);                                                          \
+    AwaitTurn(s, call);                                                        \
     return s.real.name(hGraphExec, hStream);                                   \
   }
 HF_GRAPH_LAUNCH(cuGraphLaunch)
 HF_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 #undef HF_GRAPH_LAUNCH
+
+// Synchronising calls: the process is busy (its kernels run) while in them.
+#define HF_SYNC(name, type, arg)                                   \
+  __attribute__((visibility("default"))) CUresult name(type arg) { \
+    HookState& s = Hook();                                         \
+    if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED; \
+    if (!s.throttling.load(std::memory_order_relaxed)) {           \
+      return s.real.name(arg);                                     \
+    }                                                              \
+    BusyCall call(s);                                              \
+    return s.real.name(arg);                                       \
+  }
+HF_SYNC(cuCtxSynchronize_v2, CUcontext, ctx)
+HF_SYNC(cuStreamSynchronize, CUstream, hStream)
+HF_SYNC(cuStreamSynchronize_ptsz, CUstream, hStream)
+HF_SYNC(cuEventSynchronize, CUevent, hEvent)
+#undef HF_SYNC
+
+__attribute__((visibility("default"))) CUresult cuCtxSynchronize(void) {
+  HookState& s = Hook();
+  if (s.real.cuCtxSynchronize == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!s.throttling.load(std::memory_order_relaxed)) {
+    return s.real.cuCtxSynchronize();
+  }
+  BusyCall call(s);
+  return s.real.cuCtxSynchronize();
+}
 
 }  // extern "C"

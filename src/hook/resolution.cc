@@ -134,6 +134,11 @@ const Variant kVariants[] = {
     {"cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", 9000, true},
     {"cuGraphLaunch", "cuGraphLaunch", 10000, false},
     {"cuGraphLaunch", "cuGraphLaunch_ptsz", 10000, true},
+    {"cuCtxSynchronize", "cuCtxSynchronize", 2000, false},
+    {"cuCtxSynchronize", "cuCtxSynchronize_v2", 13000, false},
+    {"cuStreamSynchronize", "cuStreamSynchronize", 2000, false},
+    {"cuStreamSynchronize", "cuStreamSynchronize_ptsz", 7000, true},
+    {"cuEventSynchronize", "cuEventSynchronize", 2000, false},
     {"cuGetProcAddress", "cuGetProcAddress", 11030, false},
     {"cuGetProcAddress", "cuGetProcAddress_v2", 12000, false},
 };

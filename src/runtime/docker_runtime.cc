@@ -215,6 +215,11 @@ std::vector<std::string> DockerRuntime::RunArgv(const TaskSpec& spec) const {
     argv.push_back("-v");
     argv.push_back(spec.hook_region + ":" + spec.hook_region);
   }
+  if (!spec.hook_gpu_region.empty()) {
+    // Read-write: every slice on the GPU takes its turns through it.
+    argv.push_back("-v");
+    argv.push_back(spec.hook_gpu_region + ":" + spec.hook_gpu_region);
+  }
   for (const auto& [name, value] :
        ComposeTaskEnv(spec, /*base=*/{}, EnvTarget::kContainer)) {
     argv.push_back("-e");

@@ -127,6 +127,8 @@ Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target) {
       check_path(spec.preload_library, "preload library", "preload_library"));
   HF_RETURN_IF_ERROR(
       check_path(spec.hook_region, "hook region", "hook_region"));
+  HF_RETURN_IF_ERROR(check_path(spec.hook_gpu_region, "hook GPU region",
+                                "hook_gpu_region"));
   HF_RETURN_IF_ERROR(CheckMapKeys(spec.env, "environment variable", "env"));
   HF_RETURN_IF_ERROR(CheckMapKeys(spec.labels, "label", "labels"));
   return Status::Ok();
@@ -168,6 +170,9 @@ StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
   }
   if (!spec.hook_region.empty()) {
     env["HETEROFLOW_HOOK_REGION"] = spec.hook_region;
+  }
+  if (!spec.hook_gpu_region.empty()) {
+    env["HETEROFLOW_HOOK_GPU_REGION"] = spec.hook_gpu_region;
   }
   return env;
 }

@@ -71,6 +71,11 @@ struct TaskSpec {
   // containers get it mounted read-write at the same path (the hook in the
   // task and the agent share it).
   std::string hook_region;
+  // The GPU's region (hook/gpu_region.h), shared by every slice on the
+  // task's GPU: how their compute shares coordinate. Injected as
+  // HETEROFLOW_HOOK_GPU_REGION; containers get it mounted read-write.
+  // Empty: none.
+  std::string hook_gpu_region;
 
   // Free-form labels; keys must be non-empty and contain no '='.
   StringMap labels;

@@ -31,8 +31,13 @@
 //       "gpu_instances": [{"profile": "3g.40gb", "start": 4, "ci": true}],
 //       "processes": [{"pid": 7, "used_mib": 100, "gpu_instance_id": 1,
 //                      "compute_instance_id": 0}],
-//       "process_growth": 5   // processes that appear after every
+//       "process_growth": 5,  // processes that appear after every
 //                             // INSUFFICIENT_SIZE answer (twice at most)
+//       "fake_cuda": {"dir": "/abs/dir", "index": 0}
+//         // the device is the fake CUDA driver's shared device `index` in
+//         // HF_FAKE_CUDA_GPU_DIR=dir (src/hook/testing/fake_gpu.h): its
+//         // processes (with their memory), memory in use and utilisation
+//         // are the ones CUDA programs on it make, besides any listed here
 //     }]
 //   }
 //
@@ -53,6 +58,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -65,6 +71,7 @@
 
 #include "gpu/mig_profiles.h"
 #include "gpu/nvml/nvml_api.h"
+#include "hook/testing/fake_gpu.h"
 
 #define HF_NVML_EXPORT __attribute__((visibility("default")))
 
@@ -130,6 +137,9 @@ struct FakeDevice {
   unsigned int process_growth = 0;
   unsigned int growths_done = 0;
   unsigned int next_pid = 100000;
+  // The shared fake GPU behind it ("fake_cuda"); null: figures from the
+  // config only.
+  std::unique_ptr<hf::fake_gpu::SharedDevice> gpu;
 };
 
 struct State {
@@ -520,6 +530,18 @@ nvmlReturn_t LoadConfig() {
       d->table = hf::gpu::FindMigTable(
           d->name, static_cast<hf::MemoryMib>(d->total_bytes / kMib));
       d->process_growth = dj.value("process_growth", 0U);
+      if (dj.contains("fake_cuda")) {
+        const nlohmann::json& fj = dj["fake_cuda"];
+        hf::fake_gpu::DeviceOptions options;
+        options.memory_bytes = d->total_bytes;
+        d->gpu = std::make_unique<hf::fake_gpu::SharedDevice>();
+        std::string error;
+        if (!d->gpu->Open(fj.at("dir").get<std::string>(), fj.value("index", 0),
+                          options, &error)) {
+          std::fprintf(stderr, "fake_nvml: %s\n", error.c_str());
+          return NVML_ERROR_UNKNOWN;
+        }
+      }
       for (const nlohmann::json& pj :
            dj.value("processes", nlohmann::json::array())) {
         FakeProcess p;
@@ -697,7 +719,7 @@ void MemoryOf(const FakeDevice& d, const nvmlComputeInstance_st* mig,
               unsigned long long* reserved) {
   if (mig == nullptr) {
     *total = d.total_bytes;
-    *used = d.used_bytes;
+    *used = d.used_bytes + (d.gpu != nullptr ? d.gpu->used_bytes() : 0);
     *reserved = d.reserved_bytes;
     return;
   }
@@ -803,6 +825,17 @@ HF_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
         visible.push_back(p);
       }
     }
+    if (d->gpu != nullptr && mig == nullptr) {
+      // Every process with a context on the shared device; its memory
+      // includes its contexts' (the driver's own), as on a real GPU.
+      for (const hf::fake_gpu::ProcessUsage& u : d->gpu->Processes()) {
+        if (u.contexts == 0) continue;
+        FakeProcess p;
+        p.pid = static_cast<unsigned int>(u.pid);
+        p.used_bytes = u.used_bytes;
+        visible.push_back(p);
+      }
+    }
     const auto needed = static_cast<unsigned int>(visible.size());
     if (*infoCount < needed) {
       *infoCount = needed;
@@ -828,6 +861,93 @@ HF_NVML_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(
           d->mig ? visible[i].compute_instance_id : kNvmlNoInstanceId;
     }
     *infoCount = needed;
+    return NVML_SUCCESS;
+  });
+}
+
+namespace {
+// CLOCK_REALTIME microseconds (NVML's sample timestamps) and the
+// CLOCK_MONOTONIC nanoseconds of the shared device, now.
+void Clocks(unsigned long long* real_us, int64_t* mono_ns) {
+  timespec real{};
+  clock_gettime(CLOCK_REALTIME, &real);
+  *mono_ns = hf::fake_gpu::SharedDevice::NowNs();
+  *real_us = static_cast<unsigned long long>(real.tv_sec) * 1000000ULL +
+             static_cast<unsigned long long>(real.tv_nsec) / 1000ULL;
+}
+}  // namespace
+
+HF_NVML_EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(
+    nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+    unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp) {
+  return Guarded([&] {
+    std::lock_guard<std::mutex> lock(S().mu);
+    FakeDevice* d = nullptr;
+    nvmlComputeInstance_st* mig = nullptr;
+    if (nvmlReturn_t rc =
+            EnterDevice("nvmlDeviceGetProcessUtilization", device, &d, &mig);
+        rc != NVML_SUCCESS) {
+      return rc;
+    }
+    if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig != nullptr) return NVML_ERROR_NOT_SUPPORTED;  // as on MIG GPUs
+    unsigned long long now_us = 0;
+    int64_t now_ns = 0;
+    Clocks(&now_us, &now_ns);
+    std::vector<hf::fake_gpu::ProcessUtilization> busy;
+    if (d->gpu != nullptr) {
+      // lastSeenTimeStamp 0: the last second (a real GPU keeps a short
+      // history of samples too).
+      const unsigned long long since_us =
+          lastSeenTimeStamp == 0 || lastSeenTimeStamp > now_us
+              ? (now_us > 1000000ULL ? now_us - 1000000ULL : 0)
+              : lastSeenTimeStamp;
+      const int64_t since_ns =
+          now_ns - static_cast<int64_t>((now_us - since_us) * 1000ULL);
+      for (const auto& p : d->gpu->UtilizationSince(since_ns).processes) {
+        if (p.executed_ns > 0) busy.push_back(p);
+      }
+    }
+    const auto needed = static_cast<unsigned int>(busy.size());
+    if (utilization == nullptr || *processSamplesCount < needed) {
+      *processSamplesCount = needed;
+      return needed == 0 ? NVML_ERROR_NOT_FOUND : NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    if (needed == 0) {
+      *processSamplesCount = 0;
+      return NVML_ERROR_NOT_FOUND;
+    }
+    for (unsigned int i = 0; i < needed; ++i) {
+      utilization[i] = nvmlProcessUtilizationSample_t{};
+      utilization[i].pid = static_cast<unsigned int>(busy[i].pid);
+      utilization[i].timeStamp = now_us;
+      utilization[i].smUtil = busy[i].sm_percent;
+    }
+    *processSamplesCount = needed;
+    return NVML_SUCCESS;
+  });
+}
+
+HF_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(
+    nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  return Guarded([&] {
+    std::lock_guard<std::mutex> lock(S().mu);
+    FakeDevice* d = nullptr;
+    nvmlComputeInstance_st* mig = nullptr;
+    if (nvmlReturn_t rc =
+            EnterDevice("nvmlDeviceGetUtilizationRates", device, &d, &mig);
+        rc != NVML_SUCCESS) {
+      return rc;
+    }
+    if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (mig != nullptr) return NVML_ERROR_NOT_SUPPORTED;
+    *utilization = nvmlUtilization_t{};
+    if (d->gpu != nullptr) {
+      // The past second, as the driver's sample period is up to one.
+      const int64_t now = hf::fake_gpu::SharedDevice::NowNs();
+      utilization->gpu =
+          d->gpu->UtilizationSince(now - 1'000'000'000).gpu_percent;
+    }
     return NVML_SUCCESS;
   });
 }

@@ -129,6 +129,27 @@ using nvmlProcessInfo_t = nvmlProcessInfo_v2_st;
 // [H] gpuInstanceId / computeInstanceId "set to 0xFFFFFFFF otherwise".
 inline constexpr unsigned int kNvmlNoInstanceId = 0xFFFFFFFFU;
 
+// [H], [R] nvmlProcessUtilizationSample_t: one process's utilisation (SM,
+// frame buffer, encoder, decoder: percent of the sample period) and the CPU
+// timestamp of the sample in microseconds.
+struct nvmlProcessUtilizationSample_st {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+using nvmlProcessUtilizationSample_t = nvmlProcessUtilizationSample_st;
+
+// [H], [R] nvmlUtilization_t: percent of the past sample period during
+// which a kernel ran (gpu) and device memory was read or written (memory).
+struct nvmlUtilization_st {
+  unsigned int gpu;
+  unsigned int memory;
+};
+using nvmlUtilization_t = nvmlUtilization_st;
+
 // [H] group nvmlMultiInstanceGPU.
 inline constexpr unsigned int NVML_DEVICE_MIG_DISABLE = 0x0;
 inline constexpr unsigned int NVML_DEVICE_MIG_ENABLE = 0x1;
@@ -277,6 +298,15 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                      unsigned int* infoCount,
                                                      nvmlProcessInfo_t* infos);
+// One sample per process with non-zero utilisation since
+// `lastSeenTimeStamp` (µs); `utilization` NULL asks for the count
+// (NVML_ERROR_INSUFFICIENT_SIZE with *processSamplesCount set); none:
+// NVML_ERROR_NOT_FOUND.
+nvmlReturn_t nvmlDeviceGetProcessUtilization(
+    nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+    unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp);
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                           nvmlUtilization_t* utilization);
 
 // Multi-Instance GPU ([H] group nvmlMultiInstanceGPU).
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device,

@@ -21,6 +21,10 @@
 //   HF_FAKE_CUDA_MEMORY_MB  memory per device in MiB, 1..16777216 (1024)
 //   HF_FAKE_CUDA_CONTEXT_MB device memory each context takes, 0..16777216 (0)
 //   HF_FAKE_CUDA_KERNEL_US  simulated GPU time per launch, 0..60000000 (0)
+//   HF_FAKE_CUDA_GPU_DIR    where the devices live, shared by every process
+//                           that names the same directory (unset: private)
+//   HF_FAKE_CUDA_TIMESLICE_US how long the device runs one context before
+//                           switching to another with work, 1..1000000 (2000)
 // A bad value makes cuInit print one line naming the variable to stderr and
 // return CUDA_ERROR_INVALID_VALUE (a later cuInit reads the variables again).
 #include <stdio.h>
@@ -30,7 +34,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
 
 #include "hook/testing/fake_cuda_internal.h"
 
@@ -96,13 +99,25 @@ bool ReadEnv(const char* name, uint64_t lo, uint64_t hi, uint64_t* out) {
 
 bool ReadConfig(Config* config) {
   uint64_t devices = 1, memory_mb = 1024, context_mb = 0, kernel_us = 0;
+  uint64_t timeslice_us = fake_gpu::kDefaultTimesliceNs / 1000;
   constexpr uint64_t kMaxMb = 16ULL * 1024 * 1024;  // 16 TiB
   if (!ReadEnv("HF_FAKE_CUDA_DEVICES", 0, kMaxDevices, &devices) ||
       !ReadEnv("HF_FAKE_CUDA_MEMORY_MB", 1, kMaxMb, &memory_mb) ||
       !ReadEnv("HF_FAKE_CUDA_CONTEXT_MB", 0, kMaxMb, &context_mb) ||
-      !ReadEnv("HF_FAKE_CUDA_KERNEL_US", 0, 60ULL * 1000 * 1000, &kernel_us)) {
+      !ReadEnv("HF_FAKE_CUDA_KERNEL_US", 0, 60ULL * 1000 * 1000, &kernel_us) ||
+      !ReadEnv("HF_FAKE_CUDA_TIMESLICE_US", 1, 1000ULL * 1000, &timeslice_us)) {
     return false;
   }
+  const char* dir = getenv("HF_FAKE_CUDA_GPU_DIR");
+  if (dir != nullptr && dir[0] != '/') {
+    fprintf(stderr,
+            "fake libcuda: HF_FAKE_CUDA_GPU_DIR=\"%s\" is not an absolute "
+            "path; cuInit returns CUDA_ERROR_INVALID_VALUE\n",
+            dir);
+    return false;
+  }
+  config->gpu_dir = dir != nullptr ? dir : "";
+  config->timeslice_ns = timeslice_us * 1000;
   config->devices = static_cast<int>(devices);
   config->memory_bytes = memory_mb * kMiB;
   config->context_bytes = context_mb * kMiB;
@@ -167,6 +182,7 @@ CUresult ActivatePrimary(int device) {
   if (!Charge(device, st.config.context_bytes)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  dev.gpu->ContextOpened();
   dev.primary->live = true;
   return CUDA_SUCCESS;
 }
@@ -183,6 +199,7 @@ CUresult CreateContext(CUcontext* pctx, unsigned int flags, CUdevice device) {
   if (!Charge(device, st.config.context_bytes)) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  st.devices[device].gpu->ContextOpened();
   auto ctx = std::make_unique<CUctx_st>();
   ctx->device = device;
   ctx->live = true;
@@ -203,6 +220,7 @@ CUresult DestroyContext(CUcontext ctx) {
   }
   ReleaseContextResources(ctx);
   Uncharge(ctx->device, st.config.context_bytes);
+  CloseContextOnDevice(ctx);
   ctx->live = false;
   if (StackTop() == ctx) StackPop();
   return CUDA_SUCCESS;
@@ -218,6 +236,7 @@ CUresult ReleasePrimary(CUdevice device) {
     // released": everything in it goes, the handle stays valid.
     ReleaseContextResources(dev.primary);
     Uncharge(device, st.config.context_bytes);
+    CloseContextOnDevice(dev.primary);
     dev.primary->live = false;
   }
   return CUDA_SUCCESS;
@@ -263,7 +282,7 @@ CUresult SynchronizeContext(CUcontext ctx) {
   const CUresult rc =
       target == nullptr ? CurrentContext(&target) : CheckContext(target);
   if (rc != CUDA_SUCCESS) return rc;
-  WaitForDevice(lock, target->device);
+  WaitForContext(lock, target);
   return CUDA_SUCCESS;
 }
 
@@ -382,16 +401,18 @@ bool ValidDevice(CUdevice dev) {
 }
 
 bool Charge(int device, uint64_t bytes) {
-  State& st = S();
-  Device& dev = st.devices[device];
-  if (bytes > st.config.memory_bytes - dev.used) return false;
+  Device& dev = S().devices[device];
+  if (bytes == 0) return true;
+  if (!dev.gpu->Charge(bytes)) return false;  // the card is full
   dev.used += bytes;
   return true;
 }
 
 void Uncharge(int device, uint64_t bytes) {
   Device& dev = S().devices[device];
-  dev.used = bytes > dev.used ? 0 : dev.used - bytes;
+  const uint64_t taken = bytes > dev.used ? dev.used : bytes;
+  dev.used -= taken;
+  if (taken > 0) dev.gpu->Uncharge(taken);
 }
 
 uint64_t PageRound(uint64_t bytes) {
@@ -464,23 +485,56 @@ int64_t NowNs() {
       .count();
 }
 
-void QueueKernel(int device) {
+namespace {
+
+// The context's channel on its device, opened on first use (-1: the device
+// has no channel free, and its work then takes no time).
+int ChannelOf(CUctx_st* ctx) {
   State& st = S();
-  Timeline& t = st.devices[device].timeline;
-  const int64_t now = NowNs();
-  const int64_t start = t.busy_until_ns > now ? t.busy_until_ns : now;
-  t.busy_until_ns = start + static_cast<int64_t>(st.config.kernel_ns);
-  t.scheduled_ns += st.config.kernel_ns;
-  ++st.launch_count;
+  if (ctx->channel < 0) {
+    ctx->channel = st.devices[ctx->device].gpu->OpenChannel(
+        reinterpret_cast<uint64_t>(ctx), st.config.kernel_ns);
+  }
+  return ctx->channel;
 }
 
-void WaitForDevice(std::unique_lock<std::mutex>& lock, int device) {
-  const int64_t until = S().devices[device].timeline.busy_until_ns;
-  if (until <= NowNs()) return;
+}  // namespace
+
+void QueueKernel(std::unique_lock<std::mutex>& lock, CUctx_st* ctx) {
+  State& st = S();
+  ++st.launch_count;
+  const int channel = ChannelOf(ctx);
+  if (channel < 0) return;
+  fake_gpu::SharedDevice* gpu = st.devices[ctx->device].gpu.get();
+  const uint64_t ns = st.config.kernel_ns;
+  // Enqueue may wait for room on the channel: never with the lock held.
   lock.unlock();
-  std::this_thread::sleep_until(
-      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(until)));
+  gpu->Enqueue(channel, ns);
   lock.lock();
+}
+
+void WaitForContext(std::unique_lock<std::mutex>& lock, CUctx_st* ctx) {
+  if (ctx->channel < 0) return;
+  fake_gpu::SharedDevice* gpu = S().devices[ctx->device].gpu.get();
+  const int channel = ctx->channel;
+  const uint64_t mark = gpu->Mark(channel);
+  if (gpu->Reached(channel, mark)) return;
+  lock.unlock();
+  gpu->WaitFor(channel, mark);
+  lock.lock();
+}
+
+bool ContextIdle(CUctx_st* ctx) {
+  if (ctx->channel < 0) return true;
+  fake_gpu::SharedDevice* gpu = S().devices[ctx->device].gpu.get();
+  return gpu->Reached(ctx->channel, gpu->Mark(ctx->channel));
+}
+
+void CloseContextOnDevice(CUctx_st* ctx) {
+  fake_gpu::SharedDevice* gpu = S().devices[ctx->device].gpu.get();
+  if (ctx->channel >= 0) gpu->CloseChannel(ctx->channel);
+  ctx->channel = -1;
+  gpu->ContextClosed();
 }
 
 }  // namespace hf::fake_cuda
@@ -497,8 +551,24 @@ HF_FAKE_EXPORT CUresult cuInit(unsigned int Flags) {
   Config config;
   if (!ReadConfig(&config)) return CUDA_ERROR_INVALID_VALUE;
   if (config.devices == 0) return CUDA_ERROR_NO_DEVICE;
+  std::vector<Device> devices(static_cast<size_t>(config.devices));
+  for (int i = 0; i < config.devices; ++i) {
+    hf::fake_gpu::DeviceOptions options;
+    options.memory_bytes = config.memory_bytes;
+    options.timeslice_ns = config.timeslice_ns;
+    auto gpu = std::make_unique<hf::fake_gpu::SharedDevice>();
+    std::string error;
+    if (!gpu->Open(config.gpu_dir, i, options, &error)) {
+      fprintf(stderr,
+              "fake libcuda: device %d: %s; cuInit returns "
+              "CUDA_ERROR_OPERATING_SYSTEM\n",
+              i, error.c_str());
+      return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    devices[static_cast<size_t>(i)].gpu = std::move(gpu);
+  }
   st.config = config;
-  st.devices.assign(config.devices, Device());
+  st.devices = std::move(devices);
   for (int i = 0; i < config.devices; ++i) {
     auto primary = std::make_unique<CUctx_st>();
     primary->device = i;
@@ -566,7 +636,7 @@ HF_FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   HF_FAKE_LOCK_INITIALIZED();
   if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *bytes = st.config.memory_bytes;
+  *bytes = st.devices[dev].gpu->memory_bytes();
   return CUDA_SUCCESS;
 }
 
@@ -730,21 +800,24 @@ HF_FAKE_EXPORT uint64_t hfFakeCudaLaunchCount(void) {
   return S().launch_count;
 }
 
-// Simulated GPU time a device has spent on launches so far: the kernel time
-// queued minus what is still ahead on its timeline (so after a synchronize
-// it is launches x HF_FAKE_CUDA_KERNEL_US). 0 for an unknown device.
+// Simulated GPU time a device has run so far, every process's work on it
+// included (so after a synchronize in the only process using it, it is
+// launches x HF_FAKE_CUDA_KERNEL_US). 0 for an unknown device.
 HF_FAKE_EXPORT uint64_t hfFakeCudaBusyNs(int device) {
   std::lock_guard<std::mutex> lock(S().mu);
   if (!S().initialized || !ValidDevice(device)) return 0;
-  const Timeline& t = S().devices[device].timeline;
-  const int64_t ahead = t.busy_until_ns - NowNs();
-  if (ahead <= 0) return t.scheduled_ns;
-  const uint64_t pending = static_cast<uint64_t>(ahead);
-  return pending > t.scheduled_ns ? 0 : t.scheduled_ns - pending;
+  return S().devices[device].gpu->busy_ns();
 }
 
-// Device memory this process holds on a device (what cuMemGetInfo reports as
+// Device memory every process holds on a device (a real cuMemGetInfo's
 // total - free). 0 for an unknown device.
+HF_FAKE_EXPORT uint64_t hfFakeCudaGpuUsedBytes(int device) {
+  std::lock_guard<std::mutex> lock(S().mu);
+  if (!S().initialized || !ValidDevice(device)) return 0;
+  return S().devices[device].gpu->used_bytes();
+}
+
+// Device memory this process holds on a device. 0 for an unknown device.
 HF_FAKE_EXPORT uint64_t hfFakeCudaDeviceUsedBytes(int device) {
   std::lock_guard<std::mutex> lock(S().mu);
   if (!S().initialized || !ValidDevice(device)) return 0;

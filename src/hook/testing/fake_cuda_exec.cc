@@ -1,8 +1,9 @@
 // fake_cuda_exec.cc: the fake driver's streams, modules, kernel launches and
-// graphs. Nothing runs: a launch only adds HF_FAKE_CUDA_KERNEL_US of
-// simulated GPU time to its device's timeline (one per device per process,
-// shared by all streams: busy_until = max(now, busy_until) + kernel time),
-// and synchronizing sleeps until that timeline drains. See fake_cuda.cc and
+// graphs. Nothing runs: a launch only queues HF_FAKE_CUDA_KERNEL_US of
+// simulated GPU time on its context's channel of the device's timeline
+// (fake_gpu.h: one timeline per device, shared by every process, which
+// time-slices between the contexts with work), and synchronizing sleeps
+// until the context's work queued so far has run. See fake_cuda.cc and
 // docs/FAKE_CUDA.md.
 #include <string>
 #include <utility>
@@ -54,10 +55,10 @@ CUresult LaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
   if (!ValidLaunchShape(gx, gy, gz, bx, by, bz, shared_bytes)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  int device = 0;
-  rc = StreamDevice(stream, &device);
+  CUctx_st* target = nullptr;
+  rc = StreamContext(stream, &target);
   if (rc != CUDA_SUCCESS) return rc;
-  QueueKernel(device);
+  QueueKernel(lock, target);
   return CUDA_SUCCESS;
 }
 
@@ -76,10 +77,10 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream stream) {
   if (exec == nullptr || st.graph_execs.count(exec) == 0 || !exec->live) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  int device = 0;
-  const CUresult rc = StreamDevice(stream, &device);
+  CUctx_st* target = nullptr;
+  const CUresult rc = StreamContext(stream, &target);
   if (rc != CUDA_SUCCESS) return rc;
-  QueueKernel(device);  // a graph counts as one kernel's worth of time
+  QueueKernel(lock, target);  // a graph counts as one kernel's worth of time
   return CUDA_SUCCESS;
 }
 
@@ -122,24 +123,31 @@ CUresult DestroyStream(CUstream stream) {
 
 CUresult SynchronizeStream(CUstream stream) {
   HF_FAKE_LOCK_INITIALIZED();
-  int device = 0;
-  const CUresult rc = StreamDevice(stream, &device);
+  CUctx_st* target = nullptr;
+  const CUresult rc = StreamContext(stream, &target);
   if (rc != CUDA_SUCCESS) return rc;
-  WaitForDevice(lock, device);
+  WaitForContext(lock, target);
   return CUDA_SUCCESS;
 }
 
 CUresult QueryStream(CUstream stream) {
   HF_FAKE_LOCK_INITIALIZED();
-  int device = 0;
-  const CUresult rc = StreamDevice(stream, &device);
+  CUctx_st* target = nullptr;
+  const CUresult rc = StreamContext(stream, &target);
   if (rc != CUDA_SUCCESS) return rc;
-  return st.devices[device].timeline.busy_until_ns > NowNs()
-             ? CUDA_ERROR_NOT_READY
-             : CUDA_SUCCESS;
+  return ContextIdle(target) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 }  // namespace
+
+CUresult StreamContext(CUstream stream, CUctx_st** ctx) {
+  if (IsDefaultStream(stream)) return CurrentContext(ctx);
+  if (S().streams.count(stream) == 0 || !stream->live) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  *ctx = stream->ctx;
+  return CUDA_SUCCESS;
+}
 
 CUresult StreamDevice(CUstream stream, int* device) {
   if (IsDefaultStream(stream)) {

@@ -27,8 +27,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "hook/testing/fake_gpu.h"
 
 #define HF_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -40,6 +43,7 @@ struct CUctx_st {
   bool primary = false;
   bool live = false;  // a primary context is live while retained
   unsigned int flags = 0;
+  int channel = -1;  // its channel on the device's timeline (-1: none yet)
 };
 struct CUstream_st {
   CUctx_st* ctx = nullptr;
@@ -99,6 +103,8 @@ struct Config {
   uint64_t memory_bytes = 1024 * kMiB;
   uint64_t context_bytes = 0;
   uint64_t kernel_ns = 0;
+  std::string gpu_dir;  // HF_FAKE_CUDA_GPU_DIR; empty: private devices
+  uint64_t timeslice_ns = fake_gpu::kDefaultTimesliceNs;
 };
 
 // What an entry of the device-pointer table came from.
@@ -145,18 +151,17 @@ struct Mapping {
   PhysAlloc* phys = nullptr;
 };
 
-struct Timeline {
-  int64_t busy_until_ns = 0;  // steady clock
-  uint64_t scheduled_ns = 0;  // kernel time ever queued
-};
-
 struct Device {
-  uint64_t used = 0;  // bytes charged (contexts, allocations, pools, VMM)
+  // Bytes this process holds on it (contexts, allocations, pools, VMM); the
+  // device's own total, all processes, is in `gpu`.
+  uint64_t used = 0;
   CUctx_st* primary = nullptr;
   int primary_refs = 0;
   CUmemPoolHandle_st* default_pool = nullptr;
   CUmemPoolHandle_st* current_pool = nullptr;
-  Timeline timeline;
+  // The device itself: memory and timeline, shared with every process that
+  // opened the same HF_FAKE_CUDA_GPU_DIR (fake_gpu.h).
+  std::unique_ptr<fake_gpu::SharedDevice> gpu;
 };
 
 // All driver state. One mutex guards it; API functions lock it for their
@@ -230,11 +235,21 @@ void FreeDeviceAlloc(std::map<uint64_t, DeviceAlloc>::iterator it);
 // Is [ptr, ptr + bytes) inside one device allocation or VMM mapping?
 bool DeviceRangeValid(uint64_t ptr, uint64_t bytes);
 
-// Queues one launch worth of simulated GPU time on a device.
-void QueueKernel(int device);
+// The context a stream's work runs in (stream 0, CU_STREAM_LEGACY and
+// CU_STREAM_PER_THREAD: the current context).
+CUresult StreamContext(CUstream stream, CUctx_st** ctx);
+
+// Queues one launch worth of simulated GPU time on a context's channel;
+// may wait (without the lock) while the channel's queue is full.
+void QueueKernel(std::unique_lock<std::mutex>& lock, CUctx_st* ctx);
 int64_t NowNs();
-// Sleeps (without the lock) until the device's timeline drains.
-void WaitForDevice(std::unique_lock<std::mutex>& lock, int device);
+// Sleeps (without the lock) until the work queued so far in `ctx` has run.
+void WaitForContext(std::unique_lock<std::mutex>& lock, CUctx_st* ctx);
+// Whether the work queued so far in `ctx` has run.
+bool ContextIdle(CUctx_st* ctx);
+// A context goes (destroyed, or a primary context reset): its queued work
+// is dropped and the device stops listing it.
+void CloseContextOnDevice(CUctx_st* ctx);
 
 // The checks every entry point but the init-free ones starts with.
 #define HF_FAKE_LOCK_INITIALIZED()                            \

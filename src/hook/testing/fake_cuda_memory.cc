@@ -164,7 +164,7 @@ CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t bytes) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   // A copy to the host returns once earlier work on the device is done.
-  WaitForDevice(lock, ctx->device);
+  WaitForContext(lock, ctx);
   if (!DeviceRangeValid(src, bytes)) return CUDA_ERROR_INVALID_VALUE;
   memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   return CUDA_SUCCESS;
@@ -405,8 +405,12 @@ HF_FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   CUctx_st* ctx = nullptr;
   const CUresult rc = CurrentContext(&ctx);
   if (rc != CUDA_SUCCESS) return rc;
-  *total = st.config.memory_bytes;
-  *free = st.config.memory_bytes - st.devices[ctx->device].used;
+  // The whole card's usage, every process's (the real driver's answer).
+  hf::fake_gpu::SharedDevice* gpu = st.devices[ctx->device].gpu.get();
+  const uint64_t total_bytes = gpu->memory_bytes();
+  const uint64_t used = gpu->used_bytes();
+  *total = total_bytes;
+  *free = used >= total_bytes ? 0 : total_bytes - used;
   return CUDA_SUCCESS;
 }
 

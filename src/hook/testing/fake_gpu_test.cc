@@ -1,0 +1,223 @@
+// Tests of the shared simulated device (fake_gpu.h): one card's memory for
+// every process, one timeline that time-slices between contexts, and the
+// utilisation NVML reports from it. Processes are real (fork).
+#include "hook/testing/fake_gpu.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace hf::fake_gpu {
+namespace {
+
+constexpr uint64_t kMiB = 1024ULL * 1024ULL;
+constexpr int64_t kMs = 1'000'000;
+
+class FakeGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/hf-fake-gpu-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  DeviceOptions Options(uint64_t memory_mb = 1024) const {
+    DeviceOptions o;
+    o.memory_bytes = memory_mb * kMiB;
+    return o;
+  }
+
+  // Runs `body` in a child process; returns its exit status (0: passed).
+  template <typename Body>
+  static pid_t Spawn(Body body) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(body() ? 0 : 1);
+    return pid;
+  }
+  static int Join(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(FakeGpuTest, MemoryIsOneCardForEveryProcess) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(1024), &error)) << error;
+  ASSERT_TRUE(gpu.Charge(600 * kMiB));
+  const std::string dir = dir_;
+  const pid_t child = Spawn([&] {
+    SharedDevice other;
+    std::string e;
+    // A different size asked for: the existing card keeps its own.
+    DeviceOptions bigger;
+    bigger.memory_bytes = 4096 * kMiB;
+    if (!other.Open(dir, 0, bigger, &e)) return false;
+    if (other.memory_bytes() != 1024 * kMiB) return false;
+    if (other.used_bytes() != 600 * kMiB) return false;
+    if (other.Charge(500 * kMiB)) return false;  // the card is full
+    return other.Charge(400 * kMiB) && other.used_bytes() == 1000 * kMiB;
+  });
+  ASSERT_EQ(Join(child), 0);
+  // The child is gone: its 400 MiB is the driver's to take back, which it
+  // does when someone needs the memory.
+  EXPECT_TRUE(gpu.Charge(424 * kMiB));
+  EXPECT_EQ(gpu.used_bytes(), 1024 * kMiB);
+  gpu.Uncharge(1024 * kMiB);
+  EXPECT_EQ(gpu.used_bytes(), 0u);
+}
+
+TEST_F(FakeGpuTest, NoChargeWhenEveryByteIsHeldByLiveProcesses) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(100), &error)) << error;
+  int ready[2];
+  int release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const std::string dir = dir_;
+  const pid_t child = Spawn([&] {
+    SharedDevice other;
+    std::string e;
+    if (!other.Open(dir, 0, DeviceOptions{}, &e)) return false;
+    const bool ok = other.Charge(100 * kMiB);
+    char c = ok ? 'y' : 'n';
+    if (write(ready[1], &c, 1) != 1) return false;
+    if (read(release[0], &c, 1) != 1) return false;
+    return ok;
+  });
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  EXPECT_FALSE(gpu.Charge(1));  // a live process holds the whole card
+  ASSERT_EQ(write(release[1], "x", 1), 1);
+  ASSERT_EQ(Join(child), 0);
+  EXPECT_TRUE(gpu.Charge(100 * kMiB));
+}
+
+TEST_F(FakeGpuTest, BusyContextsShareTheDeviceInTimeSlices) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const int a = gpu.OpenChannel(1, 0);
+  const int b = gpu.OpenChannel(2, 0);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_NE(a, b);
+  const uint64_t busy0 = gpu.busy_ns();
+  const int64_t start = SharedDevice::NowNs();
+  const uint64_t mark_a = gpu.Enqueue(a, 100 * kMs);
+  const uint64_t mark_b = gpu.Enqueue(b, 100 * kMs);
+  gpu.WaitFor(a, mark_a);
+  const int64_t a_done = SharedDevice::NowNs() - start;
+  gpu.WaitFor(b, mark_b);
+  const int64_t b_done = SharedDevice::NowNs() - start;
+  // Interleaved in 2 ms slices, each finishes near the end of the 200 ms
+  // both need, not after its own 100 ms.
+  EXPECT_GE(a_done, 190 * kMs);
+  EXPECT_GE(b_done, 200 * kMs);
+  EXPECT_LT(b_done, 400 * kMs);
+  EXPECT_EQ(gpu.busy_ns() - busy0, 200u * kMs);
+}
+
+TEST_F(FakeGpuTest, ProcessesShareOneTimelineAndNvmlSeesEach) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const int64_t start = SharedDevice::NowNs();
+  const std::string dir = dir_;
+  const pid_t child = Spawn([&] {
+    SharedDevice other;
+    std::string e;
+    if (!other.Open(dir, 0, DeviceOptions{}, &e)) return false;
+    other.ContextOpened();
+    const int ch = other.OpenChannel(7, 0);
+    other.WaitFor(ch, other.Enqueue(ch, 200 * kMs));
+    return true;
+  });
+  gpu.ContextOpened();
+  const int mine = gpu.OpenChannel(7, 0);
+  gpu.WaitFor(mine, gpu.Enqueue(mine, 200 * kMs));
+  ASSERT_EQ(Join(child), 0);
+  // Two processes' 200 ms each on one device: about 400 ms in all.
+  EXPECT_GE(SharedDevice::NowNs() - start, 350 * kMs);
+  const Utilization u = gpu.UtilizationSince(start);
+  ASSERT_EQ(u.processes.size(), 2u);
+  for (const ProcessUtilization& p : u.processes) {
+    EXPECT_NEAR(static_cast<double>(p.executed_ns), 200.0 * kMs, 2.0 * kMs)
+        << p.pid;
+    EXPECT_NEAR(p.sm_percent, 50, 8) << p.pid;
+  }
+  EXPECT_GE(u.gpu_percent, 90u);
+}
+
+TEST_F(FakeGpuTest, ALaunchWaitsWhileItsQueueIsFull) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const int ch = gpu.OpenChannel(1, 100'000);  // 100 µs launches
+  const int64_t start = SharedDevice::NowNs();
+  for (uint64_t i = 0; i < kMaxQueuedLaunches + 200; ++i) {
+    gpu.Enqueue(ch, 100'000);
+  }
+  // The last 200 launches each waited for one to finish: about 20 ms.
+  EXPECT_GE(SharedDevice::NowNs() - start, 19 * kMs);
+}
+
+TEST_F(FakeGpuTest, ClosingAChannelDropsItsWork) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const int ch = gpu.OpenChannel(1, 0);
+  const uint64_t mark = gpu.Enqueue(ch, 10'000 * kMs);
+  EXPECT_FALSE(gpu.Reached(ch, mark));
+  gpu.CloseChannel(ch);
+  const int64_t start = SharedDevice::NowNs();
+  gpu.WaitFor(ch, mark);  // returns: the work is gone
+  EXPECT_LT(SharedDevice::NowNs() - start, 100 * kMs);
+}
+
+TEST_F(FakeGpuTest, ADeadProcessStopsUsingTheDevice) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const std::string dir = dir_;
+  const pid_t child = Spawn([&] {
+    SharedDevice other;
+    std::string e;
+    if (!other.Open(dir, 0, DeviceOptions{}, &e)) return false;
+    other.ContextOpened();
+    other.Enqueue(other.OpenChannel(1, 0), 60'000 * kMs);
+    return other.Charge(10 * kMiB);
+  });
+  ASSERT_EQ(Join(child), 0);
+  EXPECT_TRUE(gpu.Processes().empty());  // reclaimed: memory and work
+  EXPECT_EQ(gpu.used_bytes(), 0u);
+  const int mine = gpu.OpenChannel(1, 0);
+  const int64_t start = SharedDevice::NowNs();
+  gpu.WaitFor(mine, gpu.Enqueue(mine, 10 * kMs));
+  EXPECT_LT(SharedDevice::NowNs() - start, 200 * kMs);
+}
+
+TEST_F(FakeGpuTest, AFileOfAnotherKindIsRefused) {
+  const std::string path = SharedDevice::PathFor(dir_, 0);
+  FILE* f = fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("not a gpu", f);
+  fclose(f);
+  SharedDevice gpu;
+  std::string error;
+  EXPECT_FALSE(gpu.Open(dir_, 0, Options(), &error));
+  EXPECT_NE(error.find("not a fake GPU"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace hf::fake_gpu
