@@ -15,6 +15,8 @@ packages=(
   libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev libfccp-dev
   # testing and benchmarks
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev strace
+  # the hook's test in an older userland (a Debian bullseye root)
+  debootstrap
   # code style
   clang-format clang-tidy
   # the web console: built with npm, tested in Debian's Chromium

@@ -114,6 +114,30 @@ std::string DescribeQuota(std::uint64_t bytes) {
   return std::to_string(bytes / kMib) + " MiB";
 }
 
+// Writes `dir`/ld.so.preload naming `library` (mode 0644 whatever the
+// umask: every container user's loader reads it) and returns its path, or
+// "" with a warning when it cannot be written.
+std::string WritePreloadFile(const std::filesystem::path& dir,
+                             const std::string& library) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::filesystem::path path = dir / "ld.so.preload";
+  Status written =
+      ec ? Status::Internal(ec.message())
+         : runtime::task_files::WriteFileAtomic(path, library + "\n", 0644);
+  if (written.ok() && ::chmod(path.c_str(), 0644) != 0) {
+    written = Status::Internal(std::string("chmod: ") + std::strerror(errno));
+  }
+  if (!written.ok()) {
+    spdlog::warn(
+        "cannot write {} ({}): the hook reaches containers through "
+        "LD_PRELOAD only",
+        path.string(), written.ToString());
+    return "";
+  }
+  return path.string();
+}
+
 // The terminal state the server gets for a runtime status.
 struct Outcome {
   TaskState state = TaskState::kRunning;
@@ -1118,6 +1142,15 @@ Status Agent::StartTask(const json& task) {
     spec.gpu_indices = indices;
     if (!options_.hook_library.empty() && spec.slice_id > 0) {
       spec.preload_library = options_.hook_library;
+      spec.preload_route = options_.hook_preload;
+      if (spec.preload_route != runtime::PreloadRoute::kEnv) {
+        // One for the node, beside (not among) the slices' regions.
+        spec.preload_file = WritePreloadFile(
+            RegionPath(0).parent_path().parent_path(), spec.preload_library);
+        if (spec.preload_file.empty()) {
+          spec.preload_route = runtime::PreloadRoute::kEnv;
+        }
+      }
     }
   }
   if (qos == "silver") {
@@ -1268,7 +1301,15 @@ Status Agent::ReportFinished() {
       ++it;
       continue;
     }
-    const Outcome o = OutcomeOf(*t.finished, t.cancel_requested);
+    Outcome o = OutcomeOf(*t.finished, t.cancel_requested);
+    if (o.state == TaskState::kFailed) {
+      // A library the task's userland cannot load (the hook in an image
+      // with an older glibc) stops its programs before main: the reason
+      // names what the loader said, not only the exit code.
+      const std::string loader =
+          runtime::LoaderErrorOfTask(*runtime_, id, t.log_offset);
+      if (!loader.empty()) o.message += "; the dynamic loader: " + loader;
+    }
     const Status reported =
         ReportState(id, t.slice_id, o.state, o.exit_code, o.message);
     if (!reported.ok() && reported.code() != StatusCode::kInvalidArgument) {

@@ -81,6 +81,12 @@ struct AgentOptions {
   // The hook library (libhfhook.so) for every slice that is not a MIG
   // partition; empty: none (the node reports hook_available=false).
   std::string hook_library;
+  // How the hook reaches a container's processes (runtime::PreloadRoute;
+  // host processes always get LD_PRELOAD). With a file route the agent
+  // writes STATE/ld.so.preload naming hook_library; the Docker runtime
+  // mounts it read-only at /etc/ld.so.preload. docs/HOOK.md says which to
+  // use when.
+  runtime::PreloadRoute hook_preload = runtime::PreloadRoute::kBoth;
   std::size_t log_chunk_bytes = std::size_t{256} * 1024;
 };
 

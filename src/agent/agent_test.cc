@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -136,13 +137,15 @@ class AgentTest : public ::testing::Test {
     ASSERT_TRUE(driver.ok()) << driver.status().ToString();
     driver_ = std::move(*driver);
     crashing_ = std::make_unique<CrashingDriver>(driver_.get());
-    host_ = std::make_unique<runtime::SimHost>(driver_.get(), &clock_,
-                                               [](const runtime::TaskSpec&) {
-                                                 runtime::SimTaskBehaviour b;
-                                                 b.duration_ms = 3'600'000;
-                                                 b.memory_mib = 1024;
-                                                 return b;
-                                               });
+    host_ = std::make_unique<runtime::SimHost>(
+        driver_.get(), &clock_, [this](const runtime::TaskSpec& spec) {
+          auto it = behaviours_.find(spec.task_id);
+          if (it != behaviours_.end()) return it->second;
+          runtime::SimTaskBehaviour b;
+          b.duration_ms = 3'600'000;
+          b.memory_mib = 1024;
+          return b;
+        });
     runtime_ = std::make_unique<runtime::SimRuntime>(host_.get());
     auto server = std::make_unique<ScriptedServer>();
     server_ = server.get();
@@ -164,6 +167,8 @@ class AgentTest : public ::testing::Test {
     o.agent_version = "test";
     o.state_dir = dir_ / "state";
     o.kill_grace = std::chrono::milliseconds(0);
+    o.hook_library = hook_library_;
+    o.hook_preload = hook_preload_;
     auto a = Agent::Create(o, client_.get(), crashing_.get(), runtime_.get(),
                            mps_, HostFacts{}, &clock_);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -214,6 +219,11 @@ class AgentTest : public ::testing::Test {
   std::unique_ptr<ServerClient> client_;
   std::unique_ptr<Agent> agent_;
   mps::MpsControl* mps_ = nullptr;
+  // The agent's hook options (StartAgent); no hook by default.
+  std::string hook_library_;
+  runtime::PreloadRoute hook_preload_ = runtime::PreloadRoute::kBoth;
+  // How a task behaves when it starts, by task id (default: runs an hour).
+  std::map<std::int64_t, runtime::SimTaskBehaviour> behaviours_;
 };
 
 TEST_F(AgentTest, StartsWhatTheServerAssignsAndSaysWhichBinding) {
@@ -227,6 +237,73 @@ TEST_F(AgentTest, StartsWhatTheServerAssignsAndSaysWhichBinding) {
   // Assigned again (the report was not seen yet): never a second start.
   ASSERT_TRUE(agent_->RunOnce().ok());
   EXPECT_EQ(host_->tasks().size(), 1U);
+}
+
+// A task whose programs the dynamic loader stops (the hook in an image with
+// an older glibc) fails with the loader's line in its reason, not a bare
+// exit code; a task that fails otherwise says only how it ended.
+TEST_F(AgentTest, AFailureTheLoaderCausedNamesTheLoadersLine) {
+  const std::string loader =
+      "/bin/sh: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not "
+      "found (required by /opt/heteroflow/libhfhook.so)";
+  runtime::SimTaskBehaviour refused;
+  refused.duration_ms = 1;
+  refused.exit_code = 1;
+  refused.output = loader + "\n";
+  behaviours_[1] = refused;
+  runtime::SimTaskBehaviour failing = refused;
+  failing.output = "Traceback: no module named torch\n";
+  behaviours_[2] = failing;
+  server_->assignments["run"] = json::array({Task(1, 5, 1), Task(2, 6, 1)});
+  server_->assignments["bound"] = {1, 2};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  clock_.Advance(10);
+  host_->Tick();
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  std::map<std::int64_t, std::string> failed;
+  for (const json& s : server_->states) {
+    if (s.value("state", "") == "failed") {
+      failed[s.value("task_id", 0)] = s.value("message", "");
+    }
+  }
+  ASSERT_EQ(failed.size(), 2u) << server_->states.size();
+  EXPECT_EQ(failed[1], "exited 1; the dynamic loader: " + loader);
+  EXPECT_EQ(failed[2], "exited 1");
+}
+
+// With a file route the agent writes the preload file that names the hook
+// and hands it to the runtime (which mounts it at /etc/ld.so.preload in a
+// container); with "env" there is none.
+TEST_F(AgentTest, AFilePreloadRouteGetsThePreloadFile) {
+  hook_library_ = "/opt/heteroflow/lib/libhfhook.so";
+  StartAgent();
+  server_->assignments["run"] = json::array({Task(1, 5, 1)});
+  server_->assignments["bound"] = {1};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  ASSERT_TRUE(Running(1));
+  const runtime::TaskSpec& spec = host_->tasks().at(1).spec;
+  EXPECT_EQ(spec.preload_library, hook_library_);
+  EXPECT_EQ(spec.preload_route, runtime::PreloadRoute::kBoth);
+  ASSERT_FALSE(spec.preload_file.empty());
+  EXPECT_EQ(std::filesystem::path(spec.preload_file).filename(),
+            "ld.so.preload");
+  std::ifstream in(spec.preload_file);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, hook_library_);
+  EXPECT_EQ(std::filesystem::status(spec.preload_file).permissions() &
+                std::filesystem::perms::others_read,
+            std::filesystem::perms::others_read);
+
+  hook_preload_ = runtime::PreloadRoute::kEnv;
+  StartAgent();
+  server_->assignments["run"] = json::array({Task(1, 5, 1), Task(2, 6, 1)});
+  server_->assignments["bound"] = {1, 2};
+  ASSERT_TRUE(agent_->RunOnce().ok());
+  ASSERT_TRUE(Running(2));
+  EXPECT_EQ(host_->tasks().at(2).spec.preload_route,
+            runtime::PreloadRoute::kEnv);
+  EXPECT_EQ(host_->tasks().at(2).spec.preload_file, "");
 }
 
 // The numbers of its reports (register and heartbeat) only grow, across

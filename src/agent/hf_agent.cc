@@ -51,6 +51,7 @@ struct Flags {
   std::string docker = "docker";
   std::string task_shim;
   std::string hook_library;
+  std::string hook_preload = "both";
   std::string log_level = "info";
   bool probe = false;
 };
@@ -159,6 +160,13 @@ int Main(int argc, char** argv) {
                  "libhfhook.so to LD_PRELOAD into slices that are not MIG "
                  "partitions (empty: none)")
       ->envname("HF_AGENT_HOOK_LIBRARY");
+  app.add_option("--hook-preload", f.hook_preload,
+                 "How the hook reaches a container's processes: env "
+                 "(LD_PRELOAD), ld-so-preload (a read-only /etc/ld.so.preload "
+                 "naming it) or both; host processes always get LD_PRELOAD")
+      ->envname("HF_AGENT_HOOK_PRELOAD")
+      ->check(CLI::IsMember({"env", "ld-so-preload", "both"}))
+      ->capture_default_str();
   app.add_option("--log-level", f.log_level,
                  "trace, debug, info, warn, error or off")
       ->envname("HF_AGENT_LOG_LEVEL")
@@ -314,6 +322,8 @@ int Main(int argc, char** argv) {
   options.mps_wait =
       std::chrono::milliseconds(static_cast<std::int64_t>(f.mps_wait_s * 1000));
   options.hook_library = f.hook_library;
+  options.hook_preload = hf::runtime::ParsePreloadRoute(f.hook_preload)
+                             .value_or(hf::runtime::PreloadRoute::kBoth);
   auto agent = hf::agent::Agent::Create(options, server.get(), driver.get(),
                                         runtime.get(), mps.get(), host, &clock);
   if (!agent.ok()) return Fail(agent.status().ToString());

@@ -209,6 +209,11 @@ std::vector<std::string> DockerRuntime::RunArgv(const TaskSpec& spec) const {
   if (!spec.preload_library.empty()) {
     argv.push_back("-v");
     argv.push_back(spec.preload_library + ":" + spec.preload_library + ":ro");
+    if (spec.preload_route != PreloadRoute::kEnv) {
+      // Read-only: the container's processes cannot drop the hook from it.
+      argv.push_back("-v");
+      argv.push_back(spec.preload_file + ":/etc/ld.so.preload:ro");
+    }
   }
   if (!spec.hook_region.empty()) {
     // Read-write: the task's processes account their memory in it.

@@ -6,7 +6,9 @@
 // again by label (Adopt). GPU pinning uses the NVIDIA runtime:
 // `--runtime=nvidia -e NVIDIA_VISIBLE_DEVICES=<indices | MIG-uuid>`; an MPS
 // pipe directory is bind-mounted at the same path with `--ipc=host`; a hook
-// library is bind-mounted read-only at its own path for LD_PRELOAD.
+// library is bind-mounted read-only at its own path for LD_PRELOAD, and for
+// the ld.so.preload routes the spec's preload file read-only at
+// /etc/ld.so.preload (over any the image has).
 //
 // Errors from the CLI are classified from its stderr once, in
 // ClassifyDockerError: an engine that cannot be reached is Unavailable with

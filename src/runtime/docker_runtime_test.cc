@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -174,6 +175,56 @@ TEST_F(DockerRuntimeTest, MpsSliceArgvMountsThePipeTheHookAndItsRegion) {
                   "NVIDIA_VISIBLE_DEVICES=2",
                   "registry.local/train:2",
                   "./bench"}));
+}
+
+// The /etc/ld.so.preload route: the agent's preload file is mounted
+// read-only over the image's /etc/ld.so.preload, so a launcher that clears
+// LD_PRELOAD still loads the hook; "env" mounts nothing of the kind.
+TEST_F(DockerRuntimeTest, ThePreloadRouteMountsThePreloadFileReadOnly) {
+  const std::string hook = "/opt/heteroflow/lib/libhf-hook.so";
+  const std::string file = "/var/lib/heteroflow/hook/ld.so.preload";
+  const std::string mount = file + ":/etc/ld.so.preload:ro";
+  const std::string env = "LD_PRELOAD=" + hook;
+  struct Case {
+    PreloadRoute route;
+    bool mounted;
+    bool env;
+  };
+  std::int64_t id = 20;
+  for (const Case& c : {Case{PreloadRoute::kEnv, false, true},
+                        Case{PreloadRoute::kLdSoPreload, true, false},
+                        Case{PreloadRoute::kBoth, true, true}}) {
+    TaskSpec spec = Spec(id);
+    spec.gpu_indices = {0};
+    spec.preload_library = hook;
+    spec.preload_route = c.route;
+    spec.preload_file = file;
+    ASSERT_TRUE(runtime_->Start(spec).ok());
+    const Argv argv = Calls().back();
+    const auto has = [&](const std::string& arg) {
+      return std::find(argv.begin(), argv.end(), arg) != argv.end();
+    };
+    SCOPED_TRACE(std::string(PreloadRouteName(c.route)));
+    EXPECT_TRUE(has(hook + ":" + hook + ":ro"));
+    EXPECT_EQ(has(mount), c.mounted);
+    EXPECT_EQ(has(env), c.env);
+    // The engine holds the mount as asked (the fake reports its binds).
+    std::ifstream name(state_.path() / "names" /
+                       DockerRuntime::ContainerName(id));
+    std::string container;
+    std::getline(name, container);
+    std::ifstream binds(state_.path() / "containers" / container / "binds");
+    std::ostringstream all_binds;
+    all_binds << binds.rdbuf();
+    const std::string all = all_binds.str();
+    EXPECT_EQ(all.find(mount) != std::string::npos, c.mounted) << all;
+    ++id;
+  }
+  // Without a file to mount, the route cannot be taken.
+  TaskSpec spec = Spec(id);
+  spec.preload_library = hook;
+  spec.preload_route = PreloadRoute::kLdSoPreload;
+  EXPECT_EQ(runtime_->Start(spec).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(DockerRuntimeTest, NoGpuMeansNoNvidiaRuntime) {

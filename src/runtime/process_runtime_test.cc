@@ -111,6 +111,43 @@ TEST_F(ProcessRuntimeTest, MigDeviceAndPreloadReachTheChild) {
                                               "|/nonexistent/libhf-hook.so\n");
 }
 
+// A preload library the task's userland cannot load (here: it needs a
+// version its dependency lacks, as the hook built against a newer glibc
+// does in an older one) stops the program in the loader; the loader's own
+// line is what the agent adds to the failure reason (LoaderErrorOfTask).
+TEST_F(ProcessRuntimeTest, TheLoadersLineNamesALibraryItRefused) {
+  TaskSpec spec = ShellTask(20, "echo ran");
+  spec.preload_library = HF_NEEDS_VERSION_LIB;
+  spec.env = {{"LD_LIBRARY_PATH", HF_VERSIONED_OLD_DIR}};
+  ASSERT_TRUE(runtime_->Start(spec).ok());
+  const TaskStatus status = WaitFinished(*runtime_, 20);
+  ASSERT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
+  EXPECT_NE(status.exit_code, 0);
+  const std::string line = LoaderErrorOfTask(*runtime_, 20, -1);
+  EXPECT_NE(line.find("version `HF_TEST_2' not found (required by " +
+                      std::string(HF_NEEDS_VERSION_LIB) + ")"),
+            std::string::npos)
+      << line;
+  auto log = runtime_->ReadLog(20, 0, 1 << 16);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(log->data.find("ran"), std::string::npos) << log->data;
+
+  // A library that is not there: the loader only warns and the program
+  // runs; when it then fails, the warning is the line found.
+  TaskSpec missing = ShellTask(21, "exit 3");
+  missing.preload_library = "/nonexistent/libhf-hook.so";
+  ASSERT_TRUE(runtime_->Start(missing).ok());
+  EXPECT_EQ(WaitFinished(*runtime_, 21).exit_code, 3);
+  EXPECT_NE(LoaderErrorOfTask(*runtime_, 21, -1)
+                .find("object '/nonexistent/libhf-hook.so' from LD_PRELOAD "
+                      "cannot be preloaded"),
+            std::string::npos);
+  // An ordinary failure has no such line.
+  ASSERT_TRUE(runtime_->Start(ShellTask(22, "echo failing; exit 4")).ok());
+  EXPECT_EQ(WaitFinished(*runtime_, 22).exit_code, 4);
+  EXPECT_EQ(LoaderErrorOfTask(*runtime_, 22, -1), "");
+}
+
 TEST_F(ProcessRuntimeTest, ExitCodeIsReported) {
   ASSERT_TRUE(runtime_->Start(ShellTask(3, "exit 7")).ok());
   const TaskStatus status = WaitFinished(*runtime_, 3);

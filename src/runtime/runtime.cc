@@ -42,6 +42,26 @@ std::string_view TaskStateName(TaskState state) {
   return "unknown";
 }
 
+std::string_view PreloadRouteName(PreloadRoute route) {
+  switch (route) {
+    case PreloadRoute::kEnv:
+      return "env";
+    case PreloadRoute::kLdSoPreload:
+      return "ld-so-preload";
+    case PreloadRoute::kBoth:
+      return "both";
+  }
+  return "env";
+}
+
+std::optional<PreloadRoute> ParsePreloadRoute(std::string_view name) {
+  for (PreloadRoute route :
+       {PreloadRoute::kEnv, PreloadRoute::kLdSoPreload, PreloadRoute::kBoth}) {
+    if (PreloadRouteName(route) == name) return route;
+  }
+  return std::nullopt;
+}
+
 std::string DescribeTaskStatus(const TaskStatus& status) {
   std::string out;
   switch (status.state) {
@@ -127,8 +147,18 @@ Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target) {
       check_path(spec.preload_library, "preload library", "preload_library"));
   HF_RETURN_IF_ERROR(
       check_path(spec.hook_region, "hook region", "hook_region"));
-  HF_RETURN_IF_ERROR(check_path(spec.hook_gpu_region, "hook GPU region",
-                                "hook_gpu_region"));
+  HF_RETURN_IF_ERROR(
+      check_path(spec.preload_file, "preload file", "preload_file"));
+  if (target == EnvTarget::kContainer && !spec.preload_library.empty() &&
+      spec.preload_route != PreloadRoute::kEnv && spec.preload_file.empty()) {
+    return Status::InvalidArgument(
+        "the preload route '" +
+            std::string(PreloadRouteName(spec.preload_route)) +
+            "' needs a preload file",
+        "preload_file");
+  }
+  HF_RETURN_IF_ERROR(
+      check_path(spec.hook_gpu_region, "hook GPU region", "hook_gpu_region"));
   HF_RETURN_IF_ERROR(CheckMapKeys(spec.env, "environment variable", "env"));
   HF_RETURN_IF_ERROR(CheckMapKeys(spec.labels, "label", "labels"));
   return Status::Ok();
@@ -160,7 +190,9 @@ StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
   if (!spec.mps_pipe_dir.empty()) {
     env["CUDA_MPS_PIPE_DIRECTORY"] = spec.mps_pipe_dir;
   }
-  if (!spec.preload_library.empty()) {
+  if (!spec.preload_library.empty() &&
+      (target == EnvTarget::kHostProcess ||
+       spec.preload_route != PreloadRoute::kLdSoPreload)) {
     auto it = env.find("LD_PRELOAD");
     if (it == env.end() || it->second.empty()) {
       env["LD_PRELOAD"] = spec.preload_library;
@@ -175,6 +207,53 @@ StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
     env["HETEROFLOW_HOOK_GPU_REGION"] = spec.hook_gpu_region;
   }
   return env;
+}
+
+std::string FindLoaderError(std::string_view output) {
+  // What glibc's loader prints (elf/dl-version.c, elf/rtld.c, dl-error),
+  // and musl's (ldso/dynlink.c).
+  static constexpr std::string_view kMarks[] = {
+      "' not found (required by ",               // a version missing
+      "error while loading shared libraries: ",  // a library missing
+      ": symbol lookup error: ",                 // a symbol missing
+      "ERROR: ld.so: object ",                   // a preload skipped
+      "Error loading shared library ",           // musl: a library
+      "Error relocating ",                       // musl: a symbol
+  };
+  std::string_view found;
+  for (std::string_view rest = output; !rest.empty();) {
+    const std::size_t newline = rest.find('\n');
+    const std::string_view line = rest.substr(0, newline);
+    for (std::string_view mark : kMarks) {
+      if (line.find(mark) != std::string_view::npos) {
+        found = line;
+        break;
+      }
+    }
+    if (newline == std::string_view::npos) break;
+    rest.remove_prefix(newline + 1);
+  }
+  constexpr std::size_t kMaxLine = 500;
+  std::string out;
+  for (char c : found.substr(0, kMaxLine)) {
+    out += (c >= ' ' && c <= '~') ? c : '?';
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+std::string LoaderErrorOfTask(Runtime& runtime, std::int64_t task_id,
+                              std::int64_t log_size) {
+  constexpr std::int64_t kEnd = std::int64_t{64} << 10;
+  if (log_size > kEnd) {
+    auto tail = runtime.ReadLog(task_id, log_size - kEnd, kEnd);
+    if (tail.ok()) {
+      std::string line = FindLoaderError(tail->data);
+      if (!line.empty()) return line;
+    }
+  }
+  auto head = runtime.ReadLog(task_id, 0, kEnd);
+  return head.ok() ? FindLoaderError(head->data) : "";
 }
 
 std::string KeyValue(std::string_view key, std::string_view value) {

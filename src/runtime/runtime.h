@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,20 @@ using StringMap = std::map<std::string, std::string>;
 inline constexpr std::string_view kTaskLabel = "heteroflow.task";
 inline constexpr std::string_view kTenantLabel = "heteroflow.tenant";
 inline constexpr std::string_view kSliceLabel = "heteroflow.slice";
+
+// How a preload library reaches a container's processes (docs/HOOK.md,
+// "Loading"). A host process always gets LD_PRELOAD: the host's
+// /etc/ld.so.preload is the whole machine's.
+enum class PreloadRoute {
+  kEnv,          // LD_PRELOAD only
+  kLdSoPreload,  // a preload file mounted read-only at /etc/ld.so.preload
+  kBoth,         // both: a launcher that clears LD_PRELOAD still has the file
+};
+
+// "env", "ld-so-preload", "both".
+std::string_view PreloadRouteName(PreloadRoute route);
+// The route a name names; nullopt for any other text.
+std::optional<PreloadRoute> ParsePreloadRoute(std::string_view name);
 
 // What to run. Built by the agent from the server's task and slice.
 struct TaskSpec {
@@ -66,6 +81,11 @@ struct TaskSpec {
   // Absolute path of a hook library to LD_PRELOAD, or empty. Containers get
   // it mounted read-only at the same path.
   std::string preload_library;
+  // Containers only, with a preload library: the route, and for kLdSoPreload
+  // and kBoth the absolute path of a host file that names preload_library
+  // (the agent writes it), mounted read-only at /etc/ld.so.preload.
+  PreloadRoute preload_route = PreloadRoute::kEnv;
+  std::string preload_file;
   // Absolute path of the slice's hook region file (src/hook/region.h), which
   // the agent created, or empty. Injected as HETEROFLOW_HOOK_REGION;
   // containers get it mounted read-write at the same path (the hook in the
@@ -166,8 +186,9 @@ enum class EnvTarget { kHostProcess, kContainer };
 // OK when `spec` can be started: task_id > 0; a command (kHostProcess) or an
 // image not starting with '-' (kContainer); at most one of gpu_indices and
 // mig_device, indices >= 0 and distinct, the MIG device "MIG-..."; absolute
-// mps_pipe_dir, and preload_library and hook_region absolute without ':' or
-// spaces; env names non-empty without '=', label
+// mps_pipe_dir, and preload_library, preload_file and hook_region absolute
+// without ':' or spaces; a preload_file when a container's preload_route
+// needs one; env names non-empty without '=', label
 // keys likewise; no NUL byte anywhere. InvalidArgument naming the field
 // otherwise.
 Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target);
@@ -182,7 +203,8 @@ Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target);
 //      pinning both pass through from spec.env untouched.
 //   4. CUDA_MPS_PIPE_DIRECTORY = spec.mps_pipe_dir when set,
 //   5. LD_PRELOAD = spec.preload_library, ahead of any LD_PRELOAD already
-//      set ("hook.so:user.so"),
+//      set ("hook.so:user.so"); not in a container whose preload_route is
+//      kLdSoPreload (its /etc/ld.so.preload names the library),
 //   6. HETEROFLOW_HOOK_REGION = spec.hook_region when set.
 // Steps 5 and 6 are the hook's whole environment on the node's side (the
 // server's slice env gives it HETEROFLOW_SLICE_*).
@@ -193,6 +215,27 @@ StringMap ComposeTaskEnv(const TaskSpec& spec, const StringMap& base,
 // The value the pinning gives *_VISIBLE_DEVICES ("0,2", "MIG-..."), or ""
 // when the spec pins nothing.
 std::string VisibleDevices(const TaskSpec& spec);
+
+// The dynamic loader's line in a task's output that says why a program did
+// not start, or ran without a library it was to preload (the hook in an
+// image whose glibc is older than the hook needs, say):
+//   "...: version `GLIBC_2.34' not found (required by .../libhfhook.so)"
+//   "...: error while loading shared libraries: ...: cannot open ..."
+//   "...: symbol lookup error: ...: undefined symbol: ..."
+//   "ERROR: ld.so: object '...' from LD_PRELOAD cannot be preloaded (...)"
+//   "Error loading shared library ...", "Error relocating ..." (musl)
+// The last such line, trimmed, at most 500 bytes, bytes other than
+// printable ASCII replaced by '?'; "" when there is none.
+std::string FindLoaderError(std::string_view output);
+
+// FindLoaderError over the log of task `task_id` of `runtime`: its first
+// and last 64 KiB, the last part first (a program the loader stops prints
+// its line and ends at once, so the line is near one end). `log_size` is
+// the log's size when known (what has been shipped of it); with -1 only the
+// first part is read. "" when the log says nothing of the kind or cannot be
+// read.
+std::string LoaderErrorOfTask(Runtime& runtime, std::int64_t task_id,
+                              std::int64_t log_size);
 
 // "KEY=VALUE", the form of environment entries and label arguments.
 std::string KeyValue(std::string_view key, std::string_view value);

@@ -106,6 +106,42 @@ TEST(ComposeTaskEnvTest, LayersBaseSpecPinningMpsAndPreload) {
   EXPECT_EQ(container.count("HOME"), 0u);
 }
 
+// The /etc/ld.so.preload route: a container whose route is that file alone
+// gets no LD_PRELOAD; a host process always does (the host's file is the
+// machine's); "both" keeps the variable.
+TEST(ComposeTaskEnvTest, ThePreloadRouteDecidesLdPreloadInContainers) {
+  TaskSpec spec = ValidSpec();
+  spec.preload_library = "/opt/hf/libhook.so";
+  spec.preload_file = "/var/lib/hf/hook/ld.so.preload";
+  spec.preload_route = PreloadRoute::kLdSoPreload;
+  EXPECT_EQ(ComposeTaskEnv(spec, {}, EnvTarget::kContainer).count("LD_PRELOAD"),
+            0u);
+  EXPECT_EQ(ComposeTaskEnv(spec, {}, EnvTarget::kHostProcess).at("LD_PRELOAD"),
+            "/opt/hf/libhook.so");
+  spec.preload_route = PreloadRoute::kBoth;
+  EXPECT_EQ(ComposeTaskEnv(spec, {}, EnvTarget::kContainer).at("LD_PRELOAD"),
+            "/opt/hf/libhook.so");
+}
+
+TEST(PreloadRouteTest, NamesRoundTripAndAFileIsRequired) {
+  for (PreloadRoute route :
+       {PreloadRoute::kEnv, PreloadRoute::kLdSoPreload, PreloadRoute::kBoth}) {
+    EXPECT_EQ(ParsePreloadRoute(PreloadRouteName(route)), route);
+  }
+  EXPECT_EQ(ParsePreloadRoute("ld.so.preload"), std::nullopt);
+  TaskSpec spec = ValidSpec();
+  spec.preload_library = "/opt/hf/libhook.so";
+  spec.preload_route = PreloadRoute::kBoth;
+  EXPECT_EQ(ValidateTaskSpec(spec, EnvTarget::kContainer).field(),
+            "preload_file");
+  EXPECT_TRUE(ValidateTaskSpec(spec, EnvTarget::kHostProcess).ok());
+  spec.preload_file = "relative/ld.so.preload";
+  EXPECT_EQ(ValidateTaskSpec(spec, EnvTarget::kContainer).field(),
+            "preload_file");
+  spec.preload_file = "/var/lib/hf/hook/ld.so.preload";
+  EXPECT_TRUE(ValidateTaskSpec(spec, EnvTarget::kContainer).ok());
+}
+
 TEST(ComposeTaskEnvTest, MigDevicePinsBothNames) {
   TaskSpec spec = ValidSpec();
   spec.mig_device = "MIG-4f1c2a7e-0000-5b6c-9d8e-123456789abc";
@@ -143,6 +179,45 @@ TEST(DescribeTaskStatusTest, ReadsWell) {
   status.exit_code = 127;
   status.message = "cannot execute 'x'";
   EXPECT_EQ(DescribeTaskStatus(status), "failed 127: cannot execute 'x'");
+}
+
+// Each line glibc's loader prints when a program cannot start (or runs
+// without a library it was to preload), as it prints it.
+TEST(FindLoaderErrorTest, FindsEachKindOfLoaderLine) {
+  const std::string lines[] = {
+      "/bin/sh: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not "
+      "found (required by /opt/hf/libhfhook.so)",
+      "python3: error while loading shared libraries: libhfhook.so: cannot "
+      "open shared object file: No such file or directory",
+      "python3: symbol lookup error: /opt/hf/libhfhook.so: undefined symbol: "
+      "pthread_mutex_clocklock",
+      "ERROR: ld.so: object '/opt/hf/libhfhook.so' from LD_PRELOAD cannot be "
+      "preloaded (wrong ELF class: ELFCLASS64): ignored.",
+      "Error loading shared library libdl.so.2: No such file or directory "
+      "(needed by /opt/hf/libhfhook.so)",
+      "Error relocating /opt/hf/libhfhook.so: __register_atfork: symbol not "
+      "found",
+  };
+  for (const std::string& line : lines) {
+    EXPECT_EQ(FindLoaderError("epoch 1\n" + line + "\nTraceback\n"), line);
+  }
+}
+
+TEST(FindLoaderErrorTest, TheLastLineWinsAndNothingIsInvented) {
+  EXPECT_EQ(FindLoaderError(""), "");
+  EXPECT_EQ(FindLoaderError("epoch 1\nloss 0.3\nversion 2 not found\n"), "");
+  EXPECT_EQ(FindLoaderError("a: version `V1' not found (required by x)\n"
+                            "b: version `V2' not found (required by y)\n"),
+            "b: version `V2' not found (required by y)");
+  // No trailing newline, a carriage return, bytes that are not ASCII, and a
+  // line too long for a reason.
+  EXPECT_EQ(FindLoaderError("p: version `V' not found (required by /t\xc3\xa9)"
+                            "\r"),
+            "p: version `V' not found (required by /t?"
+            "?)?");
+  const std::string long_line =
+      "p: version `V' not found (required by /" + std::string(1000, 'x') + ")";
+  EXPECT_EQ(FindLoaderError(long_line).size(), 500u);
 }
 
 TEST(TaskFilesTest, RecordsRoundTrip) {

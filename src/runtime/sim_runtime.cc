@@ -103,6 +103,7 @@ Status SimRuntime::Start(const TaskSpec& spec) {
   task.log = "started on GPU(s)";
   for (int index : task.gpu_indices) task.log += " " + std::to_string(index);
   task.log += "\n";
+  task.log += behaviour.output;
   auto [it, inserted] = host_->tasks_.emplace(spec.task_id, std::move(task));
   if (!fail.empty()) {
     // A CUDA program that cannot reach its device exits at once.

@@ -40,6 +40,8 @@ struct SimTaskBehaviour {
   // means the whole card.
   std::int64_t memory_mib = 0;
   int exit_code = 0;
+  // What it prints once started (after the runtime's own first line).
+  std::string output;
 };
 
 // One task the machine holds: the hardware truth of what runs where.
