@@ -290,13 +290,13 @@ def main():
                         f"{r.stderr.strip()}")
     hooked = {**base, "LD_PRELOAD": staged["hook"],
               "HETEROFLOW_SLICE_MEMORY_MB": str(QUOTA_MB),
-              "HETEROFLOW_HOOK_REGION": "/tmp/heteroflow-check.region"}
+              "HETEROFLOW_HOOK_REGION": f"{STAGE}/slice.region"}
     modes = [("dlsym", staged["probe"]), ("procaddr", staged["probe"])]
     if "probe_linked" in staged:
         modes.append(("link", staged["probe_linked"]))
     for mode, probe in modes:
         r = in_root(args.root,
-                    f"rm -f /tmp/heteroflow-check.region && {probe} "
+                    f"rm -f {STAGE}/slice.region && {probe} "
                     f"--resolve {mode} fill 1", hooked)
         fill = last_json(r.stdout)
         print(f"under the hook, quota {QUOTA_MB} MiB, --resolve {mode}: "
