@@ -229,7 +229,10 @@ Agent::Agent(AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
       runtime_(runtime),
       mps_(mps),
       host_(host),
-      clock_(clock) {}
+      clock_(clock),
+      hook_proof_(HookProof::Options{options_.proc_root,
+                                     options_.hook_attach_grace,
+                                     options_.hook_library}) {}
 
 void Agent::Stop() {
   std::lock_guard lock(stop_mu_);
@@ -261,6 +264,7 @@ Status Agent::Run() {
 Status Agent::RunOnce() {
   if (!adopted_) HF_RETURN_IF_ERROR(Adopt());
   Probe();
+  CheckHookProof();
   HF_RETURN_IF_ERROR(RegisterOrHeartbeat());
   Status first = HandleMigCommands();
   const Status assignments = HandleAssignments();
@@ -422,7 +426,17 @@ wire::HookReport Agent::ReadHookReport(const hook::Region& region) {
   if (s.quota_bytes != hook::kUnlimited) r.quota_bytes = count(s.quota_bytes);
   r.quota_ooms = count(s.quota_ooms);
   r.physical_ooms = count(s.physical_ooms);
+  r.driver_bytes = count(s.driver_bytes);
   return r;
+}
+
+void Agent::CheckHookProof() {
+  std::vector<HookProof::Slice> slices;
+  for (const auto& [id, t] : tasks_) {
+    if (!t.region || t.finished) continue;
+    slices.push_back({id, t.region_path, t.region.get(), t.gpu_indices});
+  }
+  hook_proof_.Check(slices, *driver_, clock_->NowMillis());
 }
 
 void Agent::ApplyQuotas(const wire::HeartbeatReply& reply) {
@@ -605,7 +619,20 @@ Status Agent::RegisterOrHeartbeat() {
     running.task_id = id;
     running.state = "running";
     running.gpu_indices = t.gpu_indices;
-    if (t.region) running.hook = ReadHookReport(*t.region);
+    if (t.region) {
+      running.hook = ReadHookReport(*t.region);
+      HookProof::Verdict proof = hook_proof_.VerdictOf(id);
+      if (!proof.unhooked_pids.empty()) {
+        if (proof.unhooked_pids.size() > wire::kMaxUnhookedPids) {
+          proof.unhooked_pids.resize(wire::kMaxUnhookedPids);
+        }
+        if (proof.reason.size() > wire::kMaxUnhookedReason) {
+          proof.reason.resize(wire::kMaxUnhookedReason);
+        }
+        running.hook->unhooked_pids = std::move(proof.unhooked_pids);
+        running.hook->unhooked_reason = std::move(proof.reason);
+      }
+    }
     tasks.push_back(wire::ToJson(running));
   }
   body["tasks"] = std::move(tasks);

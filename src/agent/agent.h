@@ -16,8 +16,11 @@
 // holding the slice's memory quota and compute share, hands its path to the
 // task (HETEROFLOW_HOOK_REGION), reports the region's counters in every
 // heartbeat (the server lists "hook" in the slice's enforcement once a
-// process attached) and sets the quota the server's heartbeat reply names
-// (dynamic quota, SPEC.md section 13) without restarting the task.
+// process attached, and only while the agent proves every process of the
+// task that uses the GPU attached: HookProof, which also measures into the
+// region the memory the hook does not count) and sets the quota the
+// server's heartbeat reply names (dynamic quota, SPEC.md section 13)
+// without restarting the task.
 // Nothing important lives only in memory: tasks are found again through the
 // runtime after a restart (Runtime::Adopt), their regions are reopened
 // (never recreated: that would forget the usage), claimed MIG commands are
@@ -39,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/hook_proof.h"
 #include "agent/server_client.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -87,6 +91,12 @@ struct AgentOptions {
   // mounts it read-only at /etc/ld.so.preload. docs/HOOK.md says which to
   // use when.
   runtime::PreloadRoute hook_preload = runtime::PreloadRoute::kBoth;
+  // How long a process of a hooked slice may use its GPU (NVML's process
+  // list) before it must have attached to the slice's region; past it the
+  // slice's enforcement loses "hook" (agent/hook_proof.h).
+  std::chrono::milliseconds hook_attach_grace{5000};
+  // Where the processes are read (/proc; tests may point elsewhere).
+  std::filesystem::path proc_root = "/proc";
   std::size_t log_chunk_bytes = std::size_t{256} * 1024;
 };
 
@@ -208,6 +218,10 @@ class Agent {
   void RemoveRegion(LocalTask& task);
   // The heartbeat's "hook" report for a task with a region.
   static wire::HookReport ReadHookReport(const hook::Region& region);
+  // Proves that every process of each hooked task that uses its GPU runs
+  // under the hook, and measures into the regions what the hook does not
+  // count (HookProof::Check).
+  void CheckHookProof();
   // Sets the quotas the server's heartbeat reply names on their regions.
   void ApplyQuotas(const wire::HeartbeatReply& reply);
   const gpu::GpuInfo* GpuAt(int index) const;
@@ -246,6 +260,7 @@ class Agent {
   static constexpr std::size_t kDoneMigKept = 256;
   std::map<std::int64_t, json> done_mig_;
   std::string last_probe_error_;
+  HookProof hook_proof_;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -52,6 +52,7 @@ struct Flags {
   std::string task_shim;
   std::string hook_library;
   std::string hook_preload = "both";
+  double hook_attach_grace_s = 5;
   std::string log_level = "info";
   bool probe = false;
 };
@@ -166,6 +167,13 @@ int Main(int argc, char** argv) {
                  "naming it) or both; host processes always get LD_PRELOAD")
       ->envname("HF_AGENT_HOOK_PRELOAD")
       ->check(CLI::IsMember({"env", "ld-so-preload", "both"}))
+      ->capture_default_str();
+  app.add_option("--hook-attach-grace", f.hook_attach_grace_s,
+                 "Seconds a process of a hooked slice may use its GPU before "
+                 "it must have attached to the slice's region; past it the "
+                 "slice's enforcement no longer lists the hook")
+      ->envname("HF_AGENT_HOOK_ATTACH_GRACE")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_option("--log-level", f.log_level,
                  "trace, debug, info, warn, error or off")
@@ -324,6 +332,8 @@ int Main(int argc, char** argv) {
   options.hook_library = f.hook_library;
   options.hook_preload = hf::runtime::ParsePreloadRoute(f.hook_preload)
                              .value_or(hf::runtime::PreloadRoute::kBoth);
+  options.hook_attach_grace = std::chrono::milliseconds(
+      static_cast<std::int64_t>(f.hook_attach_grace_s * 1000));
   auto agent = hf::agent::Agent::Create(options, server.get(), driver.get(),
                                         runtime.get(), mps.get(), host, &clock);
   if (!agent.ok()) return Fail(agent.status().ToString());

@@ -683,7 +683,28 @@ StatusOr<server::HookReport> ParseHookReport(const json& hook,
   HF_RETURN_IF_ERROR(count("peak_bytes", r.peak_bytes));
   HF_RETURN_IF_ERROR(count("quota_ooms", r.quota_ooms));
   HF_RETURN_IF_ERROR(count("physical_ooms", r.physical_ooms));
+  HF_RETURN_IF_ERROR(count("driver_bytes", r.driver_bytes));
   r.processes = static_cast<int>(std::min<std::int64_t>(processes, 1 << 20));
+  if (const json* pids = Field(hook, "unhooked_pids")) {
+    if (!pids->is_array() || pids->size() > wire::kMaxUnhookedPids) {
+      return Wrong(at + ".unhooked_pids",
+                   "must be an array of at most " +
+                       std::to_string(wire::kMaxUnhookedPids) + " pids");
+    }
+    for (const json& pid : *pids) {
+      if (!pid.is_number_integer() || pid.get<std::int64_t>() <= 0) {
+        return Wrong(at + ".unhooked_pids", "must hold pids (integers > 0)");
+      }
+      r.unhooked_pids.push_back(pid.get<std::int64_t>());
+    }
+  }
+  auto reason = GetString(hook, "unhooked_reason", false);
+  if (!reason.ok() || reason->size() > wire::kMaxUnhookedReason) {
+    return Wrong(at + ".unhooked_reason",
+                 "must be a string of at most " +
+                     std::to_string(wire::kMaxUnhookedReason) + " bytes");
+  }
+  if (!r.unhooked_pids.empty()) r.unhooked_reason = *reason;
   if (Field(hook, "quota_bytes") != nullptr) {  // null: no cap
     std::int64_t quota = 0;
     HF_RETURN_IF_ERROR(count("quota_bytes", quota));
@@ -847,6 +868,16 @@ json TaskJson(server::ControlPlane& cp, const store::TaskRow& t) {
   j["qos_level"] = qos == t.env.end() ? json(nullptr) : json(qos->second);
   j["exit_code"] = t.exit_code ? json(*t.exit_code) : json(nullptr);
   j["message"] = t.message;
+  // Why the hook does not enforce the task's slice, as its agent last
+  // reported (processes of the task that use the GPU without the hook).
+  j["enforcement_note"] = nullptr;
+  if (t.slice_id && !store::IsTerminal(t.state)) {
+    auto usage = cp.SliceHookUsage(*t.slice_id);
+    if (usage && usage->task_id == t.id &&
+        !usage->report.unhooked_pids.empty()) {
+      j["enforcement_note"] = usage->report.unhooked_reason;
+    }
+  }
   j["cancel_requested"] = t.cancel_requested;
   j["created_at"] = Iso(t.created_at);
   j["updated_at"] = Iso(t.updated_at);
@@ -883,6 +914,7 @@ json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
   // What the hook measured in the task (its agent's last report); null
   // when nothing was reported (no hook, or not running).
   j["hook"] = nullptr;
+  j["enforcement_note"] = nullptr;
   auto usage = s.state == store::SliceState::kReleased
                    ? std::nullopt
                    : cp.SliceHookUsage(s.id);
@@ -892,11 +924,14 @@ json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
         {"attached", h.attached},
         {"processes", h.processes},
         {"used_bytes", h.used_bytes},
+        {"driver_bytes", h.driver_bytes},
         {"peak_bytes", h.peak_bytes},
         {"quota_bytes", h.quota_bytes ? json(*h.quota_bytes) : json(nullptr)},
         {"quota_ooms", h.quota_ooms},
         {"physical_ooms", h.physical_ooms},
+        {"unhooked_pids", h.unhooked_pids},
         {"reported_at", Iso(usage->reported_at)}};
+    if (!h.unhooked_pids.empty()) j["enforcement_note"] = h.unhooked_reason;
   }
   return j;
 }

@@ -290,11 +290,16 @@ TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
   hooked.hook->quota_bytes = 2LL << 30;
   hooked.hook->quota_ooms = 4;
   hooked.hook->physical_ooms = 1;
+  hooked.hook->driver_bytes = 300LL << 20;
   wire::RunningTask uncapped = hooked;
   uncapped.task_id = 43;
   uncapped.hook->quota_bytes.reset();
+  wire::RunningTask unhooked = hooked;
+  unhooked.task_id = 44;
+  unhooked.hook->unhooked_pids = {4242, 4243};
+  unhooked.hook->unhooked_reason = "process 4242 runs without the hook";
   heartbeat["tasks"] = {wire::ToJson(plain), wire::ToJson(hooked),
-                        wire::ToJson(uncapped)};
+                        wire::ToJson(uncapped), wire::ToJson(unhooked)};
   auto body = ParseNodeReport(heartbeat, false);
   ASSERT_TRUE(body.ok()) << body.status().ToString();
   wire::NodeReport unnamed = r;
@@ -302,7 +307,34 @@ TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
   EXPECT_EQ(*body, unnamed);
   auto tasks = ParseRunningTasks(heartbeat);
   ASSERT_TRUE(tasks.ok()) << tasks.status().ToString();
-  EXPECT_EQ(*tasks, (std::vector<wire::RunningTask>{plain, hooked, uncapped}));
+  EXPECT_EQ(*tasks, (std::vector<wire::RunningTask>{plain, hooked, uncapped,
+                                                    unhooked}));
+}
+
+TEST(ParseRunningTasksTest, RefusesAMalformedProofOfTheHook) {
+  const std::string pids(1000, 'x');
+  for (const std::string& hook :
+       {std::string(R"({"attached": true, "unhooked_pids": 7})"),
+        std::string(R"({"attached": true, "unhooked_pids": [0]})"),
+        std::string(R"({"attached": true, "unhooked_pids": ["7"]})"),
+        std::string(R"({"attached": true, "unhooked_pids": [1.5]})"),
+        std::string(R"({"attached": true, "unhooked_pids": [7],)"
+                    R"( "unhooked_reason": 5})"),
+        R"({"attached": true, "unhooked_pids": [7], "unhooked_reason": ")" +
+            pids + pids + R"("})",
+        std::string(R"({"attached": true, "driver_bytes": -1})")}) {
+    const json body = json::parse(R"({"tasks": [{"task_id": 1, "state": )"
+                                  R"("running", "hook": )" +
+                                  hook + "}]}");
+    EXPECT_FALSE(ParseRunningTasks(body).ok()) << hook;
+  }
+  json many = {{"attached", true}, {"unhooked_pids", json::array()}};
+  for (int i = 1; i <= 65; ++i) many["unhooked_pids"].push_back(i);
+  EXPECT_FALSE(
+      ParseRunningTasks(
+          json{{"tasks",
+                {{{"task_id", 1}, {"state", "running"}, {"hook", many}}}}})
+          .ok());
 }
 
 TEST(ParseTaskStatesTest, TheAgentsEncodingDecodesToTheSameValues) {

@@ -616,5 +616,83 @@ TEST_F(HttpApiTest, KeysOnOtherMethodsAreIgnored) {
   EXPECT_EQ(a.status, 200) << a.body;
 }
 
+// The agent's proof that the hook runs in every process of a task that
+// uses the GPU reaches the API: a process without it takes "hook" out of
+// the slice's enforcement, and the slice, the task and the history say why.
+TEST_F(HttpApiTest, ATaskRunningWithoutTheHookSaysWhyOnItsSliceAndItself) {
+  const std::string node = tokens_[Role::kNode];
+  const json gpu = {{"index", 0},           {"uuid", "GPU-aaaa"},
+                    {"vendor", "nvidia"},   {"model", "NVIDIA A100-SXM4-80GB"},
+                    {"memory_mb", 81920},   {"compute_capability", "8.0"},
+                    {"mig_capable", false}, {"mps_capable", false},
+                    {"health", "ok"}};
+  json report = {{"containerized", false},  {"hook_available", true},
+                 {"cpu_milli", 64000},      {"host_memory_mb", 262144},
+                 {"agent_version", "test"}, {"gpus", {gpu}}};
+  json registration = report;
+  registration["node_id"] = "n1";
+  LocalResponse res =
+      Call("POST", "/api/v1/nodes/register", node, registration.dump());
+  ASSERT_EQ(res.status, 200) << res.body;
+  res = Call("POST", "/api/v1/tasks", tokens_[Role::kUser],
+             R"({"name": "train", "command": "train", "gpu_memory_mb": 4096,)"
+             R"( "gpu_compute_ratio": 0.5})");
+  ASSERT_EQ(res.status, 201) << res.body;
+  const std::int64_t task = Body(res)["id"];
+  ASSERT_TRUE(cp_->BindPendingOnce().ok());
+  res = Call("GET", "/api/v1/tasks/" + std::to_string(task), kAdminSecret);
+  const std::int64_t slice = Body(res)["slice_id"];
+  res = Call(
+      "POST", "/api/v1/nodes/n1/task-states", node,
+      json{{"states",
+            {{{"task_id", task}, {"slice_id", slice}, {"state", "running"}}}}}
+          .dump());
+  ASSERT_EQ(res.status, 200) << res.body;
+  const auto heartbeat = [&](const json& hook) {
+    json body = report;
+    body["tasks"] = {{{"task_id", task},
+                      {"state", "running"},
+                      {"gpu_indices", {0}},
+                      {"hook", hook}}};
+    const LocalResponse r =
+        Call("POST", "/api/v1/nodes/n1/heartbeat", node, body.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+  };
+  const auto get = [&](const std::string& what, std::int64_t id) {
+    return Body(Call("GET", "/api/v1/" + what + "/" + std::to_string(id),
+                     kAdminSecret));
+  };
+  heartbeat({{"attached", true}, {"attaches", 1}, {"driver_bytes", 1 << 20}});
+  EXPECT_EQ(get("slices", slice)["enforcement"], json::array({"hook"}));
+  EXPECT_EQ(get("slices", slice)["enforcement_note"], nullptr);
+  EXPECT_EQ(get("slices", slice)["hook"]["driver_bytes"], 1 << 20);
+  EXPECT_EQ(get("tasks", task)["enforcement_note"], nullptr);
+
+  const std::string why = "process 4242 runs without the hook: glibc too old?";
+  heartbeat({{"attached", true},
+             {"attaches", 1},
+             {"unhooked_pids", {4242}},
+             {"unhooked_reason", why}});
+  const json lost = get("slices", slice);
+  EXPECT_EQ(lost["enforcement"], json::array());
+  EXPECT_EQ(lost["enforcement_note"], why);
+  EXPECT_EQ(lost["hook"]["unhooked_pids"], json::array({4242}));
+  EXPECT_EQ(get("tasks", task)["enforcement_note"], why);
+  const json history =
+      Body(Call("GET", "/api/v1/slices/history?task_id=" + std::to_string(task),
+                kAdminSecret));
+  bool said = false;
+  for (const json& h : history["items"]) {
+    said |= h["op"] == "hook_lost" &&
+            h["reason"].get<std::string>().find(why) != std::string::npos;
+  }
+  EXPECT_TRUE(said) << history.dump();
+
+  heartbeat({{"attached", true}, {"attaches", 2}});
+  EXPECT_EQ(get("slices", slice)["enforcement"], json::array({"hook"}));
+  EXPECT_EQ(get("slices", slice)["enforcement_note"], nullptr);
+  EXPECT_EQ(get("tasks", task)["enforcement_note"], nullptr);
+}
+
 }  // namespace
 }  // namespace hf::api

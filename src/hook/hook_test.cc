@@ -140,6 +140,7 @@ class Probe {
     return all;
   }
   void Kill() { kill(pid_, SIGKILL); }
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;
@@ -443,6 +444,40 @@ TEST_F(HookTest, QuotaRaisedAndLoweredWhileTheTaskRuns) {
   EXPECT_EQ(p.ReadJson()["free"], "CUDA_SUCCESS");
   p.Send("alloc 8");
   EXPECT_EQ(p.ReadJson()["alloc"], "CUDA_SUCCESS");
+  p.Send("quit");
+  EXPECT_EQ(p.Wait(), 0);
+}
+
+// What the agent measured beyond the hook's count (NVML's usage of the
+// process: its context, its modules) is part of the footprint the quota
+// and cuMemGetInfo see.
+TEST_F(HookTest, TheDriversOwnMemoryCountsAgainstTheQuota) {
+  Region& r = OpenRegion(64);
+  Probe p(Args("procaddr", {"repl"}), SliceEnv(64));
+  ASSERT_EQ(p.ReadJson()["ready"], true) << p.Stderr();
+  p.Send("alloc 30");
+  EXPECT_EQ(p.ReadJson()["alloc"], "CUDA_SUCCESS");
+  Region::SlotView v;
+  const int slot = r.FindSlot(static_cast<uint32_t>(p.pid()), 0, &v);
+  ASSERT_GT(slot, 0);
+  const Region::DriverBytes measured{slot, v.owner, 20 * kMiB};
+  r.SetDriverBytes(&measured, 1, 0);  // what the agent does
+  p.Send("info");
+  json info = p.ReadJson();
+  EXPECT_EQ(info["total"], 64 * kMiB);
+  EXPECT_EQ(info["free"], 14 * kMiB);
+  // 30 + 16 fits 64; with the driver's 20 it does not.
+  p.Send("alloc 16");
+  EXPECT_EQ(p.ReadJson()["alloc"], "CUDA_ERROR_OUT_OF_MEMORY");
+  p.Send("alloc 14");
+  EXPECT_EQ(p.ReadJson()["alloc"], "CUDA_SUCCESS");
+  p.Send("info");
+  EXPECT_EQ(p.ReadJson()["free"], 0);
+  EXPECT_EQ(r.Stats().peak_bytes, 64 * kMiB);
+  // A later measurement that finds less gives it back.
+  r.SetDriverBytes(nullptr, 0, 0);
+  p.Send("info");
+  EXPECT_EQ(p.ReadJson()["free"], 20 * kMiB);
   p.Send("quit");
   EXPECT_EQ(p.Wait(), 0);
 }

@@ -168,12 +168,15 @@ void Region::Unlock() { pthread_mutex_unlock(&layout_->lock); }
 
 void Region::RepairLocked() {
   uint64_t sum = 0;
+  uint64_t driver = layout_->unattached_bytes.load(kRelaxed);
   for (auto& s : layout_->slots) {
     if (s.owner.load(kRelaxed) != 0 || &s == &layout_->slots[kOverflowSlot]) {
       sum += s.used.load(kRelaxed);
+      driver += s.driver_bytes.load(kRelaxed);
     }
   }
   layout_->used_bytes.store(sum, kRelaxed);
+  layout_->driver_bytes.store(driver, kRelaxed);
   layout_->recoveries.fetch_add(1, kRelaxed);
 }
 
@@ -214,6 +217,7 @@ void Region::Detach() {
   s.used.store(0, kRelaxed);
   const uint64_t total = layout_->used_bytes.load(kRelaxed);
   layout_->used_bytes.store(total >= held ? total - held : 0, kRelaxed);
+  ClearDriverBytesLocked(s);
   s.owner.store(0, std::memory_order_release);
   Unlock();
   slot_ = -1;
@@ -225,14 +229,18 @@ ReserveResult Region::Reserve(uint64_t bytes) {
     if (!Lock()) return ReserveResult::kError;
     const uint64_t quota = layout_->quota_bytes.load(kRelaxed);
     const uint64_t used = layout_->used_bytes.load(kRelaxed);
-    if (bytes <= quota && used <= quota - bytes) {
+    // The footprint: what the hook counted and what the driver holds
+    // beyond it (the agent's measurement).
+    const uint64_t driver = layout_->driver_bytes.load(kRelaxed);
+    const uint64_t footprint = used + driver;
+    if (bytes <= quota && footprint <= quota - bytes) {
       RegionSlot& s = layout_->slots[slot_];
       // Slot first, total second: a death between the two is repaired from
       // the slots.
       s.used.store(s.used.load(kRelaxed) + bytes, kRelaxed);
       layout_->used_bytes.store(used + bytes, kRelaxed);
       Unlock();
-      RaisePeak(layout_->peak_bytes, used + bytes);
+      RaisePeak(layout_->peak_bytes, footprint + bytes);
       return ReserveResult::kOk;
     }
     // Over the quota: unless dead processes still hold some of it, no.
@@ -251,8 +259,9 @@ void Region::Charge(uint64_t bytes) {
   s.used.store(s.used.load(kRelaxed) + bytes, kRelaxed);
   const uint64_t used = layout_->used_bytes.load(kRelaxed) + bytes;
   layout_->used_bytes.store(used, kRelaxed);
+  const uint64_t footprint = used + layout_->driver_bytes.load(kRelaxed);
   Unlock();
-  RaisePeak(layout_->peak_bytes, used);
+  RaisePeak(layout_->peak_bytes, footprint);
 }
 
 void Region::Release(uint64_t bytes) {
@@ -301,7 +310,7 @@ uint64_t Region::ReclaimDeadLocked() {
     s.used.store(0, kRelaxed);
     const uint64_t total = layout_->used_bytes.load(kRelaxed);
     layout_->used_bytes.store(total >= held ? total - held : 0, kRelaxed);
-    reclaimed += held;
+    reclaimed += held + ClearDriverBytesLocked(s);
     // Only the holder of the lock frees a slot, and only a free slot is
     // claimed, so the owner cannot have changed since the load above.
     s.owner.store(0, std::memory_order_release);
@@ -310,11 +319,78 @@ uint64_t Region::ReclaimDeadLocked() {
   return reclaimed;
 }
 
+bool Region::ReadSlot(int index, SlotView* out) const {
+  if (index <= kOverflowSlot || index >= kRegionSlots) return false;
+  const RegionSlot& s = layout_->slots[index];
+  const uint64_t owner = s.owner.load(std::memory_order_acquire);
+  if (owner == 0) return false;
+  out->owner = owner;
+  out->pid = OwnerPid(owner);
+  out->start_ticks = s.start_ticks.load(kRelaxed);
+  out->used = s.used.load(kRelaxed);
+  out->driver_bytes = s.driver_bytes.load(kRelaxed);
+  return true;
+}
+
+int Region::FindSlot(uint32_t pid, uint64_t start_ticks, SlotView* out) const {
+  for (int i = 1; i < kRegionSlots; ++i) {
+    SlotView v;
+    if (!ReadSlot(i, &v) || v.pid != pid) continue;
+    if (start_ticks != 0 && v.start_ticks != 0 &&
+        v.start_ticks != start_ticks) {
+      continue;  // the pid's earlier (or later) owner
+    }
+    *out = v;
+    return i;
+  }
+  return -1;
+}
+
+void Region::SetDriverBytes(const DriverBytes* entries, int count,
+                            uint64_t unattached_bytes) {
+  if (!Lock()) return;
+  // Slots first, the total last: a death in between is repaired from the
+  // slots (RepairLocked).
+  uint64_t total = unattached_bytes;
+  layout_->unattached_bytes.store(unattached_bytes, kRelaxed);
+  for (int i = 1; i < kRegionSlots; ++i) {
+    RegionSlot& s = layout_->slots[i];
+    const uint64_t owner = s.owner.load(std::memory_order_acquire);
+    uint64_t bytes = 0;
+    for (int e = 0; e < count && owner != 0; ++e) {
+      if (entries[e].slot == i && entries[e].owner == owner) {
+        bytes = entries[e].bytes;
+        break;
+      }
+    }
+    if (s.driver_bytes.load(kRelaxed) != bytes) {
+      s.driver_bytes.store(bytes, kRelaxed);
+    }
+    total += bytes;
+  }
+  layout_->driver_bytes.store(total, kRelaxed);
+  const uint64_t footprint = layout_->used_bytes.load(kRelaxed) + total;
+  Unlock();
+  layout_->driver_updates.fetch_add(1, kRelaxed);
+  RaisePeak(layout_->peak_bytes, footprint);
+}
+
+uint64_t Region::ClearDriverBytesLocked(RegionSlot& slot) {
+  const uint64_t bytes = slot.driver_bytes.load(kRelaxed);
+  if (bytes == 0) return 0;
+  slot.driver_bytes.store(0, kRelaxed);
+  const uint64_t total = layout_->driver_bytes.load(kRelaxed);
+  layout_->driver_bytes.store(total >= bytes ? total - bytes : 0, kRelaxed);
+  return bytes;
+}
+
 RegionStats Region::Stats() const {
   RegionStats s;
   s.quota_bytes = layout_->quota_bytes.load(kRelaxed);
   s.compute_percent = layout_->compute_percent.load(kRelaxed);
-  s.used_bytes = layout_->used_bytes.load(kRelaxed);
+  s.driver_bytes = layout_->driver_bytes.load(kRelaxed);
+  s.driver_updates = layout_->driver_updates.load(kRelaxed);
+  s.used_bytes = layout_->used_bytes.load(kRelaxed) + s.driver_bytes;
   s.peak_bytes = layout_->peak_bytes.load(kRelaxed);
   s.quota_ooms = layout_->quota_ooms.load(kRelaxed);
   s.physical_ooms = layout_->physical_ooms.load(kRelaxed);

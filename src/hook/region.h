@@ -15,6 +15,11 @@
 //    slots without a syscall, so hundreds of processes can start at once.
 //  - Readers of the totals (cuMemGetInfo, NVML) take no lock: `used` and
 //    `quota` are atomics kept equal to the locked state.
+//  - The quota holds the slice's real footprint on the card: what the hook
+//    counted (its allocations) plus what it cannot see (context and module
+//    memory, the driver's rounding). The agent measures the second part per
+//    process through NVML and writes it into the slot (`driver_bytes`)
+//    under the same lock, so a reservation sees both.
 //
 // Only this header describes the layout; the hook and the agent both use
 // this class (the agent creates the region and changes the quota live).
@@ -34,7 +39,7 @@
 namespace hf::hook {
 
 inline constexpr uint32_t kRegionMagic = 0x48465231;  // "HFR1"
-inline constexpr uint32_t kRegionVersion = 2;
+inline constexpr uint32_t kRegionVersion = 3;
 inline constexpr int kRegionSlots = 1024;
 // Slot 0 is shared by processes that found no free slot: its usage is never
 // reclaimed (fail closed: leaked quota, never oversold memory).
@@ -52,6 +57,11 @@ struct alignas(64) RegionSlot {
   // Bytes this process holds. REQUIRES: the region lock for writes.
   std::atomic<uint64_t> used;
   std::atomic<uint64_t> quota_ooms;
+  // Device memory of this process the hook did not count (NVML's usage of
+  // the process minus `used`), as the agent last measured it. Only the
+  // agent sets it (SetDriverBytes); whoever frees the slot clears it.
+  // REQUIRES: the region lock for writes.
+  std::atomic<uint64_t> driver_bytes;
 };
 
 struct RegionLayout {
@@ -65,7 +75,14 @@ struct RegionLayout {
   std::atomic<uint32_t> compute_percent;   // 0: no compute limit
   std::atomic<uint32_t> quota_generation;  // bumped on each quota change
   std::atomic<uint64_t> used_bytes;        // == sum of slot.used
-  std::atomic<uint64_t> peak_bytes;
+  // == sum of slot.driver_bytes + unattached_bytes: what the slice holds
+  // on the card beyond used_bytes. The quota applies to the sum of both.
+  std::atomic<uint64_t> driver_bytes;
+  // Device memory of the slice's processes that hold no slot (they run
+  // without the hook), as the agent measured it.
+  std::atomic<uint64_t> unattached_bytes;
+  std::atomic<uint64_t> driver_updates;   // SetDriverBytes calls
+  std::atomic<uint64_t> peak_bytes;       // of used_bytes + driver_bytes
   std::atomic<uint64_t> quota_ooms;       // refused by the quota
   std::atomic<uint64_t> physical_ooms;    // refused by the driver
   std::atomic<uint64_t> attaches;         // processes that ever attached
@@ -82,7 +99,9 @@ enum class ReserveResult { kOk, kOverQuota, kError };
 struct RegionStats {
   uint64_t quota_bytes = kUnlimited;
   uint32_t compute_percent = 0;
-  uint64_t used_bytes = 0;
+  uint64_t used_bytes = 0;    // the footprint: counted + driver_bytes
+  uint64_t driver_bytes = 0;  // of used_bytes, what the agent measured
+  uint64_t driver_updates = 0;
   uint64_t peak_bytes = 0;
   uint64_t quota_ooms = 0;
   uint64_t physical_ooms = 0;
@@ -122,8 +141,9 @@ class Region {
   void Detach();
 
   // Reserves `bytes` of the quota for this process before the real
-  // allocation. kOverQuota: the quota would be exceeded even after dead
-  // processes' usage was reclaimed (counted as a quota OOM).
+  // allocation. kOverQuota: the footprint (used()) plus `bytes` would
+  // exceed the quota even after dead processes' usage was reclaimed
+  // (counted as a quota OOM).
   // REQUIRES: Attach was called.
   ReserveResult Reserve(uint64_t bytes);
   // Charges `bytes` even past the quota (memory the driver took on its own,
@@ -139,8 +159,16 @@ class Region {
   uint64_t quota() const {
     return layout_->quota_bytes.load(std::memory_order_relaxed);
   }
-  uint64_t used() const {
+  // The slice's footprint on the card, what the quota is checked against:
+  // counted() + driver_bytes().
+  uint64_t used() const { return counted() + driver_bytes(); }
+  // What the hook counted (allocations, HETEROFLOW_HOOK_CONTEXT_MB).
+  uint64_t counted() const {
     return layout_->used_bytes.load(std::memory_order_relaxed);
+  }
+  // What the agent measured beyond it (SetDriverBytes).
+  uint64_t driver_bytes() const {
+    return layout_->driver_bytes.load(std::memory_order_relaxed);
   }
   uint32_t compute_percent() const {
     return layout_->compute_percent.load(std::memory_order_relaxed);
@@ -155,6 +183,34 @@ class Region {
   // Reclaims the usage of every slot whose process is gone. Returns the
   // bytes reclaimed. Costs one or two syscalls per occupied slot.
   uint64_t ReclaimDead();
+
+  // For the agent, which reads the slots to tell which processes attached.
+  struct SlotView {
+    uint64_t owner = 0;  // the claim (pid in the low 32 bits); 0: free
+    uint32_t pid = 0;    // in the owner's own pid namespace
+    uint64_t start_ticks = 0;
+    uint64_t used = 0;
+    uint64_t driver_bytes = 0;
+  };
+  // Slot `index` (1..kRegionSlots-1) as it is now, without the lock; false
+  // when it is free or out of range. The fields may be a moment apart.
+  bool ReadSlot(int index, SlotView* out) const;
+  // The slot whose owner has this in-namespace pid and start time (a start
+  // time of 0 on either side matches any), or -1. No lock, no syscall.
+  int FindSlot(uint32_t pid, uint64_t start_ticks, SlotView* out) const;
+
+  // The agent's measurement: each listed slot's driver_bytes, for a slot
+  // still held by `owner` (one claimed again since is a new process and
+  // gets 0), 0 for every slot not listed, and `unattached_bytes` for the
+  // slice's processes that hold no slot. Under the lock, so a concurrent
+  // Reserve sees all of it or none.
+  struct DriverBytes {
+    int slot = 0;
+    uint64_t owner = 0;
+    uint64_t bytes = 0;
+  };
+  void SetDriverBytes(const DriverBytes* entries, int count,
+                      uint64_t unattached_bytes);
 
   RegionStats Stats() const;
   bool is_open() const { return layout_ != nullptr; }
@@ -171,6 +227,9 @@ class Region {
   void Unlock();
   void RepairLocked();  // after EOWNERDEAD: totals from the slots
   uint64_t ReclaimDeadLocked();
+  // Zeroes a slot's driver_bytes (its process is gone) and takes them off
+  // the total; returns them.
+  uint64_t ClearDriverBytesLocked(RegionSlot& slot);
   bool Initialise(uint64_t quota_bytes, uint32_t compute_percent);
   // Maps `fd` (or, with -1, anonymous shared memory) and initialises it;
   // on failure sets `error` to `map_error` or `init_error`.

@@ -1,7 +1,8 @@
 // The slice region on its own (no CUDA): quota reserved atomically across
 // processes, dead processes' usage reclaimed, a lock held by a killed
 // process repaired, live quota changes, pid reuse not mistaken for the
-// owner.
+// owner, and the driver's own memory (the agent's measurement) charged
+// against the quota.
 #include "hook/region.h"
 
 #include <fcntl.h>
@@ -315,6 +316,159 @@ TEST_F(RegionTest, ThreadsShareTheProcessSlot) {
   for (auto& t : threads) t.join();
   EXPECT_FALSE(over.load());
   EXPECT_EQ(r.used(), 0u);
+}
+
+// ------------------------------------------- what the driver holds beyond
+
+// The agent's view of the region: mapped, never attached.
+bool OpenAsAgent(Region& r, const std::string& path) {
+  const char* error = nullptr;
+  const bool ok = r.Open(path.c_str(), kUnlimited, 0, &error);
+  EXPECT_TRUE(ok) << (error ? error : "");
+  return ok;
+}
+
+TEST_F(RegionTest, DriverBytesCountAgainstTheQuota) {
+  Region hook;
+  ASSERT_TRUE(Open(hook, 10 << 20));
+  ASSERT_EQ(hook.Reserve(4 << 20), ReserveResult::kOk);
+  Region agent;
+  ASSERT_TRUE(OpenAsAgent(agent, path_));
+  Region::SlotView v;
+  const int slot = agent.FindSlot(static_cast<uint32_t>(getpid()),
+                                  Region::ProcessStartTicks(getpid()), &v);
+  ASSERT_EQ(slot, hook.slot());
+  EXPECT_EQ(v.used, uint64_t{4} << 20);
+  // The context and modules: 3 MiB the hook never saw.
+  const Region::DriverBytes measured{slot, v.owner, uint64_t{3} << 20};
+  agent.SetDriverBytes(&measured, 1, 0);
+  EXPECT_EQ(hook.counted(), uint64_t{4} << 20);
+  EXPECT_EQ(hook.driver_bytes(), uint64_t{3} << 20);
+  EXPECT_EQ(hook.used(), uint64_t{7} << 20);
+  // 4 + 4 would fit a quota of 10; 4 + 3 + 4 does not.
+  EXPECT_EQ(hook.Reserve(4 << 20), ReserveResult::kOverQuota);
+  EXPECT_EQ(hook.Reserve(3 << 20), ReserveResult::kOk);
+  EXPECT_EQ(hook.Reserve(1), ReserveResult::kOverQuota);
+  const RegionStats s = agent.Stats();
+  EXPECT_EQ(s.used_bytes, uint64_t{10} << 20);
+  EXPECT_EQ(s.driver_bytes, uint64_t{3} << 20);
+  EXPECT_EQ(s.peak_bytes, uint64_t{10} << 20);
+  EXPECT_EQ(s.driver_updates, 1u);
+  // A later measurement replaces the earlier one; a slot not listed is 0.
+  agent.SetDriverBytes(nullptr, 0, 0);
+  EXPECT_EQ(hook.used(), uint64_t{7} << 20);
+  EXPECT_EQ(hook.Reserve(3 << 20), ReserveResult::kOk);
+}
+
+TEST_F(RegionTest, MemoryOfProcessesWithoutASlotCountsToo) {
+  Region hook;
+  ASSERT_TRUE(Open(hook, 10 << 20));
+  Region agent;
+  ASSERT_TRUE(OpenAsAgent(agent, path_));
+  agent.SetDriverBytes(nullptr, 0, uint64_t{6} << 20);
+  EXPECT_EQ(hook.used(), uint64_t{6} << 20);
+  EXPECT_EQ(hook.Reserve(5 << 20), ReserveResult::kOverQuota);
+  EXPECT_EQ(hook.Reserve(4 << 20), ReserveResult::kOk);
+  agent.SetDriverBytes(nullptr, 0, 0);
+  EXPECT_EQ(hook.used(), uint64_t{4} << 20);
+}
+
+TEST_F(RegionTest, AMeasurementOfAFormerOwnerIsNotChargedToTheNext) {
+  Region hook;
+  ASSERT_TRUE(Open(hook, 10 << 20));
+  Region agent;
+  ASSERT_TRUE(OpenAsAgent(agent, path_));
+  Region::SlotView mine;
+  ASSERT_GT(agent.FindSlot(static_cast<uint32_t>(getpid()), 0, &mine), 0);
+  // A child attaches, is measured, and dies.
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    Region child;
+    const char* error = nullptr;
+    if (!child.Open(path_.c_str(), 0, 0, &error)) _exit(3);
+    child.Attach(getpid(), Region::ProcessStartTicks(getpid()));
+    if (write(pipefd[1], "a", 1) != 1) _exit(4);
+    pause();
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+  Region::SlotView child;
+  const int slot = agent.FindSlot(static_cast<uint32_t>(pid), 0, &child);
+  ASSERT_GT(slot, 0);
+  const Region::DriverBytes measured{slot, child.owner, uint64_t{5} << 20};
+  agent.SetDriverBytes(&measured, 1, 0);
+  EXPECT_EQ(hook.used(), uint64_t{5} << 20);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  // Needing the memory reclaims the dead process's slot, measurement and
+  // all.
+  EXPECT_EQ(hook.Reserve(8 << 20), ReserveResult::kOk);
+  EXPECT_EQ(hook.used(), uint64_t{8} << 20);
+  EXPECT_EQ(hook.driver_bytes(), 0u);
+  // The same measurement delivered late names an owner that is gone: the
+  // slot, free or claimed again, gets nothing.
+  Region again;
+  ASSERT_TRUE(Open(again, 0));
+  agent.SetDriverBytes(&measured, 1, 0);
+  EXPECT_EQ(hook.driver_bytes(), 0u);
+  close(pipefd[0]);
+  close(pipefd[1]);
+}
+
+TEST_F(RegionTest, FindSlotTellsAPidsOwnerByItsStartTime) {
+  Region hook;
+  ASSERT_TRUE(Open(hook, 1 << 20));
+  Region agent;
+  ASSERT_TRUE(OpenAsAgent(agent, path_));
+  const auto me = static_cast<uint32_t>(getpid());
+  const uint64_t ticks = Region::ProcessStartTicks(getpid());
+  Region::SlotView v;
+  EXPECT_EQ(agent.FindSlot(me, ticks, &v), hook.slot());
+  EXPECT_EQ(v.pid, me);
+  EXPECT_EQ(v.start_ticks, ticks);
+  EXPECT_EQ(agent.FindSlot(me, ticks + 1, &v), -1);  // a recycled pid
+  EXPECT_EQ(agent.FindSlot(me + 1, ticks, &v), -1);
+  hook.Detach();
+  EXPECT_EQ(agent.FindSlot(me, ticks, &v), -1);
+}
+
+// A process killed in the middle of an update (here: the agent's, with the
+// total half written) leaves the lock EOWNERDEAD; the next locker rebuilds
+// the driver total from the slots and the unattached bytes.
+TEST_F(RegionTest, ALockRepairRebuildsTheDriverTotal) {
+  Region hook;
+  ASSERT_TRUE(Open(hook, 100 << 20));
+  Region agent;
+  ASSERT_TRUE(OpenAsAgent(agent, path_));
+  Region::SlotView v;
+  const int slot = agent.FindSlot(static_cast<uint32_t>(getpid()), 0, &v);
+  ASSERT_GT(slot, 0);
+  const Region::DriverBytes measured{slot, v.owner, uint64_t{2} << 20};
+  agent.SetDriverBytes(&measured, 1, uint64_t{1} << 20);
+  ASSERT_EQ(hook.driver_bytes(), uint64_t{3} << 20);
+  int fd = open(path_.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* mapped = mmap(nullptr, sizeof(RegionLayout), PROT_READ | PROT_WRITE,
+                      MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto* layout = static_cast<RegionLayout*>(mapped);
+  pid_t pid = fork();
+  if (pid == 0) {
+    pthread_mutex_lock(&layout->lock);
+    layout->driver_bytes.store(uint64_t{90} << 20);  // and dies
+    _exit(0);
+  }
+  waitpid(pid, nullptr, 0);
+  EXPECT_EQ(hook.used(), uint64_t{90} << 20);  // the torn total, for now
+  EXPECT_EQ(hook.Reserve(1 << 20), ReserveResult::kOk);
+  EXPECT_EQ(hook.driver_bytes(), uint64_t{3} << 20);
+  EXPECT_EQ(hook.used(), uint64_t{4} << 20);
+  EXPECT_EQ(hook.Stats().recoveries, 1u);
+  munmap(mapped, sizeof(RegionLayout));
 }
 
 }  // namespace

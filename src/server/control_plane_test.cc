@@ -1316,6 +1316,85 @@ TEST_F(ResizeTest, NoQuotaForGoldOrWholeGpusAndNoHookForWholeGpus) {
             std::vector<std::string>{"hook"});
 }
 
+// Enforcement is never claimed without proof: a process of the task that
+// uses the GPU without the hook (the agent's report) takes "hook" away, and
+// the slice's usage and the history say why; once every process is under
+// the hook again, it is listed again.
+TEST_F(ResizeTest, AProcessWithoutTheHookTakesItAwayAndTheHistorySaysWhy) {
+  NodeReport node = Node("n1", {Gpu(0, 81920, false, true)});
+  node.hook_available = true;
+  Register(node);
+  const TaskRow t = RunningSlice(4096);
+  const RowId id = *t.slice_id;
+  HookReport hook;
+  hook.attached = true;
+  hook.attaches = 1;
+  hook.quota_bytes = std::int64_t{4096} << 20;
+  RunningTask running{t.id, "running", {0}, hook};
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  ASSERT_EQ(SliceOf(Get(t.id)).enforcement,
+            (std::vector<std::string>{"mps", "hook"}));
+
+  const std::string why =
+      "process 4242 runs without the hook: libhfhook.so is not loaded in it";
+  running.hook->unhooked_pids = {4242};
+  running.hook->unhooked_reason = why;
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement, std::vector<std::string>{"mps"});
+  const auto lost = HistoryOf(id, "hook_lost");
+  ASSERT_EQ(lost.size(), 1u);  // once, however often it is reported
+  EXPECT_EQ(lost[0].actor, "agent:n1");
+  EXPECT_EQ(lost[0].task_id, t.id);
+  EXPECT_NE(lost[0].reason.find(why), std::string::npos) << lost[0].reason;
+  EXPECT_NE(lost[0].reason.find("no longer lists the hook"), std::string::npos)
+      << lost[0].reason;
+  auto usage = cp_->SliceHookUsage(id);
+  ASSERT_TRUE(usage.has_value());
+  EXPECT_EQ(usage->report.unhooked_pids, std::vector<std::int64_t>{4242});
+  EXPECT_EQ(usage->report.unhooked_reason, why);
+  // Persisted: a restarted server does not list it either.
+  Open();
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement, std::vector<std::string>{"mps"});
+
+  // The process attached (or exited): listed again, and said so.
+  running.hook->unhooked_pids.clear();
+  running.hook->unhooked_reason.clear();
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement,
+            (std::vector<std::string>{"mps", "hook"}));
+  EXPECT_EQ(HistoryOf(id, "hook_attached").size(), 2u);
+  EXPECT_TRUE(cp_->SliceHookUsage(id)->report.unhooked_pids.empty());
+}
+
+// A task whose processes never load the hook: "hook" was never listed, and
+// the history still says why.
+TEST_F(ResizeTest, AHookThatNeverAttachedIsExplainedToo) {
+  NodeReport node = Node("n1", {Gpu(0, 81920, false, true)});
+  node.hook_available = true;
+  Register(node);
+  const TaskRow t = RunningSlice(4096);
+  const RowId id = *t.slice_id;
+  HookReport hook;
+  hook.unhooked_pids = {77};
+  hook.unhooked_reason = "process 77 runs without the hook";
+  RunningTask running{t.id, "running", {0}, hook};
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement, std::vector<std::string>{"mps"});
+  const auto lost = HistoryOf(id, "hook_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_NE(lost[0].reason.find("process 77 runs without the hook"),
+            std::string::npos)
+      << lost[0].reason;
+  // Attached as well as unhooked: still not listed.
+  running.hook->attached = true;
+  running.hook->attaches = 1;
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  EXPECT_EQ(SliceOf(Get(t.id)).enforcement, std::vector<std::string>{"mps"});
+  EXPECT_TRUE(HistoryOf(id, "hook_attached").empty());
+}
+
 // Regression: LedgerNodeLocked scaled the reported cpu_milli and
 // host_memory_mib by `<< 20`: undefined beyond 2^43 (a wrapped, negative
 // value made the ledger refuse the node), and past 2^31 (any node with 2

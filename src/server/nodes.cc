@@ -309,6 +309,10 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
   }));
   const Millis now = clock_->NowMillis();
   std::vector<std::pair<RowId, HookReport>> attached;  // "hook" to add
+  // Processes the agent found using the GPU without the hook: "hook" to
+  // take away (or, never listed, a history entry saying why).
+  std::vector<std::pair<RowId, HookReport>> unhooked;
+  std::set<RowId> restored;  // attached again after being unhooked
   for (const auto& [t, slice] : live) {
     // Whole GPUs have no quota; a MIG partition runs no hook.
     const bool hook_enforceable = !slice.whole && slice.qos_level != "gold";
@@ -320,6 +324,8 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       reply.quotas.push_back(q);
     }
     if (!t->hook) continue;
+    // Whether the last report (in memory) named no unhooked process.
+    bool was_hooked = true;
     {
       // Only while the ledger holds the slice: a release takes the slice
       // out of the ledger before it drops the usage (ApplyReleasesLocked),
@@ -327,16 +333,52 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       std::lock_guard lock(hook_mu_);
       if (ledger_->GetAllocation(
               SliceId(static_cast<std::uint64_t>(slice.id)))) {
+        auto previous = hook_usage_.find(slice.id);
+        was_hooked = previous == hook_usage_.end() ||
+                     previous->second.report.unhooked_pids.empty();
         hook_usage_[slice.id] = HookUsage{*t->hook, t->task_id, now};
       }
     }
-    if (hook_enforceable && t->hook->attached &&
-        scheduler::AddHookEnforcement(slice.enforcement) != slice.enforcement) {
+    if (!hook_enforceable) continue;
+    const bool listed =
+        std::ranges::find(slice.enforcement, "hook") != slice.enforcement.end();
+    if (!t->hook->unhooked_pids.empty()) {
+      // Never claimed without proof: one process of the task on its GPU
+      // that is not under the hook is enough to take it away.
+      if (listed || was_hooked) unhooked.emplace_back(slice.id, *t->hook);
+    } else if (t->hook->attached && !listed &&
+               scheduler::AddHookEnforcement(slice.enforcement) !=
+                   slice.enforcement) {
       attached.emplace_back(slice.id, *t->hook);
+      if (!was_hooked) restored.insert(slice.id);
     }
   }
-  if (attached.empty()) return Status::Ok();
+  if (attached.empty() && unhooked.empty()) return Status::Ok();
   return LeaderWrite([&](Txn& txn) -> Status {
+    for (const auto& [id, hook] : unhooked) {
+      auto current = txn.GetSlice(id);
+      if (!current.ok() || current->state != store::SliceState::kAllocated) {
+        continue;
+      }
+      SliceRow s = *current;
+      const auto erased = std::erase(s.enforcement, "hook");
+      if (erased > 0) HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      store::HistoryRow h = HistoryFor(s, "hook_lost");
+      h.at = now;
+      h.actor = "agent:" + node.name;
+      h.reason = hook.unhooked_reason.empty()
+                     ? "a process of task " +
+                           std::to_string(s.task_id.value_or(0)) +
+                           " runs without the hook"
+                     : hook.unhooked_reason;
+      h.reason += erased > 0 ? ": the slice's enforcement no longer lists the "
+                               "hook (the memory quota is accounted, not "
+                               "enforced)"
+                             : ": the hook is not listed in the slice's "
+                               "enforcement";
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+      spdlog::warn("slice {}: {}", s.id, h.reason);
+    }
     for (const auto& [id, hook] : attached) {
       auto current = txn.GetSlice(id);
       if (!current.ok() || current->state != store::SliceState::kAllocated) {
@@ -352,6 +394,10 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       h.at = now;
       h.actor = "agent:" + node.name;
       h.reason =
+          std::string(restored.contains(id)
+                          ? "every process of the task that uses the GPU "
+                            "is under the hook again; "
+                          : "") +
           "the hook is loaded in " + std::to_string(hook.attaches) +
           " process(es) of task " + std::to_string(s.task_id.value_or(0)) +
           ": the memory quota (" +

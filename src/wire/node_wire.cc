@@ -58,14 +58,21 @@ json ToJson(const NodeReport& r, bool with_name) {
 }
 
 json ToJson(const HookReport& h) {
-  return {{"attached", h.attached},
-          {"attaches", h.attaches},
-          {"processes", h.processes},
-          {"used_bytes", h.used_bytes},
-          {"peak_bytes", h.peak_bytes},
-          {"quota_bytes", h.quota_bytes ? json(*h.quota_bytes) : json(nullptr)},
-          {"quota_ooms", h.quota_ooms},
-          {"physical_ooms", h.physical_ooms}};
+  json j = {
+      {"attached", h.attached},
+      {"attaches", h.attaches},
+      {"processes", h.processes},
+      {"used_bytes", h.used_bytes},
+      {"peak_bytes", h.peak_bytes},
+      {"quota_bytes", h.quota_bytes ? json(*h.quota_bytes) : json(nullptr)},
+      {"quota_ooms", h.quota_ooms},
+      {"physical_ooms", h.physical_ooms},
+      {"driver_bytes", h.driver_bytes}};
+  if (!h.unhooked_pids.empty()) {
+    j["unhooked_pids"] = h.unhooked_pids;
+    j["unhooked_reason"] = h.unhooked_reason;
+  }
+  return j;
 }
 
 json ToJson(const RunningTask& t) {

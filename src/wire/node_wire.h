@@ -8,6 +8,7 @@
 // decoders).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -80,8 +81,20 @@ struct HookReport {
   std::optional<std::int64_t> quota_bytes;  // none: no memory cap
   std::int64_t quota_ooms = 0;              // allocations the quota refused
   std::int64_t physical_ooms = 0;           // allocations the driver refused
+  // Of used_bytes, what the hook did not count and the agent measured
+  // through NVML (context and module memory, processes without the hook).
+  std::int64_t driver_bytes = 0;
+  // The proof (agent/hook_proof.h): processes of the task on its GPUs that
+  // have not attached to its region within the agent's grace time, at most
+  // kMaxUnhookedPids of them, and why, for people ("process 4242 runs
+  // without the hook: ..."; at most kMaxUnhookedReason bytes). Empty: every
+  // process that uses the GPU is under the hook.
+  std::vector<std::int64_t> unhooked_pids;
+  std::string unhooked_reason;
   bool operator==(const HookReport&) const = default;
 };
+inline constexpr std::size_t kMaxUnhookedPids = 64;
+inline constexpr std::size_t kMaxUnhookedReason = 1024;
 
 // A heartbeat's `tasks[]` entry.
 struct RunningTask {

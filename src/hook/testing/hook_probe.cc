@@ -14,7 +14,9 @@
 //   threads N ITERS CHUNK_KB the same with N threads in this process
 //   fork CHUNK_MB            hold a chunk, fork, the child fills the rest
 //   repl                     commands on stdin: alloc MB | free ID | info |
-//                            quit (for live quota changes and kills)
+//                            cache PERCENT (allocate PERCENT% of what
+//                            cuMemGetInfo calls free, as vLLM sizes its KV
+//                            cache) | quit (for live quota changes and kills)
 //   launch MS PATH           launch 1-kernel steps for MS milliseconds with
 //                            PATH = kernel|ex|coop|graph|ptsz, sync each;
 //                            report the fake GPU's busy time
@@ -565,6 +567,19 @@ int Repl() {
       CUresult r =
           n < held.size() ? g.cuMemFree_v2(held[n]) : CUDA_ERROR_INVALID_VALUE;
       std::printf("{\"free\":\"%s\"}\n", ErrName(r));
+    } else if (std::sscanf(line, "cache %lu", &n) == 1) {
+      size_t free = 0;
+      size_t total = 0;
+      const CUresult info = g.cuMemGetInfo_v2(&free, &total);
+      const size_t bytes = free / 100 * n;
+      CUdeviceptr p = 0;
+      const CUresult r = info != CUDA_SUCCESS ? info
+                         : bytes == 0         ? CUDA_ERROR_INVALID_VALUE
+                                              : g.cuMemAlloc_v2(&p, bytes);
+      if (r == CUDA_SUCCESS) held.push_back(p);
+      std::printf(
+          "{\"cache\":\"%s\",\"free\":%zu,\"total\":%zu,\"bytes\":%zu}\n",
+          ErrName(r), free, total, bytes);
     } else if (std::strncmp(line, "info", 4) == 0) {
       PrintInfo();
     } else if (std::strncmp(line, "quit", 4) == 0) {
