@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "common/gpu_compute_mode.h"
 #include "common/strict_json.h"
 
 namespace hf::api {
@@ -235,9 +236,9 @@ StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
     }
   }
   HF_RETURN_IF_ERROR(CheckFields(
-      body,
-      {"name", "image", "command", "gpu_type", "gpu_required", "gpu_memory_mb",
-       "gpu_compute_ratio", "preemptible", "env", "labels", "tenant"}));
+      body, {"name", "image", "command", "gpu_type", "gpu_required",
+             "gpu_memory_mb", "gpu_compute_ratio", "gpu_compute_mode",
+             "preemptible", "env", "labels", "tenant"}));
   server::TaskCreate t;
   {
     const json* cmd = Field(body, "command");
@@ -301,6 +302,17 @@ StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
   auto preemptible = GetBool(body, "preemptible", false);
   if (!preemptible.ok()) return preemptible.status();
   t.preemptible = *preemptible;
+  if (const json* mode = Field(body, "gpu_compute_mode")) {
+    auto parsed = mode->is_string()
+                      ? ParseGpuComputeMode(mode->get_ref<const std::string&>())
+                      : std::nullopt;
+    if (!parsed) {
+      return Wrong(
+          "gpu_compute_mode",
+          R"(must be "strict" or "work-conserving", got )" + mode->dump());
+    }
+    t.gpu_compute_mode = *parsed;
+  }
   auto env = GetStringMap(body, "env", limits.max_map_entries);
   if (!env.ok()) return env.status();
   t.env = std::move(*env);
@@ -855,6 +867,7 @@ json TaskJson(server::ControlPlane& cp, const store::TaskRow& t) {
       t.compute_percent ? json(*t.compute_percent / 100.0) : json(nullptr);
   j["gpu_compute_percent"] =
       t.compute_percent ? json(*t.compute_percent) : json(nullptr);
+  j["gpu_compute_mode"] = GpuComputeModeName(t.gpu_compute_mode);
   j["preemptible"] = t.preemptible;
   j["env"] = t.env;
   j["labels"] = t.labels;

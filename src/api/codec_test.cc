@@ -159,6 +159,54 @@ TEST(ParseTaskCreateTest, DuplicateFieldIsRejected) {
                     "name"));
 }
 
+TEST(ParseTaskCreateTest, GpuComputeModeIsOneOfTwoNamesDefaultWorkConserving) {
+  const auto parse = [](std::string_view body) {
+    auto j = ParseBody(body);
+    EXPECT_TRUE(j.ok()) << j.status().ToString();
+    return ParseTaskCreate(j.ok() ? *j : json::object());
+  };
+  auto absent = parse(R"({"name":"t","gpu_memory_mb":64})");
+  ASSERT_TRUE(absent.ok()) << absent.status().ToString();
+  EXPECT_EQ(absent->gpu_compute_mode, GpuComputeMode::kWorkConserving);
+  auto null =
+      parse(R"({"name":"t","gpu_memory_mb":64,"gpu_compute_mode":null})");
+  ASSERT_TRUE(null.ok()) << null.status().ToString();
+  EXPECT_EQ(null->gpu_compute_mode, GpuComputeMode::kWorkConserving);
+  auto strict = parse(
+      R"({"name":"t","gpu_compute_ratio":0.25,"gpu_compute_mode":"strict"})");
+  ASSERT_TRUE(strict.ok()) << strict.status().ToString();
+  EXPECT_EQ(strict->gpu_compute_mode, GpuComputeMode::kStrict);
+  auto conserving = parse(R"({"name":"t","gpu_compute_ratio":0.25,)"
+                          R"("gpu_compute_mode":"work-conserving"})");
+  ASSERT_TRUE(conserving.ok()) << conserving.status().ToString();
+  EXPECT_EQ(conserving->gpu_compute_mode, GpuComputeMode::kWorkConserving);
+  // Whole GPUs ignore it but take it.
+  EXPECT_TRUE(
+      parse(R"({"name":"t","gpu_required":1,"gpu_compute_mode":"strict"})")
+          .ok());
+}
+
+TEST(ParseTaskCreateTest, BadGpuComputeModeNamesTheFieldAndTheChoices) {
+  for (const char* value :
+       {R"("")", R"("Strict")", R"("work_conserving")", R"(" strict")",
+        R"("fair")", "1", "true", R"(["strict"])", R"({"mode":"strict"})"}) {
+    SCOPED_TRACE(value);
+    const Status s = TaskCreate(std::string(R"({"name":"t","gpu_memory_mb":64,)"
+                                            R"("gpu_compute_mode":)") +
+                                value + "}");
+    EXPECT_TRUE(Names(s, "gpu_compute_mode"));
+    EXPECT_NE(s.message().find(R"(must be "strict" or "work-conserving")"),
+              std::string::npos)
+        << s.message();
+  }
+  // The value it got is quoted back.
+  EXPECT_NE(TaskCreate(R"({"name":"t","gpu_memory_mb":64,)"
+                       R"("gpu_compute_mode":"fast"})")
+                .message()
+                .find(R"(got "fast")"),
+            std::string::npos);
+}
+
 // ------------------------------------------------------------ agent reports
 
 TEST(ParseNodeReportTest, ValidReportDecodes) {

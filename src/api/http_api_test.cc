@@ -353,6 +353,64 @@ TEST_F(HttpApiTest, EveryPagedListHasAResumeCursor) {
   EXPECT_EQ(later["items"][0]["name"], "t2");
 }
 
+// ------------------------------------------------------ gpu_compute_mode
+
+TEST_F(HttpApiTest, TasksKeepTheirComputeModeAndShowTheDefault) {
+  const std::string user = tokens_[Role::kUser];
+  const LocalResponse strict = Call(
+      "POST", "/api/v1/tasks", user,
+      R"({"name": "s", "gpu_compute_ratio": 0.25, "gpu_compute_mode": "strict"})");
+  ASSERT_EQ(strict.status, 201) << strict.body;
+  EXPECT_EQ(Body(strict)["gpu_compute_mode"], "strict");
+  const LocalResponse fallback =
+      Call("POST", "/api/v1/tasks", user,
+           R"({"name": "d", "gpu_compute_ratio": 0.25})");
+  ASSERT_EQ(fallback.status, 201) << fallback.body;
+  EXPECT_EQ(Body(fallback)["gpu_compute_mode"], "work-conserving");
+  const LocalResponse whole =
+      Call("POST", "/api/v1/tasks", user,
+           R"({"name": "w", "gpu_required": 1, "gpu_compute_mode": "strict"})");
+  ASSERT_EQ(whole.status, 201) << whole.body << " (whole GPUs take it too)";
+
+  const auto get = [&](const LocalResponse& created) {
+    return Body(
+        Call("GET", "/api/v1/tasks/" + Body(created)["id"].dump(), user));
+  };
+  EXPECT_EQ(get(strict)["gpu_compute_mode"], "strict");
+  EXPECT_EQ(get(fallback)["gpu_compute_mode"], "work-conserving");
+  EXPECT_EQ(get(whole)["gpu_compute_mode"], "strict");
+  std::map<std::string, std::string> listed;
+  const json list = Body(Call("GET", "/api/v1/tasks", user));
+  for (const json& t : list["items"]) {
+    listed[t["name"]] = t["gpu_compute_mode"];
+  }
+  EXPECT_EQ(listed,
+            (std::map<std::string, std::string>{
+                {"d", "work-conserving"}, {"s", "strict"}, {"w", "strict"}}));
+}
+
+TEST_F(HttpApiTest, ABadComputeModeIs400NamingTheFieldAndCreatesNothing) {
+  const std::string user = tokens_[Role::kUser];
+  for (const char* value :
+       {R"("fast")", R"("STRICT")", R"("")", "1", "false", R"(["strict"])"}) {
+    SCOPED_TRACE(value);
+    const LocalResponse r =
+        Call("POST", "/api/v1/tasks", user,
+             std::string(R"({"name": "bad", "gpu_memory_mb": 1024, )"
+                         R"("gpu_compute_mode": )") +
+                 value + "}");
+    EXPECT_EQ(r.status, 400) << r.body;
+    const json body = Body(r);
+    EXPECT_EQ(body["error"], "invalid_argument");
+    EXPECT_EQ(body["field"], "gpu_compute_mode");
+    EXPECT_NE(body["message"].get<std::string>().find(
+                  R"(must be "strict" or "work-conserving")"),
+              std::string::npos)
+        << r.body;
+  }
+  EXPECT_EQ(Body(Call("GET", "/api/v1/tasks", user))["items"], json::array());
+}
+
 // ------------------------------------------------------ Idempotency-Key
 
 constexpr const char* kTask = R"({"name": "once", "gpu_memory_mb": 1024})";

@@ -345,6 +345,8 @@ TEST_F(RequestTest, TasksCreateSendsEveryFieldUnderItsApiName) {
                          "4096",
                          "--compute",
                          "0.5",
+                         "--gpu-compute-mode",
+                         "strict",
                          "--preemptible",
                          "--env",
                          "A=1",
@@ -369,6 +371,7 @@ TEST_F(RequestTest, TasksCreateSendsEveryFieldUnderItsApiName) {
       {"gpu_type", "nvidia"},
       {"gpu_memory_mb", 4096},
       {"gpu_compute_ratio", 0.5},
+      {"gpu_compute_mode", "strict"},
       {"preemptible", true},
       {"env", {{"A", "1"}, {"URL", "http://x/?a=b=c"}, {"EMPTY", ""}}},
       {"labels", {{"team", "ml"}}},
@@ -389,6 +392,38 @@ TEST_F(RequestTest, TasksCreateSendsOnlyTheFieldsGiven) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(OnlyBody(server),
             (nlohmann::json{{"name", "whole"}, {"gpu_required", 2}}));
+}
+
+TEST_F(RequestTest, GpuComputeModeIsSentAsGivenAndTheServerJudgesIt) {
+  FakeServer server;
+  RunResult run = Hfctl({"tasks", "create", "--name", "wc", "--compute", "0.25",
+                         "--gpu-compute-mode", "work-conserving"},
+                        server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(OnlyBody(server),
+            (nlohmann::json{{"name", "wc"},
+                            {"gpu_compute_ratio", 0.25},
+                            {"gpu_compute_mode", "work-conserving"}}));
+  // The rules live on the server: a bad value goes there and its 400,
+  // naming the field, is what the user sees.
+  server.requests.clear();
+  server.Reply(400, R"({"error": "invalid_argument",
+    "message": "must be \"strict\" or \"work-conserving\", got \"fast\"",
+    "field": "gpu_compute_mode"})");
+  run = Hfctl({"tasks", "create", "--name", "x", "--gpu-compute-mode", "fast"},
+              server);
+  EXPECT_EQ(run.exit_code, kExitServerError);
+  ASSERT_EQ(server.requests.size(), 1u);
+  EXPECT_EQ(OnlyBody(server)["gpu_compute_mode"], "fast");
+  EXPECT_EQ(run.err,
+            "hfctl: 400 invalid_argument: must be \"strict\" or "
+            "\"work-conserving\", got \"fast\" (field: gpu_compute_mode)\n");
+  // Not with -f: the file is the whole body.
+  const std::string file = files_.Write("mode.json", R"({"name": "f"})");
+  run = Hfctl({"tasks", "create", "-f", file, "--gpu-compute-mode", "strict"},
+              server);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_EQ(server.requests.size(), 1u);
 }
 
 TEST_F(RequestTest, EnvWithoutEqualsIsAClearUsageError) {
@@ -1027,6 +1062,16 @@ TEST_F(OutputTest, ResizeShowsTheSliceAndEveryWarning) {
   EXPECT_EQ(Hfctl({"slices", "resize", "4"}, server).exit_code,
             kExitLocalError);
   EXPECT_EQ(server.requests.size(), 1u);
+}
+
+TEST_F(OutputTest, TaskDetailsShowTheComputeMode) {
+  FakeServer server;
+  server.Reply(200, R"({"id": 12, "name": "x", "gpu_compute_percent": 25,
+    "gpu_compute_mode": "strict", "status": "running"})");
+  RunResult run = Hfctl({"tasks", "get", "12"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("gpu_compute_mode:    strict\n"), std::string::npos)
+      << run.out;
 }
 
 TEST_F(OutputTest, CreateShowsARowAndGetShowsDetails) {

@@ -54,6 +54,7 @@ struct PageOptions {
 struct TaskCreateOptions {
   std::string file;
   std::optional<std::string> name, image, command, gpu_type, tenant;
+  std::optional<std::string> compute_mode;
   std::optional<std::int64_t> gpus, memory_mb;
   std::optional<double> compute;
   bool preemptible = false;
@@ -169,11 +170,11 @@ StatusOr<std::string> ReadBodyFile(const std::string& path) {
 
 StatusOr<Request> BuildTaskCreate(const TaskCreateOptions& options) {
   const std::string path = ApiPath({"tasks"});
-  const bool any_field = options.name || options.image || options.command ||
-                         options.gpu_type || options.gpus ||
-                         options.memory_mb || options.compute ||
-                         options.preemptible || !options.env.empty() ||
-                         !options.labels.empty() || options.tenant;
+  const bool any_field =
+      options.name || options.image || options.command || options.gpu_type ||
+      options.gpus || options.memory_mb || options.compute ||
+      options.compute_mode || options.preemptible || !options.env.empty() ||
+      !options.labels.empty() || options.tenant;
   if (!options.file.empty()) {
     if (any_field) {
       return Status::InvalidArgument(
@@ -206,6 +207,7 @@ StatusOr<Request> BuildTaskCreate(const TaskCreateOptions& options) {
   SetIfGiven(body, "gpu_required", options.gpus);
   SetIfGiven(body, "gpu_memory_mb", options.memory_mb);
   SetIfGiven(body, "gpu_compute_ratio", options.compute);
+  SetIfGiven(body, "gpu_compute_mode", options.compute_mode);
   if (options.preemptible) body["preemptible"] = true;
   if (!env->empty()) body["env"] = *env;
   if (!labels->empty()) body["labels"] = *labels;
@@ -391,6 +393,10 @@ class CommandLine {
                        "GPU memory slice in MB (gpu_memory_mb, >= 32)");
     create->add_option("--compute", o.compute,
                        "GPU compute share in (0, 1] (gpu_compute_ratio)");
+    create->add_option("--gpu-compute-mode", o.compute_mode,
+                       "how the hook shares the GPU's time: strict or "
+                       "work-conserving (gpu_compute_mode; default "
+                       "work-conserving)");
     create->add_flag("--preemptible", o.preemptible, "may be preempted");
     AddMulti(create, "--env", o.env,
              "environment variable KEY=VALUE (repeatable)");

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/gpu_compute_mode.h"
 #include "common/status.h"
 #include "ledger/ledger.h"
 #include "ledger/placement_policy.h"
@@ -112,6 +113,7 @@ struct TaskCreate {
   std::optional<std::int64_t> memory_mib;
   std::optional<int> compute_percent;  // 1..100
   bool preemptible = false;
+  GpuComputeMode gpu_compute_mode = kDefaultGpuComputeMode;
   store::StringMap env;
   store::StringMap labels;
   std::optional<std::string> tenant;  // admins acting for a tenant
@@ -496,8 +498,10 @@ class ControlPlane {
   // holds partitions no slice owns, or the last create found no room and
   // its partitions have not changed since. REQUIRES: mu_ held.
   std::string MigBlockedLocked(GpuId gpu) const;
-  // Builds the env input of `slice`.
-  SliceEnvInput SliceEnvFor(const store::SliceRow& slice);
+  // Builds the env input of `slice`, bound to `task` (whose
+  // gpu_compute_mode the env names).
+  SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
+                            const store::TaskRow& task);
 
   // GC's parts: the tasks lost nodes were asked to stop (returns the
   // slices released), and MIG commands past their deadline.

@@ -186,6 +186,66 @@ TEST_F(ControlPlaneTest, BindsASliceWithDerivedQosAndItsEnv) {
   EXPECT_EQ(history->items[0].actor, "scheduler");
 }
 
+TEST_F(ControlPlaneTest, TheTasksComputeModeIsKeptAndNamedInItsSliceEnv) {
+  Register(Node("n1", {Gpu(0, 81920, false, true)}));
+  const Caller alice = TenantUser("alice");
+  TaskCreate strict;
+  strict.name = "strict";
+  strict.memory_mib = 4096;
+  strict.compute_percent = 25;
+  strict.gpu_compute_mode = GpuComputeMode::kStrict;
+  auto created = cp_->CreateTask(alice, strict);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(created->gpu_compute_mode, GpuComputeMode::kStrict);
+  const TaskRow fallback = Submit(alice, 4096, 25);
+  EXPECT_EQ(fallback.gpu_compute_mode, GpuComputeMode::kWorkConserving);
+  const TaskRow memory_only = Submit(alice, 4096);
+  EXPECT_EQ(Bind(), 3);
+
+  const TaskRow bound = Get(created->id);
+  EXPECT_EQ(bound.gpu_compute_mode, GpuComputeMode::kStrict);
+  EXPECT_EQ(bound.env.at("HETEROFLOW_SLICE_COMPUTE_PERCENT"), "25");
+  EXPECT_EQ(bound.env.at("HETEROFLOW_SLICE_COMPUTE_MODE"), "strict");
+  EXPECT_EQ(Get(fallback.id).env.at("HETEROFLOW_SLICE_COMPUTE_MODE"),
+            "work-conserving");
+  // No share asked: neither a share nor a mode in the env (the slice's
+  // default share is the ledger's accounting, not a limit).
+  const TaskRow no_share = Get(memory_only.id);
+  EXPECT_FALSE(no_share.env.contains("HETEROFLOW_SLICE_COMPUTE_PERCENT"));
+  EXPECT_FALSE(no_share.env.contains("HETEROFLOW_SLICE_COMPUTE_MODE"));
+
+  // A resize rewrites the env and keeps the mode.
+  SliceResizeRequest resize;
+  resize.memory_mib = 8192;
+  ASSERT_TRUE(cp_->ResizeSlice(admin_, SliceOf(bound).id, resize).ok());
+  EXPECT_EQ(Get(bound.id).env.at("HETEROFLOW_SLICE_MEMORY_MB"), "8192");
+  EXPECT_EQ(Get(bound.id).env.at("HETEROFLOW_SLICE_COMPUTE_MODE"), "strict");
+
+  // So does the MIG device handed over to a gold slice (bob may not share
+  // alice's GPU, so his task lands on the MIG one).
+  Register(Node("mig", {Gpu(0, 81920, true)}));
+  strict.name = "gold";
+  auto gold_task = cp_->CreateTask(TenantUser("bob"), strict);
+  ASSERT_TRUE(gold_task.ok()) << gold_task.status().ToString();
+  EXPECT_EQ(Bind(), 1);
+  ASSERT_EQ(SliceOf(Get(gold_task->id)).qos_level, "gold");
+  auto claimed = cp_->ClaimSliceRequests(admin_, "mig");
+  ASSERT_TRUE(claimed.ok());
+  ASSERT_EQ(claimed->size(), 1u);
+  MigResult ok;
+  ok.ok = true;
+  ok.device_id = "MIG-mig-GPU-0/7/0";
+  ASSERT_TRUE(cp_->ReportSliceRequest(admin_, (*claimed)[0].id, ok).ok());
+  const TaskRow gold = Get(gold_task->id);
+  EXPECT_EQ(gold.env.at("NVIDIA_VISIBLE_DEVICES"), ok.device_id);
+  EXPECT_EQ(gold.env.at("HETEROFLOW_SLICE_COMPUTE_MODE"), "strict");
+
+  // Kept across a restart.
+  Open();
+  EXPECT_EQ(Get(created->id).gpu_compute_mode, GpuComputeMode::kStrict);
+  EXPECT_EQ(Get(fallback.id).gpu_compute_mode, GpuComputeMode::kWorkConserving);
+}
+
 TEST_F(ControlPlaneTest, ContainerizedNodeIsForcedToBronzeAndMigIsGold) {
   NodeReport boxed = Node("boxed", {Gpu(0, 81920, true, true)});
   boxed.containerized = true;

@@ -905,7 +905,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
           if (t.ok() && t->slice_id == s.id) {
             TaskRow task = *t;
             task.labels["heteroflow.mig_device_id"] = cmd.device_id;
-            ApplySliceEnv(SliceEnvFor(s), task.env);
+            ApplySliceEnv(SliceEnvFor(s, task), task.env);
             task.updated_at = now;
             HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
           }

@@ -197,7 +197,8 @@ std::string ControlPlane::MigBlockedLocked(GpuId gpu) const {
   return "";
 }
 
-SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice) {
+SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
+                                        const TaskRow& task) {
   SliceEnvInput in;
   in.slice_id = slice.id;
   in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
@@ -218,6 +219,7 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice) {
   in.whole = slice.whole;
   in.memory_mib = slice.memory_mib;
   in.compute_percent = slice.compute_defaulted ? 0 : slice.compute_percent;
+  in.compute_mode = task.gpu_compute_mode;
   in.mig_device_id = slice.mig_device_id;
   return in;
 }
@@ -348,7 +350,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
         return kv.first.starts_with("heteroflow.");
       });
       // Strip every variable of an older slice, inject this one's.
-      ApplySliceEnv(SliceEnvFor(slice), t.env);
+      ApplySliceEnv(SliceEnvFor(slice, t), t.env);
       t.updated_at = now;
       d.kind = Decision::kPlaced;
       d.write = true;

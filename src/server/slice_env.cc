@@ -32,6 +32,9 @@ store::StringMap SliceEnv(const SliceEnvInput& slice) {
   if (slice.compute_percent > 0) {
     env["HETEROFLOW_SLICE_COMPUTE_PERCENT"] =
         std::to_string(slice.compute_percent);
+    // How the hook shares the GPU's time with the other slices on it.
+    env["HETEROFLOW_SLICE_COMPUTE_MODE"] =
+        std::string(GpuComputeModeName(slice.compute_mode));
   }
   if (slice.vendor != "nvidia") return env;
   if (slice.qos_level == "gold") {

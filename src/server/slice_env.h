@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/gpu_compute_mode.h"
 #include "store/store.h"
 
 namespace hf::server {
@@ -26,6 +27,8 @@ struct SliceEnvInput {
   std::int64_t memory_mib = 0;  // slice quota; 0: none requested
   int compute_percent = 0;      // 0: no ratio requested
   std::string mig_device_id;    // gold, once the agent created it
+  // The task's gpu_compute_mode; named in the env with the compute share.
+  GpuComputeMode compute_mode = kDefaultGpuComputeMode;
 };
 
 // True for names the platform owns: HETEROFLOW_*, CUDA_MPS_*,

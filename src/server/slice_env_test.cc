@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace hf::server {
 
 using store::Millis;
@@ -39,6 +41,40 @@ TEST(SliceEnvTest, NoRatioMeansNoThreadPercentage) {
   const store::StringMap env = SliceEnv(in);
   EXPECT_FALSE(env.contains("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
   EXPECT_FALSE(env.contains("HETEROFLOW_SLICE_COMPUTE_PERCENT"));
+  EXPECT_FALSE(env.contains("HETEROFLOW_SLICE_COMPUTE_MODE"));
+}
+
+TEST(SliceEnvTest, ComputeModeComesExactlyWithTheComputeShare) {
+  SliceEnvInput in = Silver();
+  EXPECT_EQ(SliceEnv(in).at("HETEROFLOW_SLICE_COMPUTE_MODE"), "work-conserving")
+      << "the default";
+  in.compute_mode = GpuComputeMode::kStrict;
+  EXPECT_EQ(SliceEnv(in).at("HETEROFLOW_SLICE_COMPUTE_MODE"), "strict");
+  in.qos_level = "bronze";
+  EXPECT_EQ(SliceEnv(in).at("HETEROFLOW_SLICE_COMPUTE_MODE"), "strict");
+  // Every shape of slice: the mode is there exactly when the share is.
+  for (const char* qos : {"gold", "silver", "bronze", "exclusive"}) {
+    for (bool whole : {false, true}) {
+      for (int percent : {0, 25, 100}) {
+        SCOPED_TRACE(std::string(qos) + (whole ? " whole " : " slice ") +
+                     std::to_string(percent) + "%");
+        SliceEnvInput shape = Silver();
+        shape.qos_level = qos;
+        shape.whole = whole;
+        shape.compute_percent = percent;
+        shape.compute_mode = GpuComputeMode::kStrict;
+        const store::StringMap env = SliceEnv(shape);
+        EXPECT_EQ(env.contains("HETEROFLOW_SLICE_COMPUTE_MODE"),
+                  env.contains("HETEROFLOW_SLICE_COMPUTE_PERCENT"));
+      }
+    }
+  }
+  // A re-bind without a share drops the old mode too.
+  store::StringMap env;
+  ApplySliceEnv(in, env);
+  in.compute_percent = 0;
+  ApplySliceEnv(in, env);
+  EXPECT_FALSE(env.contains("HETEROFLOW_SLICE_COMPUTE_MODE"));
 }
 
 TEST(SliceEnvTest, GoldPinsTheMigDeviceOnlyOnceItExists) {

@@ -494,7 +494,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
         // The task's slice env names the new quota (a task that starts
         // later gets it; a running one gets it through its hook region).
         store::TaskRow task = *t;
-        ApplySliceEnv(SliceEnvFor(slice), task.env);
+        ApplySliceEnv(SliceEnvFor(slice, task), task.env);
         task.updated_at = now;
         HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
         task_running = task.state == store::TaskState::kRunning;

@@ -162,6 +162,7 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
   row.memory_mib = task.memory_mib;
   row.compute_percent = task.compute_percent;
   row.preemptible = task.preemptible;
+  row.gpu_compute_mode = task.gpu_compute_mode;
   row.user_env = task.env;
   row.env = std::move(task.env);
   row.labels = std::move(task.labels);

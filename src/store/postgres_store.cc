@@ -540,6 +540,18 @@ UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
 ALTER TABLE nodes ADD COLUMN report_epoch BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN report_seq BIGINT NOT NULL DEFAULT 0;
 )sql",
+    // 7: how the hook shares a GPU's time (a task's gpu_compute_mode).
+    // Tasks stored before it get the default; the slice env of a bound one
+    // names it beside its compute share, as a bind does now.
+    R"sql(
+ALTER TABLE tasks ADD COLUMN gpu_compute_mode TEXT NOT NULL
+  DEFAULT 'work-conserving';
+UPDATE tasks
+   SET env = jsonb_set(env::jsonb, '{HETEROFLOW_SLICE_COMPUTE_MODE}',
+                       '"work-conserving"')::text
+ WHERE state IN ('scheduled', 'running')
+   AND env::jsonb ? 'HETEROFLOW_SLICE_COMPUTE_PERCENT';
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));

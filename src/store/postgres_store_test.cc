@@ -244,12 +244,35 @@ TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawExec(url,
           "ALTER TABLE nodes DROP COLUMN report_epoch, "
           "DROP COLUMN report_seq");
+  RawExec(url, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
   store.reset();
   store = MustOpen(url);
   contract::CheckRelabelledExclusive(*store, rows);
+}
+
+TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
+  const std::string url = NewDatabaseUrl();
+  contract::PreComputeModeTasks tasks;
+  {
+    std::unique_ptr<Store> store = MustOpen(url);
+    ASSERT_NE(store, nullptr);
+    tasks = contract::SeedPreComputeModeTasks(*store);
+  }
+  // As a database from before migration 7 is.
+  RawExec(url, "DELETE FROM schema_migrations WHERE version >= 7");
+  RawExec(url, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
+  std::unique_ptr<Store> store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
+  contract::CheckComputeModeMigrated(*store, tasks);
+  // Once only: reopening changes nothing more.
+  store.reset();
+  store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  contract::CheckComputeModeMigrated(*store, tasks);
 }
 
 TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentNamingTheDbField) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/gpu_compute_mode.h"
 #include "common/status.h"
 #include "store/store.h"
 
@@ -205,8 +206,8 @@ inline constexpr std::string_view kTaskFieldColumns =
     "tenant_id, name, image, command, command_is_shell, gpu_type, "
     "gpu_required, memory_mib, compute_percent, preemptible, user_env, env, "
     "labels, state, pending_reason, slice_id, node_id, gpu_indices, "
-    "exit_code, message, cancel_requested";
-inline constexpr int kTaskFieldCount = 21;
+    "exit_code, message, cancel_requested, gpu_compute_mode";
+inline constexpr int kTaskFieldCount = 22;
 
 inline constexpr auto DecodeTask = [](const auto& s) -> StatusOr<TaskRow> {
   TaskRow r;
@@ -236,9 +237,13 @@ inline constexpr auto DecodeTask = [](const auto& s) -> StatusOr<TaskRow> {
   r.exit_code = s.OptInt32(19);
   r.message = s.Text(20);
   r.cancel_requested = s.Bool(21);
-  r.version = s.Int(22);
-  r.created_at = s.Int(23);
-  r.updated_at = s.Int(24);
+  const std::string mode = s.Text(22);
+  HF_RETURN_IF_ERROR(ParseEnum(ParseGpuComputeMode(mode), mode,
+                               &r.gpu_compute_mode,
+                               what + " gpu_compute_mode"));
+  r.version = s.Int(23);
+  r.created_at = s.Int(24);
+  r.updated_at = s.Int(25);
   return r;
 };
 
@@ -256,7 +261,8 @@ Status BindTaskFields(Binder& s, const TaskRow& r) {
             r.gpu_type, r.gpu_required, r.memory_mib, r.compute_percent,
             r.preemptible, *user_env, *env, *labels, TaskStateName(r.state),
             r.pending_reason, r.slice_id, r.node_id, Json(r.gpu_indices).dump(),
-            r.exit_code, r.message, r.cancel_requested);
+            r.exit_code, r.message, r.cancel_requested,
+            GpuComputeModeName(r.gpu_compute_mode));
   return Status::Ok();
 }
 

@@ -562,6 +562,18 @@ UPDATE slices SET qos_level = 'exclusive', enforcement = '[]'
 ALTER TABLE nodes ADD COLUMN report_epoch INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN report_seq INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 7: how the hook shares a GPU's time (a task's gpu_compute_mode).
+    // Tasks stored before it get the default; the slice env of a bound one
+    // names it beside its compute share, as a bind does now.
+    R"sql(
+ALTER TABLE tasks ADD COLUMN gpu_compute_mode TEXT NOT NULL
+  DEFAULT 'work-conserving';
+UPDATE tasks
+   SET env = json_set(env, '$.HETEROFLOW_SLICE_COMPUTE_MODE',
+                      'work-conserving')
+ WHERE state IN ('scheduled', 'running')
+   AND json_extract(env, '$.HETEROFLOW_SLICE_COMPUTE_PERCENT') IS NOT NULL;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));

@@ -221,6 +221,7 @@ TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawQuery(path, "DELETE FROM schema_migrations WHERE version >= 5");
   RawQuery(path, "ALTER TABLE nodes DROP COLUMN report_epoch");
   RawQuery(path, "ALTER TABLE nodes DROP COLUMN report_seq");
+  RawQuery(path, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
   std::unique_ptr<Store> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -228,6 +229,35 @@ TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   store.reset();
   store = MustOpen(path);
   contract::CheckRelabelledExclusive(*store, rows);
+}
+
+TEST(SqliteStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
+  TempDir dir;
+  const std::string path = dir.File("hf.db");
+  contract::PreComputeModeTasks tasks;
+  {
+    std::unique_ptr<Store> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    tasks = contract::SeedPreComputeModeTasks(*store);
+  }
+  // As a database from before migration 7 is.
+  RawQuery(path, "DELETE FROM schema_migrations WHERE version >= 7");
+  RawQuery(path, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
+  ASSERT_EQ(RawQuery(path,
+                     "SELECT COUNT(*) FROM pragma_table_info('tasks') "
+                     "WHERE name = 'gpu_compute_mode'"),
+            std::vector<std::string>{"0"});
+  std::unique_ptr<Store> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, SqliteSchemaVersion());
+  EXPECT_EQ(RawQuery(path, "SELECT DISTINCT gpu_compute_mode FROM tasks"),
+            std::vector<std::string>{"work-conserving"});
+  contract::CheckComputeModeMigrated(*store, tasks);
+  // Once only: reopening changes nothing more.
+  store.reset();
+  store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  contract::CheckComputeModeMigrated(*store, tasks);
 }
 
 TEST(SqliteStoreTest, RefusesADatabaseFromANewerVersion) {

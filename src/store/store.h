@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/gpu_compute_mode.h"
 #include "common/status.h"
 #include "common/task_state.h"
 
@@ -121,6 +122,8 @@ struct TaskRow {
   std::optional<std::int64_t> memory_mib;  // slice memory
   std::optional<int> compute_percent;      // slice compute, 1..100
   bool preemptible = false;
+  // How the hook shares the GPU's time (hook-enforced compute shares only).
+  GpuComputeMode gpu_compute_mode = kDefaultGpuComputeMode;
   StringMap user_env;  // as the user sent it
   StringMap env;       // effective: user_env + the slice's variables
   StringMap labels;

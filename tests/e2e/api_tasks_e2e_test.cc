@@ -193,6 +193,7 @@ TEST_F(TasksValidationTest, TaskJsonHasEveryDocumentedField) {
                             "gpu_memory_mb",
                             "gpu_compute_ratio",
                             "gpu_compute_percent",
+                            "gpu_compute_mode",
                             "preemptible",
                             "env",
                             "labels",
@@ -216,6 +217,21 @@ TEST_F(TasksValidationTest, TaskJsonHasEveryDocumentedField) {
   EXPECT_EQ(created[19], '.') << created;
   EXPECT_TRUE(r.body["slice_id"].is_null());
   EXPECT_TRUE(r.body["qos_level"].is_null());
+  EXPECT_EQ(r.body["gpu_compute_mode"], "work-conserving") << "the default";
+}
+
+TEST_F(TasksValidationTest, GpuComputeMode) {
+  for (const json& bad : {json("fair"), json("Strict"), json(""), json(1),
+                          json(true), json::array({"strict"})}) {
+    EXPECT_TRUE(IsInvalid(Create(Slice({{"gpu_compute_mode", bad}})),
+                          "gpu_compute_mode"))
+        << bad.dump();
+  }
+  for (const char* mode : {"strict", "work-conserving"}) {
+    HttpReply r = Create(Slice({{"gpu_compute_mode", mode}}));
+    ASSERT_TRUE(HasStatus(r, 201));
+    EXPECT_EQ(r.body["gpu_compute_mode"], mode);
+  }
 }
 
 std::string Nested(int depth) {

@@ -431,9 +431,16 @@ class ClusterE2eTest : public ::testing::Test {
               std::to_string(s.value("memory_mb", std::int64_t{-1})));
     for (const char* name :
          {"HETEROFLOW_SLICE_ID", "HETEROFLOW_SLICE_QOS",
-          "HETEROFLOW_SLICE_MEMORY_MB", "HETEROFLOW_SLICE_COMPUTE_PERCENT"}) {
+          "HETEROFLOW_SLICE_MEMORY_MB", "HETEROFLOW_SLICE_COMPUTE_PERCENT",
+          "HETEROFLOW_SLICE_COMPUTE_MODE"}) {
       EXPECT_EQ(Get(env, name), JsonGet(api_env, name))
           << name << ": the process and the API disagree";
+    }
+    // The task's compute mode comes with its compute share.
+    if (JsonGet(api_env, "HETEROFLOW_SLICE_COMPUTE_PERCENT") != "<unset>") {
+      EXPECT_EQ(Get(env, "HETEROFLOW_SLICE_COMPUTE_MODE"),
+                Str(t, "gpu_compute_mode"))
+          << t.dump();
     }
     const std::string device =
         t["labels"].is_object() ? Str(t["labels"], "heteroflow.mig_device_id")
@@ -613,11 +620,14 @@ TEST_F(ClusterE2eTest, EveryNodeGivesItsTierAndReleasesEverything) {
              {{"gpu_memory_mb", 4096}, {"gpu_compute_ratio", 0.25}});
   ASSERT_EQ(Str(WaitBound(silver_a), "node_id"), kSilverNode)
       << GetTask(silver_a).dump();
-  const Task silver_b =
-      Submit("silver-b", silver_b_,
-             {{"gpu_memory_mb", 2048}, {"gpu_compute_ratio", 0.5}});
+  const Task silver_b = Submit("silver-b", silver_b_,
+                               {{"gpu_memory_mb", 2048},
+                                {"gpu_compute_ratio", 0.5},
+                                {"gpu_compute_mode", "strict"}});
   ASSERT_EQ(Str(WaitBound(silver_b), "node_id"), kSilverNode)
       << GetTask(silver_b).dump();
+  EXPECT_EQ(Str(GetTask(silver_b), "gpu_compute_mode"), "strict");
+  EXPECT_EQ(Str(GetTask(silver_a), "gpu_compute_mode"), "work-conserving");
 
   // A whole GPU: the only empty GPU is the H100, in MIG mode, so it waits.
   const Task whole = Submit("whole", whole_, {{"gpu_required", 1}});

@@ -84,6 +84,9 @@ export interface WhoAmI {
   token_id: number;
 }
 
+/** How the hook shares a GPU's time between slices (docs/API.md). */
+export type GpuComputeMode = "strict" | "work-conserving";
+
 export interface Task {
   id: number;
   name: string;
@@ -95,6 +98,7 @@ export interface Task {
   gpu_memory_mb: number | null;
   gpu_compute_ratio: number | null;
   gpu_compute_percent: number | null;
+  gpu_compute_mode: GpuComputeMode;
   preemptible: boolean;
   env: Record<string, string>;
   labels: Record<string, string>;

@@ -188,6 +188,44 @@ test("a slice task created through the form is allocated with its GPU's tier", a
   assert.deepEqual(errors, []);
 });
 
+test("the compute mode select defaults to work-conserving and a strict task keeps strict", async () => {
+  const { context, page, errors } = await newPage();
+  await signIn(page, userA);
+  await go(page, "#/tasks/new");
+  await page.check("#mode-slice");
+  // Both values, the default selected.
+  const options = await page.$$eval("#task-computeMode option", (os) => os.map((o) => o.value));
+  assert.deepEqual(options, ["work-conserving", "strict"]);
+  assert.equal(await page.inputValue("#task-computeMode"), "work-conserving");
+  // Whole GPUs ignore the mode: the form does not ask for it there.
+  await page.check("#mode-whole");
+  await page.waitForSelector("#task-gpus");
+  assert.equal(await page.$("#task-computeMode"), null);
+  await page.check("#mode-slice");
+  await page.fill("#task-name", "form-strict-task");
+  await page.fill("#task-command", "sleep 1");
+  await page.fill("#task-memory", "1024");
+  await page.fill("#task-compute", "25");
+  await page.selectOption("#task-computeMode", "strict");
+  await page.click("button[type=submit]");
+  await page.waitForFunction(() => /^#\/tasks\/\d+$/.test(location.hash));
+  const id = Number((await page.evaluate(() => location.hash)).split("/")[2]);
+  const task = await waitFor("the strict task bound to a slice", async () => {
+    const t = await p.api("GET", `/api/v1/tasks/${id}`);
+    return t.slice_id ? t : null;
+  });
+  assert.equal(task.gpu_compute_mode, "strict");
+  assert.equal(task.env.HETEROFLOW_SLICE_COMPUTE_MODE, "strict");
+  assert.equal(task.env.HETEROFLOW_SLICE_COMPUTE_PERCENT, "25");
+  await page.waitForSelector("[data-testid=compute-mode]");
+  assert.equal((await page.textContent("[data-testid=compute-mode]")).trim(), "strict");
+  // The task of the test before was sent with the default.
+  const earlier = (await p.api("GET", "/api/v1/tasks?limit=1000", undefined, userA)).items.find((t) => t.name === sliceTaskName);
+  assert.equal(earlier?.gpu_compute_mode, "work-conserving");
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
 test("a tenant user sees only its own tenant's slices", async () => {
   const b = await p.api("POST", "/api/v1/tasks", { name: "tb-task", command: "sleep 60", gpu_memory_mb: 1024 }, userB);
   await waitFor("tb's slice", async () => (await p.api("GET", `/api/v1/tasks/${b.id}`)).slice_id);

@@ -2,11 +2,17 @@
 // GPU slice, validated on input, blur and submit; server 400s shown next to
 // the field they name) and a task's detail with env, labels, logs, cancel.
 import { useState } from "preact/hooks";
-import { api, ApiError, type List, type Slice, type Task, type WhoAmI } from "../api";
+import { api, ApiError, type GpuComputeMode, type List, type Slice, type Task, type WhoAmI } from "../api";
 import { computeError, gpuCountError, memoryError, nameError, parseEnv } from "../validate";
 import { enforcementText, ErrorNote, fmtMb, fmtTime, KeyValues, Page, Status, Table, Tier, usePoll } from "../ui";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+
+/** The choices of gpu_compute_mode, the default first. */
+const COMPUTE_MODES: { value: GpuComputeMode; label: string }[] = [
+  { value: "work-conserving", label: "work-conserving (default): may use GPU time other slices leave idle" },
+  { value: "strict", label: "strict: never more than its share" },
+];
 
 function allocation(t: Task): string {
   if (t.gpu_required > 0) return `whole GPU × ${t.gpu_required}`;
@@ -94,7 +100,7 @@ export function TaskList({ who }: { who: WhoAmI }) {
   );
 }
 
-type FieldName = "name" | "command" | "image" | "env" | "memory" | "compute" | "gpus" | "tenant";
+type FieldName = "name" | "command" | "image" | "env" | "memory" | "compute" | "computeMode" | "gpus" | "tenant";
 
 /** The form field a server 400's `field` names. */
 function formField(serverField: string | null): FieldName | null {
@@ -107,6 +113,7 @@ function formField(serverField: string | null): FieldName | null {
     env: "env",
     gpu_memory_mb: "memory",
     gpu_compute_ratio: "compute",
+    gpu_compute_mode: "computeMode",
     gpu_required: "gpus",
     tenant: "tenant",
   };
@@ -146,6 +153,7 @@ export function TaskCreate({ who }: { who: WhoAmI }) {
     env: "",
     memory: "",
     compute: "",
+    computeMode: "work-conserving",
     gpus: "1",
     tenant: "",
   });
@@ -187,7 +195,7 @@ export function TaskCreate({ who }: { who: WhoAmI }) {
 
   async function submit(e: Event) {
     e.preventDefault();
-    setTouched({ name: true, command: true, image: true, env: true, memory: true, compute: true, gpus: true, tenant: true });
+    setTouched({ name: true, command: true, image: true, env: true, memory: true, compute: true, computeMode: true, gpus: true, tenant: true });
     const bad = Object.keys(errs) as FieldName[];
     if (bad.length > 0) {
       setFormError(`Not submitted: fix ${bad.length === 1 ? "the field" : `${bad.length} fields`} marked below.`);
@@ -205,6 +213,7 @@ export function TaskCreate({ who }: { who: WhoAmI }) {
     } else {
       if (v.memory.trim()) body.gpu_memory_mb = Number(v.memory);
       if (v.compute.trim()) body.gpu_compute_ratio = Number(v.compute) / 100;
+      body.gpu_compute_mode = v.computeMode;
     }
     setBusy(true);
     try {
@@ -279,6 +288,22 @@ export function TaskCreate({ who }: { who: WhoAmI }) {
         ) : (
           <Field id="task-gpus" label="Number of GPUs" hint="Whole GPUs on one node" error={shown("gpus")}>
             <input type="text" inputMode="numeric" autoComplete="off" {...attrs("gpus", true)} />
+          </Field>
+        )}
+        {mode === "slice" && (
+          <Field
+            id="task-computeMode"
+            label="Compute mode"
+            hint="How the hook shares the GPU's time with the other slices on it (a bronze or silver share below 100%; MIG slices ignore it)"
+            error={shown("computeMode")}
+          >
+            <select {...attrs("computeMode", true)}>
+              {COMPUTE_MODES.map((m) => (
+                <option key={m.value} value={m.value}>
+                  {m.label}
+                </option>
+              ))}
+            </select>
           </Field>
         )}
         <Field id="task-env" label="Environment (optional)" hint="One NAME=value per line" error={shown("env")}>
@@ -361,6 +386,8 @@ export function TaskDetail({ id }: { id: number }) {
               <dd class="mono">{t.image || "—"}</dd>
               <dt>Allocation</dt>
               <dd>{allocation(t)}</dd>
+              <dt>Compute mode</dt>
+              <dd data-testid="compute-mode">{t.gpu_compute_mode}</dd>
               <dt>GPU type</dt>
               <dd>{t.gpu_type}</dd>
               <dt>Preemptible</dt>
