@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hook/shared_init.h"
+
 namespace hf::hook {
 namespace {
 
@@ -75,74 +77,45 @@ bool GpuRegion::Open(const char* path, const char** error) {
     *error = "cannot size the GPU region file";
     return false;
   }
-  void* p = mmap(nullptr, sizeof(GpuRegionLayout), PROT_READ | PROT_WRITE,
-                 MAP_SHARED, fd, 0);
+  const bool ok = MapAndInitialise(fd, error, "cannot map the GPU region file",
+                                   "the GPU region file is not a HeteroFlow "
+                                   "GPU region");
   close(fd);
-  if (p == MAP_FAILED) {
-    *error = "cannot map the GPU region file";
-    return false;
-  }
-  layout_ = static_cast<GpuRegionLayout*>(p);
-  if (!Initialise()) {
-    munmap(layout_, sizeof(GpuRegionLayout));
-    layout_ = nullptr;
-    *error = "the GPU region file is not a HeteroFlow GPU region";
-    return false;
-  }
-  return true;
+  return ok;
 }
 
 bool GpuRegion::OpenPrivate(const char** error) {
+  return MapAndInitialise(-1, error, "cannot map a private GPU region",
+                          "cannot initialise a private GPU region");
+}
+
+bool GpuRegion::MapAndInitialise(int fd, const char** error,
+                                 const char* map_error,
+                                 const char* init_error) {
   void* p = mmap(nullptr, sizeof(GpuRegionLayout), PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                 fd < 0 ? MAP_SHARED | MAP_ANONYMOUS : MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    *error = "cannot map a private GPU region";
+    *error = map_error;
     return false;
   }
   layout_ = static_cast<GpuRegionLayout*>(p);
   if (!Initialise()) {
     munmap(layout_, sizeof(GpuRegionLayout));
     layout_ = nullptr;
-    *error = "cannot initialise a private GPU region";
+    *error = init_error;
     return false;
   }
   return true;
 }
 
 bool GpuRegion::Initialise() {
-  // As the slice region: the first process to move init_state 0 -> 1
-  // initialises; an initialiser that died half-way is replaced.
-  for (int waited_ms = 0;; ++waited_ms) {
-    uint32_t state = layout_->init_state.load(std::memory_order_acquire);
-    if (state == 2) break;
-    if (state > 2) return false;
-    uint32_t expected = 0;
-    bool mine = state == 0 && layout_->init_state.compare_exchange_strong(
-                                  expected, 1, std::memory_order_acq_rel);
-    if (!mine && state == 1 && waited_ms > 200 &&
-        ProcessGone(layout_->init_pid.load(kRelaxed))) {
-      expected = 1;
-      mine = layout_->init_state.compare_exchange_strong(
-          expected, 1, std::memory_order_acq_rel);
-    }
-    if (mine) {
-      layout_->init_pid.store(getpid(), kRelaxed);
-      layout_->magic = kGpuRegionMagic;
-      layout_->version = kGpuRegionVersion;
-      pthread_mutexattr_t attr;
-      pthread_mutexattr_init(&attr);
-      pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-      pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-      pthread_mutex_init(&layout_->lock, &attr);
-      pthread_mutexattr_destroy(&attr);
-      layout_->init_state.store(2, std::memory_order_release);
-      break;
-    }
-    if (waited_ms > 10'000) return false;
-    timespec ms{0, 1'000'000};
-    nanosleep(&ms, nullptr);
-  }
-  return layout_->magic == kGpuRegionMagic &&
+  const bool ready =
+      InitialiseOnce(layout_->init_state, layout_->init_pid, [this] {
+        layout_->magic = kGpuRegionMagic;
+        layout_->version = kGpuRegionVersion;
+        InitRobustMutex(&layout_->lock);
+      });
+  return ready && layout_->magic == kGpuRegionMagic &&
          layout_->version == kGpuRegionVersion;
 }
 

@@ -156,6 +156,10 @@ class GpuRegion {
   bool Lock();
   void Unlock();
   bool Initialise();
+  // Maps `fd` (-1: anonymous shared memory) and initialises it; on failure
+  // sets `error` to `map_error` or `init_error`.
+  bool MapAndInitialise(int fd, const char** error, const char* map_error,
+                        const char* init_error);
   // The slice's credit at `now` without a turn running (accrued, capped).
   int64_t CreditAt(const GpuSliceEntry& s, int64_t now) const;
   // REQUIRES: the lock. Charges the running turn up to `now`.

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "hook/shared_init.h"
+
 namespace hf::hook {
 namespace {
 
@@ -23,11 +25,6 @@ constexpr auto kRelaxed = std::memory_order_relaxed;
 constexpr long kLockStallNs = 20'000'000;
 
 uint32_t OwnerPid(uint64_t owner) { return static_cast<uint32_t>(owner); }
-
-void SleepMillis(long ms) {
-  timespec ts{ms / 1000, (ms % 1000) * 1'000'000};
-  nanosleep(&ts, nullptr);
-}
 
 void RaisePeak(std::atomic<uint64_t>& peak, uint64_t value) {
   uint64_t seen = peak.load(kRelaxed);
@@ -96,41 +93,15 @@ bool Region::MapAndInitialise(int fd, uint64_t quota_bytes,
 }
 
 bool Region::Initialise(uint64_t quota_bytes, uint32_t compute_percent) {
-  // The first process to move init_state 0 -> 1 initialises; the others wait
-  // for 2. An initialiser that died half-way (its pid is gone) is replaced.
-  for (int waited_ms = 0;; ++waited_ms) {
-    uint32_t state = layout_->init_state.load(std::memory_order_acquire);
-    if (state == 2) break;
-    if (state > 2) return false;  // not a region
-    uint32_t expected = 0;
-    bool mine = state == 0 && layout_->init_state.compare_exchange_strong(
-                                  expected, 1, std::memory_order_acq_rel);
-    if (!mine && state == 1 && waited_ms > 200) {
-      int pid = layout_->init_pid.load(kRelaxed);
-      if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-        expected = 1;
-        mine = layout_->init_state.compare_exchange_strong(
-            expected, 1, std::memory_order_acq_rel);
-      }
-    }
-    if (mine) {
-      layout_->init_pid.store(getpid(), kRelaxed);
-      layout_->magic = kRegionMagic;
-      layout_->version = kRegionVersion;
-      pthread_mutexattr_t attr;
-      pthread_mutexattr_init(&attr);
-      pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-      pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-      pthread_mutex_init(&layout_->lock, &attr);
-      pthread_mutexattr_destroy(&attr);
-      layout_->quota_bytes.store(quota_bytes, kRelaxed);
-      layout_->compute_percent.store(compute_percent, kRelaxed);
-      layout_->init_state.store(2, std::memory_order_release);
-      break;
-    }
-    if (waited_ms > 10'000) return false;
-    SleepMillis(1);
-  }
+  const bool ready =
+      InitialiseOnce(layout_->init_state, layout_->init_pid, [&] {
+        layout_->magic = kRegionMagic;
+        layout_->version = kRegionVersion;
+        InitRobustMutex(&layout_->lock);
+        layout_->quota_bytes.store(quota_bytes, kRelaxed);
+        layout_->compute_percent.store(compute_percent, kRelaxed);
+      });
+  if (!ready) return false;
   return layout_->magic == kRegionMagic && layout_->version == kRegionVersion;
 }
 
