@@ -1,6 +1,10 @@
 // What libhfhook.so adds to the driver calls on a slice's hot paths
 // (issue 6): cuMemAlloc + cuMemFree pairs with 1 and 10,000 live
-// allocations, cuMemGetInfo, and cuLaunchKernel without a compute limit.
+// allocations, cuMemGetInfo, and cuLaunchKernel without a compute share
+// and with one ("share": a second copy of the hook, loaded with a 50%
+// work-conserving share in a GPU region of its own, so this process holds
+// the GPU's turn: what every launch of a slice with a share pays while it
+// runs).
 // Each is measured twice against the same fake driver (src/hook/testing):
 // "plain" calls the fake's entry points, "hook" calls the hook's wrappers,
 // which call the fake. The difference is the hook's cost. Targets:
@@ -13,6 +17,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +35,7 @@ struct Api {
 
 Api g_plain;
 Api g_hook;
+Api g_share;
 CUfunction g_fn = nullptr;
 
 template <typename T>
@@ -66,6 +72,31 @@ void Setup() {
   }
   LoadApi(g_plain, fake);
   LoadApi(g_hook, hook);
+  // The hook reads its configuration at its first call: a copy of the
+  // library (its own state) loaded after the share is set takes it.
+  setenv("HETEROFLOW_SLICE_COMPUTE_PERCENT", "50", 1);
+  setenv("HETEROFLOW_SLICE_COMPUTE_MODE", "work-conserving", 1);
+  unsetenv("HETEROFLOW_HOOK_GPU_REGION");
+  char copy[] = "/tmp/hf-hook-bench-XXXXXX";
+  const int fd = mkstemp(copy);
+  FILE* in = std::fopen(HF_HOOK_PATH, "rb");
+  if (fd < 0 || in == nullptr) {
+    std::fprintf(stderr, "hook_bench: cannot copy the hook\n");
+    std::exit(1);
+  }
+  char buffer[65536];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), in)) > 0;) {
+    if (write(fd, buffer, n) != static_cast<ssize_t>(n)) std::exit(1);
+  }
+  std::fclose(in);
+  close(fd);
+  void* share = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+  unlink(copy);
+  if (share == nullptr) {
+    std::fprintf(stderr, "hook_bench: %s\n", dlerror());
+    std::exit(1);
+  }
+  LoadApi(g_share, share);
   CUresult (*init)(unsigned int);
   CUresult (*device_get)(CUdevice*, int);
   CUresult (*retain)(CUcontext*, CUdevice);
@@ -92,7 +123,11 @@ void Setup() {
 }
 
 const Api& ApiFor(const benchmark::State& state) {
-  return state.range(0) == 0 ? g_plain : g_hook;
+  return state.range(0) == 0 ? g_plain : state.range(0) == 1 ? g_hook : g_share;
+}
+
+const char* LabelFor(const benchmark::State& state) {
+  return state.range(0) == 0 ? "plain" : state.range(0) == 1 ? "hook" : "share";
 }
 
 // range(0): 0 plain, 1 hook; range(1): live allocations held meanwhile.
@@ -127,9 +162,9 @@ void BM_LaunchKernel(benchmark::State& state) {
   for (auto _ : state) {
     api.launch(g_fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
   }
-  state.SetLabel(state.range(0) == 0 ? "plain" : "hook");
+  state.SetLabel(LabelFor(state));
 }
-BENCHMARK(BM_LaunchKernel)->Arg(0)->Arg(1);
+BENCHMARK(BM_LaunchKernel)->Arg(0)->Arg(1)->Arg(2);
 
 }  // namespace
 

@@ -265,6 +265,7 @@ Status Agent::RunOnce() {
   if (!adopted_) HF_RETURN_IF_ERROR(Adopt());
   Probe();
   CheckHookProof();
+  FeedShares();
   HF_RETURN_IF_ERROR(RegisterOrHeartbeat());
   Status first = HandleMigCommands();
   const Status assignments = HandleAssignments();
@@ -437,6 +438,81 @@ void Agent::CheckHookProof() {
     slices.push_back({id, t.region_path, t.region.get(), t.gpu_indices});
   }
   hook_proof_.Check(slices, *driver_, clock_->NowMillis());
+}
+
+void Agent::FeedShares() {
+  // The GPUs whose slices take turns: a running hooked task on one GPU.
+  std::map<int, std::map<std::int64_t, std::int64_t>> slice_of_task;
+  for (const auto& [id, t] : tasks_) {
+    if (!t.region || t.finished || t.gpu_indices.size() != 1) continue;
+    slice_of_task[t.gpu_indices[0]][id] = t.slice_id;
+  }
+  std::erase_if(gpu_shares_, [&](const auto& g) {
+    return !slice_of_task.contains(g.first);
+  });
+  for (const auto& [index, slices] : slice_of_task) {
+    GpuShares& g = gpu_shares_[index];
+    if (!g.region) {
+      const std::filesystem::path path =
+          RegionPath(0).parent_path() /
+          ("gpu-" + std::to_string(index) + ".region");
+      if (!std::filesystem::exists(path)) continue;
+      auto region = std::make_unique<hook::GpuRegion>();
+      const char* error = "";
+      if (!region->Open(path.c_str(), &error)) {
+        spdlog::warn("{}: {}; its shares get no NVML feedback", path.string(),
+                     error);
+        continue;
+      }
+      g.region = std::move(region);
+    }
+    const auto now_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    auto samples = driver_->SampleProcessUtilization(index, g.sampled_us);
+    if (!samples.ok()) {
+      g.sampled_us = 0;  // start afresh once the driver answers again
+      continue;
+    }
+    const std::uint64_t since = g.sampled_us;
+    g.sampled_us = now_us;
+    if (since == 0 || now_us <= since) {
+      // The first sample only starts the window (and the baseline).
+      g.feedback.Apply(*g.region, 1, {});
+      continue;
+    }
+    const auto window_ns = static_cast<std::int64_t>(now_us - since) * 1000;
+    const std::map<std::int64_t, std::int64_t> task_of =
+        hook_proof_.TasksOfProcesses(index);
+    std::map<std::int64_t, hook::SliceObservation> by_slice;
+    for (const gpu::ProcessUtilization& p : *samples) {
+      auto task = task_of.find(p.pid);
+      if (task == task_of.end()) continue;  // not a slice's process
+      auto slice = slices.find(task->second);
+      if (slice == slices.end() || slice->second <= 0) continue;
+      hook::SliceObservation& o = by_slice[slice->second];
+      if (o.key == 0) o.processes = 0;
+      o.key = static_cast<std::uint64_t>(slice->second);
+      o.busy_ns += static_cast<std::int64_t>(p.sm_percent / 100.0 *
+                                             static_cast<double>(window_ns));
+      o.processes += 1;
+    }
+    std::vector<hook::SliceObservation> seen;
+    seen.reserve(by_slice.size());
+    for (const auto& [key, o] : by_slice) seen.push_back(o);
+    g.last = g.feedback.Apply(*g.region, window_ns, seen);
+    for (const hook::SliceFeedback& f : g.last) {
+      if (f.escaped_ns <= 0) continue;
+      spdlog::info(
+          "GPU {}: slice {} used {:.1f}% of the GPU's time in the last "
+          "{:.1f} s, {:.1f} ms of it outside its turns: charged to its "
+          "share of {}%",
+          index, f.key, f.achieved_percent,
+          static_cast<double>(f.window_ns) / 1e9,
+          static_cast<double>(f.escaped_ns) / 1e6, f.percent);
+    }
+  }
 }
 
 void Agent::ApplyQuotas(const wire::HeartbeatReply& reply) {

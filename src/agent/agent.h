@@ -49,6 +49,7 @@
 #include "gpu/gpu_driver.h"
 #include "hook/gpu_region.h"
 #include "hook/region.h"
+#include "hook/share_feedback.h"
 #include "mps/mps_control.h"
 #include "runtime/runtime.h"
 #include "wire/node_wire.h"
@@ -222,6 +223,11 @@ class Agent {
   // under the hook, and measures into the regions what the hook does not
   // count (HookProof::Check).
   void CheckHookProof();
+  // Corrects the compute shares on each GPU with NVML's per-process
+  // utilisation since the last cycle (hook::ShareFeedback): GPU time a
+  // slice used outside its turns is charged to it. After CheckHookProof,
+  // whose attribution of processes to tasks it uses.
+  void FeedShares();
   // Sets the quotas the server's heartbeat reply names on their regions.
   void ApplyQuotas(const wire::HeartbeatReply& reply);
   const gpu::GpuInfo* GpuAt(int index) const;
@@ -261,6 +267,15 @@ class Agent {
   std::map<std::int64_t, json> done_mig_;
   std::string last_probe_error_;
   HookProof hook_proof_;
+  // A GPU's region as the agent maps it for the NVML feedback, with the
+  // feedback's state and when NVML was last asked.
+  struct GpuShares {
+    std::unique_ptr<hook::GpuRegion> region;
+    hook::ShareFeedback feedback;
+    std::uint64_t sampled_us = 0;  // CLOCK_REALTIME; 0: not yet
+    std::vector<hook::SliceFeedback> last;
+  };
+  std::map<int, GpuShares> gpu_shares_;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

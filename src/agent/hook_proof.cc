@@ -192,6 +192,7 @@ void HookProof::Check(const std::vector<Slice>& slices, gpu::GpuDriver& driver,
     }
   }
 
+  attributed_.clear();
   for (std::size_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
     if (s.region == nullptr) continue;
@@ -219,6 +220,7 @@ void HookProof::Check(const std::vector<Slice>& slices, gpu::GpuDriver& driver,
         if (!it->second || it->second->hook_region != s.region_path.string()) {
           continue;  // gone, unreadable, or not this slice's
         }
+        attributed_[g][p.pid] = s.task_id;
         Usage& u = usage[p.pid];
         if (!p.used_memory_mib || *p.used_memory_mib < 0) {
           u.known = false;
@@ -295,6 +297,13 @@ void HookProof::Check(const std::vector<Slice>& slices, gpu::GpuDriver& driver,
     }
     state.verdict = std::move(verdict);
   }
+}
+
+std::map<std::int64_t, std::int64_t> HookProof::TasksOfProcesses(
+    int gpu_index) const {
+  auto it = attributed_.find(gpu_index);
+  return it == attributed_.end() ? std::map<std::int64_t, std::int64_t>{}
+                                 : it->second;
 }
 
 HookProof::Verdict HookProof::VerdictOf(std::int64_t task_id) const {

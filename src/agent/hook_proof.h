@@ -107,6 +107,11 @@ class HookProof {
   // it).
   Verdict VerdictOf(std::int64_t task_id) const;
 
+  // Which task each process NVML listed on GPU `gpu_index` belongs to, as
+  // the last Check attributed them (agent pids; attached or not). Empty
+  // for a GPU whose processes could not be listed.
+  std::map<std::int64_t, std::int64_t> TasksOfProcesses(int gpu_index) const;
+
  private:
   // A process seen without a slot: since when, and whether the hook
   // library was loaded in it then.
@@ -123,6 +128,8 @@ class HookProof {
   const Options options_;
   const std::string hook_file_name_;
   std::map<std::int64_t, TaskState> tasks_;
+  // GPU index -> agent pid -> task id, from the last Check.
+  std::map<int, std::map<std::int64_t, std::int64_t>> attributed_;
 };
 
 }  // namespace hf::agent

@@ -31,6 +31,7 @@
 #include "gpu/inventory.h"
 #include "gpu/nvml/nvml_driver.h"
 #include "gpu/sim_driver.h"
+#include "hook/gpu_region.h"
 #include "runtime/sim_runtime.h"
 
 #ifndef HF_FAKE_NVML_PATH
@@ -41,6 +42,9 @@
 #endif
 #ifndef HF_PROBE_PATH
 #error "HF_PROBE_PATH must name hook_probe"
+#endif
+#ifndef HF_SHARE_WORKER_PATH
+#error "HF_SHARE_WORKER_PATH must name share_worker"
 #endif
 #ifndef HF_FAKE_CUDA_DIR
 #error "HF_FAKE_CUDA_DIR must name the directory of the fake libcuda.so.1"
@@ -669,6 +673,76 @@ TEST_F(VllmProbeTest, UnmeasuredTheContextIsTakenForFreeMemory) {
   EXPECT_EQ(cache["free"], (kQuotaMib - kWeightsMib) * kMib);
   EXPECT_EQ(cache["cache"], "CUDA_ERROR_OUT_OF_MEMORY") << cache.dump();
   EXPECT_EQ(region_.Stats().physical_ooms, 1u);
+}
+
+// The NVML feedback on the shared fake GPU: a strict 25% slice whose one
+// process runs under the hook and another without it. The turns see only
+// the first; NVML sees both, and the agent charges the slice for the GPU
+// time it used outside its turns.
+class ShareFeedbackTest : public HookProofTest {
+ protected:
+  void SetUpSlice() {
+    gpu_dir_ = dir_ / "gpu";
+    fs::create_directories(gpu_dir_);
+    UseNvml({}, gpu_dir_.string(), 4096);
+    json& env = server_->assignments["run"][0]["env"];
+    env["HETEROFLOW_SLICE_COMPUTE_PERCENT"] = "25";
+    env["HETEROFLOW_SLICE_COMPUTE_MODE"] = "strict";
+    StartAgent();
+    gpu_region_path_ = region_path_.parent_path() / "gpu-0.region";
+    ASSERT_TRUE(fs::exists(gpu_region_path_));
+  }
+
+  // share_worker with the task's environment, GPU-bound `duty` percent of
+  // the time, with or without the hook.
+  void StartWorker(bool hooked, int duty) {
+    std::vector<std::string> env = TaskEnv();
+    env.push_back(std::string("LD_LIBRARY_PATH=") + HF_FAKE_CUDA_DIR);
+    env.push_back("HF_FAKE_CUDA_GPU_DIR=" + gpu_dir_.string());
+    env.push_back("HF_FAKE_CUDA_KERNEL_US=1000");
+    env.push_back("HETEROFLOW_SLICE_COMPUTE_PERCENT=25");
+    env.push_back("HETEROFLOW_SLICE_COMPUTE_MODE=strict");
+    env.push_back("HETEROFLOW_HOOK_GPU_REGION=" + gpu_region_path_.string());
+    if (hooked) env.push_back(std::string("LD_PRELOAD=") + HF_HOOK_PATH);
+    SpawnArgv(
+        {HF_SHARE_WORKER_PATH, "kernel", "4000", "1000", std::to_string(duty)},
+        env);
+  }
+
+  // The slice's credit after two agent cycles 1.5 s apart.
+  std::int64_t CreditAfterTwoCycles() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(agent_->RunOnce().ok());  // the window starts
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_TRUE(agent_->RunOnce().ok());  // NVML's figures are applied
+    hook::GpuRegion gpu;
+    const char* error = "";
+    EXPECT_TRUE(gpu.Open(gpu_region_path_.c_str(), &error)) << error;
+    const hook::GpuSliceStats stats = gpu.SliceStats(kSlice);
+    EXPECT_EQ(stats.key, static_cast<std::uint64_t>(kSlice));
+    return stats.credit_ns;
+  }
+
+  fs::path gpu_dir_;
+  fs::path gpu_region_path_;
+};
+
+TEST_F(ShareFeedbackTest, GpuTimeUsedOutsideTheTurnsIsChargedToTheSlice) {
+  SetUpSlice();
+  StartWorker(true, 100);
+  StartWorker(false, 30);
+  // About a fifth of the 1.5 s ran outside the slice's turns: the slice
+  // owes it (a 25% slice's credit is at most 25 ms otherwise).
+  EXPECT_LT(CreditAfterTwoCycles(), -100'000'000);
+}
+
+// The control: every process of the slice under the hook, nothing escapes
+// the turns and nothing is charged.
+TEST_F(ShareFeedbackTest, NothingIsChargedWhenTheTurnsSawEverything) {
+  SetUpSlice();
+  StartWorker(true, 100);
+  StartWorker(true, 30);
+  EXPECT_GT(CreditAfterTwoCycles(), -20'000'000);
 }
 
 }  // namespace

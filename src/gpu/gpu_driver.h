@@ -62,6 +62,17 @@ struct GpuProcess {
   std::optional<int> gpu_instance_id;
 };
 
+// One process's use of a GPU's time over a window, as the driver samples
+// it (NVML: nvmlDeviceGetProcessUtilization).
+struct ProcessUtilization {
+  std::int64_t pid = 0;
+  // Percent of the window during which a kernel of the process ran: the
+  // mean of the driver's samples in the window.
+  double sm_percent = 0;
+  // The CPU timestamp (CLOCK_REALTIME, microseconds) of its newest sample.
+  std::uint64_t last_sample_us = 0;
+};
+
 class GpuDriver {
  public:
   virtual ~GpuDriver() = default;
@@ -97,6 +108,19 @@ class GpuDriver {
 
   // Processes running on the GPU (all of its MIG devices included).
   virtual StatusOr<std::vector<GpuProcess>> ListProcesses(int gpu_index) = 0;
+
+  // The processes that used the GPU's time since `since_us` (a CPU
+  // timestamp, CLOCK_REALTIME microseconds; 0: the driver's short history),
+  // with their share of it. Empty when none did. FailedPrecondition where
+  // the driver cannot say (a GPU in MIG mode, an old driver, no sampling in
+  // the simulation): callers then go without.
+  virtual StatusOr<std::vector<ProcessUtilization>> SampleProcessUtilization(
+      int gpu_index, std::uint64_t since_us) {
+    (void)gpu_index;
+    (void)since_us;
+    return Status::FailedPrecondition(
+        Name() + ": per-process utilisation is not reported");
+  }
 };
 
 }  // namespace hf::gpu

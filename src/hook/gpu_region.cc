@@ -531,6 +531,47 @@ void GpuRegion::Leave(int process) {
   Unlock();
 }
 
+int GpuRegion::Slices(GpuSliceStats* out, int capacity) {
+  if (capacity <= 0 || !Lock()) return 0;
+  const int64_t now = NowNs();
+  SettleLocked(now);
+  int n = 0;
+  for (const GpuSliceEntry& s : layout_->slices) {
+    if (n == capacity) break;
+    const uint64_t key = s.key.load(kRelaxed);
+    if (key == 0) continue;
+    GpuSliceStats& o = out[n++];
+    o.key = key;
+    o.percent = s.percent.load(kRelaxed);
+    o.mode = static_cast<ComputeMode>(s.mode.load(kRelaxed));
+    o.credit_ns = CreditAt(s, now);
+    o.charged_ns = s.charged_ns.load(kRelaxed);
+    o.free_ns = s.free_ns.load(kRelaxed);
+    o.waited_ns = s.waited_ns.load(kRelaxed);
+    o.turns = s.turns.load(kRelaxed);
+  }
+  Unlock();
+  return n;
+}
+
+bool GpuRegion::ChargeEscaped(uint64_t key, int64_t ns) {
+  if (key == 0 || ns <= 0 || !Lock()) return false;
+  const int64_t now = NowNs();
+  SettleLocked(now);
+  bool found = false;
+  for (GpuSliceEntry& s : layout_->slices) {
+    if (s.key.load(kRelaxed) != key) continue;
+    int64_t credit = CreditAt(s, now) - ns;
+    if (credit < -kMaxDebtNs) credit = -kMaxDebtNs;
+    s.credit_ns.store(credit, kRelaxed);
+    s.credit_at_ns.store(now, kRelaxed);
+    found = true;
+    break;
+  }
+  Unlock();
+  return found;
+}
+
 GpuSliceStats GpuRegion::SliceStats(uint64_t key) {
   GpuSliceStats out;
   if (!Lock()) return out;

@@ -57,6 +57,9 @@ inline constexpr int64_t kIdleNs = 2'000'000;
 // to yield at most this often while others wait).
 inline constexpr int64_t kSettleNs = 1'000'000;
 inline constexpr int64_t kDecideNs = 200'000;
+// The most a slice can owe after ChargeEscaped: a wrong measurement costs
+// a slice this much of its share at worst.
+inline constexpr int64_t kMaxDebtNs = 2'000'000'000;
 
 enum class ComputeMode : uint32_t { kWorkConserving = 0, kStrict = 1 };
 
@@ -146,6 +149,14 @@ class GpuRegion {
   void Leave(int process);
 
   GpuSliceStats SliceStats(uint64_t key);
+  // The slices that have an entry (live or not yet reclaimed), at most
+  // `capacity` of them into `out`; returns how many were written.
+  int Slices(GpuSliceStats* out, int capacity);
+  // Charges `ns` of GPU time that slice `key` used outside its turns (the
+  // agent's NVML feedback: work the turns did not see) against its credit,
+  // which may then fall to -kMaxDebtNs at most. False when the slice has no
+  // entry.
+  bool ChargeEscaped(uint64_t key, int64_t ns);
   uint64_t handovers() const {
     return layout_->handovers.load(std::memory_order_relaxed);
   }

@@ -42,6 +42,8 @@ struct NvmlGpuDriver::Api {
       nvmlDeviceGetCudaComputeCapability = nullptr;
   decltype(&::nvmlDeviceGetComputeRunningProcesses_v3)
       nvmlDeviceGetComputeRunningProcesses_v3 = nullptr;
+  decltype(&::nvmlDeviceGetProcessUtilization) nvmlDeviceGetProcessUtilization =
+      nullptr;
   decltype(&::nvmlDeviceGetMigMode) nvmlDeviceGetMigMode = nullptr;
   decltype(&::nvmlDeviceGetGpuInstanceProfileInfo)
       nvmlDeviceGetGpuInstanceProfileInfo = nullptr;
@@ -756,6 +758,7 @@ void NvmlGpuDriver::Load() {
   HF_NVML_RESOLVE(nvmlDeviceGetMemoryInfo_v2);
   HF_NVML_RESOLVE(nvmlDeviceGetCudaComputeCapability);
   HF_NVML_RESOLVE(nvmlDeviceGetComputeRunningProcesses_v3);
+  HF_NVML_RESOLVE(nvmlDeviceGetProcessUtilization);
   HF_NVML_RESOLVE(nvmlDeviceGetMigMode);
   HF_NVML_RESOLVE(nvmlDeviceGetGpuInstanceProfileInfo);
   HF_NVML_RESOLVE(nvmlDeviceGetGpuInstanceProfileInfoV);
@@ -1179,6 +1182,73 @@ StatusOr<std::vector<GpuProcess>> NvmlGpuDriver::ListProcesses(int gpu_index) {
     processes.push_back(process);
   }
   return processes;
+}
+
+StatusOr<std::vector<ProcessUtilization>>
+NvmlGpuDriver::SampleProcessUtilization(int gpu_index, std::uint64_t since_us) {
+  if (!load_status_.ok()) return load_status_;
+  const Api& api = *api_;
+  if (api.nvmlDeviceGetProcessUtilization == nullptr) {
+    return MissingSymbol("nvmlDeviceGetProcessUtilization",
+                         "per-process GPU utilisation");
+  }
+  StatusOr<nvmlDevice_t> device = DeviceHandle(api, gpu_index);
+  if (!device.ok()) return device.status();
+  const std::string context = Ctx("nvmlDeviceGetProcessUtilization", gpu_index);
+  // The count first (a NULL buffer), then the samples; NOT_FOUND means no
+  // process ran since `since_us`. Samples that arrive between the calls
+  // make it INSUFFICIENT_SIZE again: grow and retry, as ListProcesses does.
+  std::vector<nvmlProcessUtilizationSample_t> buffer;
+  unsigned int count = 0;
+  nvmlReturn_t rc =
+      api.nvmlDeviceGetProcessUtilization(*device, nullptr, &count, since_us);
+  if (rc == NVML_ERROR_NOT_FOUND || (rc == NVML_SUCCESS && count == 0)) {
+    return std::vector<ProcessUtilization>{};
+  }
+  if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE) {
+    return Err(api, rc, context);
+  }
+  bool done = false;
+  for (int attempt = 0; attempt < kMaxProcessListAttempts && !done; ++attempt) {
+    buffer.assign(std::max<std::size_t>(count, buffer.size()) * 2 + 8,
+                  nvmlProcessUtilizationSample_t{});
+    count = static_cast<unsigned int>(buffer.size());
+    rc = api.nvmlDeviceGetProcessUtilization(*device, buffer.data(), &count,
+                                             since_us);
+    if (rc == NVML_SUCCESS) {
+      buffer.resize(std::min<std::size_t>(count, buffer.size()));
+      done = true;
+    } else if (rc == NVML_ERROR_NOT_FOUND) {
+      return std::vector<ProcessUtilization>{};
+    } else if (rc != NVML_ERROR_INSUFFICIENT_SIZE) {
+      return Err(api, rc, context);
+    }
+  }
+  if (!done) {
+    return Status::Unavailable(context + ": the samples kept growing faster " +
+                               "than they could be read");
+  }
+  // A process has one sample per sample period in the window: the mean of
+  // its samples is its share of the window.
+  struct Sum {
+    double percent = 0;
+    int samples = 0;
+    std::uint64_t last_us = 0;
+  };
+  std::map<std::int64_t, Sum> by_pid;
+  for (const nvmlProcessUtilizationSample_t& sample : buffer) {
+    if (sample.timeStamp <= since_us) continue;
+    Sum& sum = by_pid[static_cast<std::int64_t>(sample.pid)];
+    sum.percent += std::min(sample.smUtil, 100U);
+    sum.samples += 1;
+    sum.last_us = std::max<std::uint64_t>(sum.last_us, sample.timeStamp);
+  }
+  std::vector<ProcessUtilization> out;
+  out.reserve(by_pid.size());
+  for (const auto& [pid, sum] : by_pid) {
+    out.push_back({pid, sum.percent / sum.samples, sum.last_us});
+  }
+  return out;
 }
 
 }  // namespace hf::gpu

@@ -74,6 +74,8 @@ class NvmlGpuDriver final : public GpuDriver {
       std::optional<MigPlacement> placement) override;
   Status DestroyMigDevice(int gpu_index, int gpu_instance_id) override;
   StatusOr<std::vector<GpuProcess>> ListProcesses(int gpu_index) override;
+  StatusOr<std::vector<ProcessUtilization>> SampleProcessUtilization(
+      int gpu_index, std::uint64_t since_us) override;
 
   // Implementation types, public only so the .cc's helpers can name them.
   struct Api;

@@ -7,6 +7,13 @@
 //
 //   hook_shares --hook LIB --worker BIN --fake-cuda-dir DIR
 //               [--out FILE] [--quick] [--check] [--only SUBSTRING]
+//               [--no-feedback]
+//
+// As the agent does, it corrects the shares every second with the GPU's
+// per-process utilisation (hook::ShareFeedback; the figures the fake NVML
+// reports): a case may add a process to the first slice that runs without
+// the hook, whose GPU time only the feedback sees. --no-feedback leaves
+// the correction out (that case then misses its target).
 //
 // --out writes {"cases": [{"name", "mode", "kernel_us", "set_percent",
 // "achieved_percent", "gpu_idle_percent", ...}]} (`make bench`:
@@ -20,17 +27,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "hook/gpu_region.h"
+#include "hook/share_feedback.h"
 #include "hook/testing/fake_gpu.h"
 
 extern char** environ;
@@ -51,10 +62,14 @@ struct Case {
   int processes = 1;              // per slice
   std::vector<Target> targets;    // one per slice
   double idle_max = -1;           // < 0: no idle target
+  // > 0: the first slice also has a process without the hook, GPU-bound
+  // this percent of each 100 ms.
+  int unhooked_duty = 0;
 };
 
 struct Result {
   std::vector<double> achieved;
+  std::vector<double> escaped_ms;  // charged by the feedback, per slice
   double idle = 0;
   std::vector<std::string> misses;
 };
@@ -132,6 +147,19 @@ std::vector<Case> Cases(bool quick) {
                      5});
     }
   }
+  // A process of the 25% slice runs without the hook, GPU-bound a fifth
+  // of the time: only the NVML feedback keeps the slice as a whole to its
+  // share. The 75% slice has no target: the process without the hook takes
+  // GPU time inside its turns too, which no turn can prevent.
+  out.push_back({"strict-25-75-unhooked-20",
+                 "strict",
+                 1000,
+                 "kernel",
+                 {25, 75},
+                 1,
+                 {Around(25), Target{0, 100}},
+                 -1,
+                 20});
   for (const char* launch : {"graph", "coop"}) {
     const std::string l = launch;
     out.push_back({"strict-25-75-" + l,
@@ -188,34 +216,135 @@ pid_t Spawn(const std::string& worker, const std::vector<std::string>& args,
   return pid;
 }
 
+// The agent's NVML feedback, standing in for it: every second, each
+// slice's GPU time since the last round as the fake NVML reports it
+// (whole percents of the window), through hook::ShareFeedback.
+class Feedback {
+ public:
+  Feedback(const std::string& dir, const std::map<pid_t, size_t>& slice_of,
+           size_t slices)
+      : dir_(dir), slice_of_(slice_of), escaped_ns_(slices, 0) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Feedback() { Stop(); }
+  Feedback(const Feedback&) = delete;
+  Feedback& operator=(const Feedback&) = delete;
+
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::vector<int64_t> escaped_ns() const { return escaped_ns_; }
+
+ private:
+  void Loop() {
+    hf::fake_gpu::SharedDevice gpu;
+    hf::hook::GpuRegion region;
+    hf::hook::ShareFeedback feedback;
+    std::string error;
+    const char* region_error = "";
+    bool gpu_open = false;
+    int64_t last = 0;
+    while (!stop_.load()) {
+      for (int i = 0; i < 10 && !stop_.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (stop_.load()) break;
+      if (!region.is_open() &&
+          !region.Open((dir_ + "/gpu.region").c_str(), &region_error)) {
+        continue;
+      }
+      if (!gpu_open) {
+        gpu_open = gpu.Open(dir_, 0, hf::fake_gpu::DeviceOptions{}, &error);
+        if (!gpu_open) continue;
+      }
+      const int64_t now = hf::fake_gpu::SharedDevice::NowNs();
+      if (last == 0) {
+        feedback.Apply(region, 1, {});
+        last = now;
+        continue;
+      }
+      const hf::fake_gpu::Utilization u = gpu.UtilizationSince(last);
+      const int64_t window = now - last;
+      last = now;
+      std::map<uint64_t, hf::hook::SliceObservation> by_slice;
+      for (const auto& p : u.processes) {
+        auto it = slice_of_.find(p.pid);
+        if (it == slice_of_.end()) continue;
+        hf::hook::SliceObservation& o = by_slice[it->second + 1];
+        if (o.key == 0) o.processes = 0;
+        o.key = it->second + 1;
+        o.busy_ns += static_cast<int64_t>(p.sm_percent) * window / 100;
+        o.processes += 1;
+      }
+      std::vector<hf::hook::SliceObservation> seen;
+      seen.reserve(by_slice.size());
+      for (const auto& [key, o] : by_slice) seen.push_back(o);
+      for (const auto& f : feedback.Apply(region, window, seen)) {
+        if (f.key >= 1 && f.key <= escaped_ns_.size()) {
+          escaped_ns_[f.key - 1] += f.escaped_ns;
+        }
+      }
+    }
+  }
+
+  const std::string dir_;
+  const std::map<pid_t, size_t> slice_of_;
+  std::vector<int64_t> escaped_ns_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 Result Run(const Case& c, const std::string& hook, const std::string& worker,
-           const std::string& fake_dir) {
+           const std::string& fake_dir, bool feedback) {
   Result r;
   char tmpl[] = "/tmp/hf-shares-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
-  const int duration_ms = c.kernel_us >= 10000 ? 5000 : 3000;
-  const int warm_ms = c.kernel_us >= 10000 ? 1000 : 500;
+  int duration_ms = c.kernel_us >= 10000 ? 5000 : 3000;
+  int warm_ms = c.kernel_us >= 10000 ? 1000 : 500;
+  if (c.unhooked_duty > 0) {
+    // The feedback corrects once a second: give it rounds to settle.
+    duration_ms = 8000;
+    warm_ms = 3500;
+  }
   std::map<pid_t, size_t> slice_of;
+  auto env_of = [&](size_t s) {
+    return std::map<std::string, std::string>{
+        {"LD_PRELOAD", hook},
+        {"LD_LIBRARY_PATH", fake_dir},
+        {"HF_FAKE_CUDA_GPU_DIR", dir},
+        {"HF_FAKE_CUDA_KERNEL_US", std::to_string(c.kernel_us)},
+        {"HETEROFLOW_SLICE_ID", std::to_string(s + 1)},
+        {"HETEROFLOW_SLICE_COMPUTE_PERCENT", std::to_string(c.percents[s])},
+        {"HETEROFLOW_SLICE_COMPUTE_MODE", c.mode},
+        {"HETEROFLOW_HOOK_REGION",
+         dir + "/slice-" + std::to_string(s + 1) + ".region"},
+        {"HETEROFLOW_HOOK_GPU_REGION", dir + "/gpu.region"},
+    };
+  };
   for (size_t s = 0; s < c.percents.size(); ++s) {
     for (int p = 0; p < c.processes; ++p) {
-      std::map<std::string, std::string> env = {
-          {"LD_PRELOAD", hook},
-          {"LD_LIBRARY_PATH", fake_dir},
-          {"HF_FAKE_CUDA_GPU_DIR", dir},
-          {"HF_FAKE_CUDA_KERNEL_US", std::to_string(c.kernel_us)},
-          {"HETEROFLOW_SLICE_ID", std::to_string(s + 1)},
-          {"HETEROFLOW_SLICE_COMPUTE_PERCENT", std::to_string(c.percents[s])},
-          {"HETEROFLOW_SLICE_COMPUTE_MODE", c.mode},
-          {"HETEROFLOW_HOOK_REGION",
-           dir + "/slice-" + std::to_string(s + 1) + ".region"},
-          {"HETEROFLOW_HOOK_GPU_REGION", dir + "/gpu.region"},
-      };
       const pid_t pid = Spawn(
           worker,
           {c.launch, std::to_string(duration_ms), std::to_string(c.kernel_us)},
-          env);
+          env_of(s));
       slice_of[pid] = s;
     }
+  }
+  if (c.unhooked_duty > 0) {
+    // The slice's environment, but the loader never loaded the hook.
+    std::map<std::string, std::string> env = env_of(0);
+    env["LD_PRELOAD"] = "";
+    const pid_t pid =
+        Spawn(worker,
+              {"kernel", std::to_string(duration_ms),
+               std::to_string(c.kernel_us), std::to_string(c.unhooked_duty)},
+              env);
+    slice_of[pid] = 0;
+  }
+  std::unique_ptr<Feedback> loop;
+  if (feedback) {
+    loop = std::make_unique<Feedback>(dir, slice_of, c.percents.size());
   }
   hf::fake_gpu::SharedDevice gpu;
   std::string error;
@@ -224,8 +353,10 @@ Result Run(const Case& c, const std::string& hook, const std::string& worker,
   if (!opened) {
     r.misses.push_back("cannot open the fake GPU: " + error);
     for (const auto& [pid, s] : slice_of) waitpid(pid, nullptr, 0);
+    if (loop) loop->Stop();
     std::filesystem::remove_all(dir);
     r.achieved.assign(c.percents.size(), 0);
+    r.escaped_ms.assign(c.percents.size(), 0);
     return r;
   }
   auto sample = [&](std::vector<uint64_t>* per_slice, uint64_t* busy) {
@@ -252,6 +383,14 @@ Result Run(const Case& c, const std::string& hook, const std::string& worker,
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
       r.misses.push_back("worker " + std::to_string(pid) + " failed");
     }
+  }
+  std::vector<int64_t> escaped(c.percents.size(), 0);
+  if (loop) {
+    loop->Stop();
+    escaped = loop->escaped_ns();
+  }
+  for (int64_t e : escaped) {
+    r.escaped_ms.push_back(std::round(static_cast<double>(e) / 1e5) / 10);
   }
   const double span = static_cast<double>(t1 - t0);
   for (size_t s = 0; s < c.percents.size(); ++s) {
@@ -282,6 +421,7 @@ int Main(int argc, char** argv) {
   std::string only;
   bool quick = false;
   bool check = false;
+  bool feedback = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -305,6 +445,8 @@ int Main(int argc, char** argv) {
       quick = true;
     } else if (a == "--check") {
       check = true;
+    } else if (a == "--no-feedback") {
+      feedback = false;
     } else {
       fprintf(stderr, "hook_shares: unknown argument %s\n", a.c_str());
       return 2;
@@ -313,16 +455,19 @@ int Main(int argc, char** argv) {
   if (hook.empty() || worker.empty() || fake_dir.empty()) {
     fprintf(stderr,
             "usage: hook_shares --hook LIB --worker BIN --fake-cuda-dir DIR "
-            "[--out FILE] [--quick] [--check] [--only SUBSTRING]\n");
+            "[--out FILE] [--quick] [--check] [--only SUBSTRING] "
+            "[--no-feedback]\n");
     return 2;
   }
   nlohmann::json cases = nlohmann::json::array();
   int missed = 0;
   for (const Case& c : Cases(quick)) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
-    const Result r = Run(c, hook, worker, fake_dir);
+    const Result r = Run(c, hook, worker, fake_dir, feedback);
     nlohmann::json achieved = nlohmann::json::array();
     for (double a : r.achieved) achieved.push_back(a);
+    nlohmann::json escaped = nlohmann::json::array();
+    for (double e : r.escaped_ms) escaped.push_back(e);
     cases.push_back({{"name", c.name},
                      {"mode", c.mode},
                      {"kernel_us", c.kernel_us},
@@ -331,6 +476,9 @@ int Main(int argc, char** argv) {
                      {"set_percent", c.percents},
                      {"achieved_percent", achieved},
                      {"gpu_idle_percent", r.idle},
+                     {"unhooked_duty_percent", c.unhooked_duty},
+                     {"nvml_feedback", feedback},
+                     {"escaped_ms", escaped},
                      {"target_met", r.misses.empty()}});
     printf("%-40s", c.name.c_str());
     for (double a : r.achieved) printf(" %5.1f", a);
