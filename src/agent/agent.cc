@@ -845,6 +845,22 @@ Status Agent::HandleMigCommands() {
   return first;
 }
 
+std::optional<gpu::MigPlacement> Agent::PlacementOf(
+    const json& cmd, int index, const std::string& profile) const {
+  // Where the server's ledger charged the partition; without it (an older
+  // server), wherever the driver puts it.
+  const std::int64_t start = IntOr(cmd, "placement_start", -1);
+  if (start < 0 || start > 64) return std::nullopt;
+  const gpu::GpuInfo* info = GpuAt(index);
+  const gpu::MigModelTable* table =
+      info != nullptr ? gpu::FindMigTable(info->model, info->memory_mib)
+                      : nullptr;
+  const gpu::MigProfile* p =
+      table != nullptr ? gpu::FindProfile(*table, profile) : nullptr;
+  if (p == nullptr) return std::nullopt;
+  return gpu::MigPlacement{static_cast<int>(start), p->memory_slices};
+}
+
 json Agent::CreateMigOnce(PendingMig& pending, int index,
                           std::int64_t slice_id) {
   const json& cmd = pending.command;
@@ -875,8 +891,9 @@ json Agent::CreateMigOnce(PendingMig& pending, int index,
   pending.executing = true;
   pending.before = now;
   SavePendingMig();  // before the driver call: a crash in it is found again
-  auto device =
-      driver_->CreateMigDevice(index, StringOr(cmd, "profile", ""), {});
+  const std::string profile = StringOr(cmd, "profile", "");
+  auto device = driver_->CreateMigDevice(index, profile,
+                                         PlacementOf(cmd, index, profile));
   pending.executing = false;
   if (device.ok()) {
     spdlog::info("MIG create {}: {} on GPU {} as {}", id, device->profile,

@@ -175,6 +175,10 @@ class Agent {
   // Carries out a create once (or finds the partition an interrupted one
   // made) and writes the outcome down; the result to report.
   json CreateMigOnce(PendingMig& pending, int index, std::int64_t slice_id);
+  // The placement a create command asks for (`placement_start` with its
+  // profile's size on GPU `index`), or nullopt: the driver's choice.
+  std::optional<gpu::MigPlacement> PlacementOf(
+      const json& cmd, int index, const std::string& profile) const;
   Status HandleAssignments();
   // Stops every task this node runs that the server's assignments do not
   // name (terminal, unknown, or bound elsewhere), as a kubelet syncs pods.

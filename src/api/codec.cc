@@ -979,6 +979,7 @@ json SliceRequestJson(server::ControlPlane& cp,
   j["gpu_index"] = r.gpu_index;
   j["gpu_uuid"] = r.gpu_uuid;
   j["profile"] = r.profile;
+  j["placement_start"] = r.mig_start >= 0 ? json(r.mig_start) : json(nullptr);
   j["state"] = store::SliceRequestStateName(r.state);
   j["device_id"] = r.device_id.empty() ? json(nullptr) : json(r.device_id);
   j["error"] = r.error.empty() ? json(nullptr) : json(r.error);

@@ -30,6 +30,12 @@ const char* RejectReasonName(RejectReason reason) {
       return "node_host_memory";
     case RejectReason::kTooFewGpus:
       return "too_few_gpus_on_node";
+    case RejectReason::kMigGeometry:
+      return "mig_geometry";
+    case RejectReason::kExcluded:
+      return "excluded";
+    case RejectReason::kNotPinned:
+      return "not_pinned";
     case RejectReason::kCount:
       break;
   }
@@ -127,9 +133,50 @@ std::optional<RejectReason> ClusterView::CheckSlice(
   return CheckSlice(g, request, SharingKeyOf(request.tenant));
 }
 
+std::optional<RejectReason> ClusterView::CheckFilters(
+    const GpuRecord& g, const PlacementRequest& request) const {
+  if (request.pinned_node.has_value() && *request.pinned_node != g.node) {
+    return RejectReason::kNotPinned;
+  }
+  if (request.pinned_gpu.has_value() && *request.pinned_gpu != g.id) {
+    return RejectReason::kNotPinned;
+  }
+  if (!request.excluded_gpus.empty() &&
+      std::find(request.excluded_gpus.begin(), request.excluded_gpus.end(),
+                g.id) != request.excluded_gpus.end()) {
+    return RejectReason::kExcluded;
+  }
+  return std::nullopt;
+}
+
+MemoryMib ClusterView::MigChargedMemory(const GpuRecord& g,
+                                        const gpu::MigProfile& profile) {
+  if (g.mig == nullptr || g.mig->memory_slices <= 0) return 0;
+  return g.spec.memory_mib * profile.memory_slices / g.mig->memory_slices;
+}
+
+std::optional<gpu::MigInstance> ClusterView::MigInstanceFor(
+    const GpuRecord& g, const PlacementRequest& request) const {
+  if (g.mig == nullptr || request.kind != RequestKind::kSlice) {
+    return std::nullopt;
+  }
+  std::vector<gpu::MigInstance> existing;
+  existing.reserve(g.mig_instances.size());
+  for (const auto& [id, instance] : g.mig_instances) {
+    existing.push_back(instance);
+  }
+  // A defaulted compute share asks for no particular partition size.
+  auto choice = gpu::ChooseMigInstance(*g.mig, request.memory_mib,
+                                       request.compute_percent, existing,
+                                       g.spec.memory_mib);
+  if (!choice.ok()) return std::nullopt;
+  return *choice;
+}
+
 std::optional<RejectReason> ClusterView::CheckSlice(
     const GpuRecord& g, const PlacementRequest& request,
     const SharingKey& tenant_key) const {
+  if (auto filtered = CheckFilters(g, request)) return filtered;
   if (!g.healthy()) return RejectReason::kLost;
   if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
   // Tenancy, fail-closed: an occupied GPU takes only the same sharing key,
@@ -138,6 +185,25 @@ std::optional<RejectReason> ClusterView::CheckSlice(
     return RejectReason::kTenantConstraint;
   }
   if (g.whole_owned) return RejectReason::kBusy;
+  if (g.mig != nullptr) {
+    // Charged as the partition it gets: its memory slots and compute
+    // slices must be free where it can legally sit.
+    if (request.memory_mib.value_or(0) > g.free_memory_mib()) {
+      return RejectReason::kNoMemory;
+    }
+    const std::optional<gpu::MigInstance> instance = MigInstanceFor(g, request);
+    if (!instance.has_value()) return RejectReason::kMigGeometry;
+    const gpu::MigProfile* profile =
+        gpu::FindProfile(*g.mig, instance->profile);
+    if (profile == nullptr ||
+        MigChargedMemory(g, *profile) > g.free_memory_mib()) {
+      return RejectReason::kMigGeometry;
+    }
+    if (gpu::MigComputePercent(*g.mig, *profile) > g.free_compute_percent()) {
+      return RejectReason::kNoCompute;
+    }
+    return CheckNodeResources(node(g.node), request);
+  }
   if (request.memory_mib.value_or(0) > g.free_memory_mib()) {
     return RejectReason::kNoMemory;
   }
@@ -149,6 +215,7 @@ std::optional<RejectReason> ClusterView::CheckSlice(
 
 std::optional<RejectReason> ClusterView::CheckWholeGpu(
     const GpuRecord& g, const PlacementRequest& request) const {
+  if (auto filtered = CheckFilters(g, request)) return filtered;
   if (!g.healthy()) return RejectReason::kLost;
   if (g.spec.mig_capable) return RejectReason::kMigMode;
   if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
@@ -178,15 +245,41 @@ std::vector<GpuId> ClusterView::EligibleWholeGpus(
   return out;
 }
 
+namespace {
+
+// The least compute any MIG partition is charged, over every known table.
+ComputePercent SmallestMigComputePercent() {
+  static const ComputePercent smallest = [] {
+    ComputePercent least = kFullComputePercent;
+    for (const gpu::MigModelTable& table : gpu::AllMigTables()) {
+      for (const gpu::MigProfile& profile : table.profiles) {
+        least = std::min(least, gpu::MigComputePercent(table, profile));
+      }
+    }
+    return least;
+  }();
+  return smallest;
+}
+
+}  // namespace
+
 std::optional<GpuId> ClusterView::BestFitSliceGpu(
     const PlacementRequest& request) const {
   const MemoryMib memory = request.memory_mib.value_or(0);
   if (memory > MaxSliceMemoryMib(largest_gpu_memory_mib())) return std::nullopt;
-  const FitAttrs need{AccountedCompute(request), request.cpu_milli,
-                      request.host_memory_mib, ModelMaskOf(request)};
+  FitAttrs need{AccountedCompute(request), request.cpu_milli,
+                request.host_memory_mib, ModelMaskOf(request)};
   if (need.model_mask == 0) return std::nullopt;
+  // The index prunes by what every admissible GPU must have free. A
+  // partition is charged at least the memory and the explicit percent asked,
+  // but a defaulted share may come to less (a 1g partition is 14%).
+  if (!request.compute_percent.has_value()) {
+    need.compute_free =
+        std::min<std::int64_t>(need.compute_free, SmallestMigComputePercent());
+  }
   const SharingKey tenant_key = SharingKeyOf(request.tenant);
-  if (HasSharingApprovals(request.tenant)) {
+  if (HasSharingApprovals(request.tenant) || request.pinned_node ||
+      request.pinned_gpu) {
     return ScanBestFitSliceGpu(request, tenant_key);
   }
   const auto accept = [&](FitIndex::Slot slot) {
@@ -208,18 +301,32 @@ std::optional<GpuId> ClusterView::BestFitSliceGpu(
   return GpuId(best);
 }
 
+std::tuple<MemoryMib, std::uint64_t, std::uint64_t> ClusterView::BestFitKey(
+    const GpuRecord& g) const {
+  return {g.free_memory_mib(), state_->nodes[g.node.value()].tie_rank,
+          g.id.value()};
+}
+
 std::optional<GpuId> ClusterView::ScanBestFitSliceGpu(
     const PlacementRequest& request, const SharingKey& tenant_key) const {
   // The GPUs an approval opens are in other tenants' index trees or in none
   // (a GPU holding tenants of different keys), so approved tenants take a
   // scan. Approvals are rare exceptions; the order is the index's.
+  // A pinned request looks only where it is pinned.
   std::optional<std::tuple<MemoryMib, std::uint64_t, std::uint64_t>> best;
-  for (const GpuRecord& g : state_->gpus) {
-    if (!g.live || CheckSlice(g, request, tenant_key)) continue;
-    const auto key =
-        std::make_tuple(g.free_memory_mib(),
-                        state_->nodes[g.node.value()].tie_rank, g.id.value());
+  const auto consider = [&](const GpuRecord& g) {
+    if (!g.live || CheckSlice(g, request, tenant_key)) return;
+    const auto key = BestFitKey(g);
     if (!best || key < *best) best = key;
+  };
+  if (request.pinned_gpu.has_value()) {
+    if (HasGpu(*request.pinned_gpu)) consider(gpu(*request.pinned_gpu));
+  } else if (request.pinned_node.has_value()) {
+    if (HasNode(*request.pinned_node)) {
+      for (GpuId g : node(*request.pinned_node).gpus) consider(gpu(g));
+    }
+  } else {
+    for (const GpuRecord& g : state_->gpus) consider(g);
   }
   if (!best) return std::nullopt;
   return GpuId(std::get<2>(*best));
@@ -238,6 +345,14 @@ std::optional<std::vector<GpuId>> ClusterView::BestFitWholeGpus(
     chosen = EligibleWholeGpus(n, request);
     return chosen.size() >= static_cast<std::size_t>(request.gpu_count);
   };
+  if (request.pinned_node.has_value()) {
+    if (!HasNode(*request.pinned_node) ||
+        !accept(request.pinned_node->value())) {
+      return std::nullopt;
+    }
+    chosen.resize(static_cast<std::size_t>(request.gpu_count));
+    return chosen;
+  }
   const FitIndex::Slot found = state_->node_index.FindFirst(
       state_->whole_nodes, request.gpu_count, need, accept);
   if (found == FitIndex::kNil) return std::nullopt;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -19,6 +20,7 @@
 
 #include "common/ids.h"
 #include "common/quantity.h"
+#include "gpu/mig_profiles.h"
 #include "ledger/fit_index.h"
 #include "ledger/model.h"
 
@@ -77,6 +79,11 @@ struct GpuRecord {
   // Tenants with allocations here and how many each (small: usually 1).
   std::vector<std::pair<TenantId, int>> tenants;
   SharingKey domain;  // common sharing key of `tenants`
+  // In MIG mode with a known profile table: every slice here is a partition
+  // of that table, charged as its profile, and `mig_instances` are the
+  // partitions of the live slices (where they sit). nullptr otherwise.
+  const gpu::MigModelTable* mig = nullptr;
+  std::vector<std::pair<SliceId, gpu::MigInstance>> mig_instances;
 
   MemoryMib free_memory_mib() const {
     return spec.memory_mib - used_memory_mib;
@@ -88,7 +95,10 @@ struct GpuRecord {
   bool empty() const { return allocation_count == 0; }
 };
 
-// Why one GPU (or node) cannot take a request, in the order checks apply.
+// Why one GPU (or node) cannot take a request. CheckSlice applies the
+// placement filters first (kNotPinned, kExcluded), then the rest in this
+// order; a GPU in MIG mode answers kMigGeometry where another answers
+// kNoMemory / kNoCompute.
 enum class RejectReason : int {
   kLost = 0,          // GPU marked lost
   kMigMode,           // whole-GPU request on a GPU in MIG mode
@@ -100,6 +110,10 @@ enum class RejectReason : int {
   kNodeCpu,           // the node's free CPU below the request
   kNodeHostMemory,    // the node's free host memory below the request
   kTooFewGpus,        // whole-GPU request: node has too few eligible GPUs
+  kMigGeometry,       // MIG mode: no partition covering the request fits
+                      // the free memory slots (or its instances are used)
+  kExcluded,          // the request excludes this GPU
+  kNotPinned,         // outside the node / GPU the request is pinned to
   kCount,
 };
 inline constexpr int kRejectReasonCount =
@@ -146,6 +160,27 @@ class ClusterView {
   std::uint64_t ModelMaskOf(const PlacementRequest& request) const;
   bool ModelAllowed(const PlacementRequest& request, const GpuRecord& g) const;
 
+  // The partition a slice `request` would get on `gpu` (a GPU in MIG mode:
+  // gpu.mig set): the smallest profile covering its memory and compute (an
+  // explicitly asked percent only) at the lowest free legal placement
+  // (gpu::ChooseMigInstance over gpu.mig_instances). nullopt when none fits
+  // or the GPU is not in MIG mode.
+  std::optional<gpu::MigInstance> MigInstanceFor(
+      const GpuRecord& gpu, const PlacementRequest& request) const;
+  // What a partition of `profile` on `gpu` is charged: its memory slots'
+  // share of the card's memory, and its compute slices' share of compute.
+  static MemoryMib MigChargedMemory(const GpuRecord& gpu,
+                                    const gpu::MigProfile& profile);
+
+  // --- the placement filters of the request (pinning, exclusion) ---
+  std::optional<RejectReason> CheckFilters(
+      const GpuRecord& gpu, const PlacementRequest& request) const;
+  // Whether `node` is outside the request's pinned node.
+  static bool OutsidePin(const NodeRecord& node,
+                         const PlacementRequest& request) {
+    return request.pinned_node.has_value() && *request.pinned_node != node.id;
+  }
+
   // --- the admission rules, one place for each (SPEC.md section 5) ---
   // The first reason `gpu` cannot take the slice `request` now, or nullopt.
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
@@ -166,8 +201,15 @@ class ClusterView {
   std::vector<GpuId> EligibleWholeGpus(const NodeRecord& node,
                                        const PlacementRequest& request) const;
 
+  // --- Best-Fit, the one definition of it ---
+  // The Best-Fit order of GPUs for a slice: least free memory, then node
+  // rank, then GPU id (the smallest key wins). The GPU index is ordered by
+  // it; every Best-Fit choice, indexed or scanned, follows it.
+  std::tuple<MemoryMib, std::uint64_t, std::uint64_t> BestFitKey(
+      const GpuRecord& gpu) const;
+
   // --- indexed Best-Fit queries (no cluster scan, except for a tenant with
-  // sharing approvals: see ScanBestFitSliceGpu) ---
+  // sharing approvals or a pinned request: see ScanBestFitSliceGpu) ---
   // The admissible GPU with the least free memory (ties: node rank, then GPU
   // id) for a slice request, or nullopt.
   std::optional<GpuId> BestFitSliceGpu(const PlacementRequest& request) const;

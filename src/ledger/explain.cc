@@ -46,6 +46,14 @@ std::string ReasonClause(RejectReason reason, int n,
     case RejectReason::kTooFewGpus:
       return gpus + " free on nodes with fewer than " +
              std::to_string(request.gpu_count) + " free";
+    case RejectReason::kMigGeometry:
+      return gpus +
+             " in MIG mode where no partition covering the request fits the "
+             "free memory slots (MIG geometry)";
+    case RejectReason::kExcluded:
+      return gpus + " excluded for now";
+    case RejectReason::kNotPinned:
+      return {};  // outside the pin: not considered at all
     case RejectReason::kCount:
       break;
   }
@@ -106,7 +114,7 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
 
   for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
     const NodeRecord& node = view.node(NodeId(n));
-    if (!node.live) continue;
+    if (!node.live || ClusterView::OutsidePin(node, request)) continue;
     const bool node_capable =
         request.cpu_milli <= node.spec.cpu_milli &&
         request.host_memory_mib <= node.spec.host_memory_mib;
@@ -114,10 +122,19 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
     int eligible_on_node = 0;
     for (GpuId g : node.gpus) {
       const GpuRecord& gpu = view.gpu(g);
+      if (request.pinned_gpu.has_value() && *request.pinned_gpu != g) continue;
       ++result.gpus_considered;
       const bool model_ok = view.ModelAllowed(request, gpu);
       if (slice) {
-        if (model_ok && gpu.spec.memory_mib >= memory) ++capable_on_node;
+        bool fits_idle = gpu.spec.memory_mib >= memory;
+        if (gpu.mig != nullptr) {
+          // Some partition of the idle card covers it.
+          fits_idle = gpu::ChooseMigInstance(*gpu.mig, request.memory_mib,
+                                             request.compute_percent, {},
+                                             gpu.spec.memory_mib)
+                          .ok();
+        }
+        if (model_ok && fits_idle) ++capable_on_node;
         if (auto reason = view.CheckSlice(gpu, request)) {
           bump(*reason);
         } else {
@@ -199,8 +216,12 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   std::string headline = "no GPU can take it now";
   const int memory_short = counts[static_cast<int>(RejectReason::kNoMemory)];
   const int compute_short = counts[static_cast<int>(RejectReason::kNoCompute)];
+  const int mig_short = counts[static_cast<int>(RejectReason::kMigGeometry)];
   if (!slice) {
     headline = "not enough free whole GPUs on one node";
+  } else if (mig_short > 0 && mig_short >= memory_short &&
+             mig_short >= compute_short) {
+    headline = "no MIG partition covering it fits";
   } else if (memory_short > 0 && memory_short >= compute_short) {
     headline = "insufficient GPU memory";
   } else if (compute_short > 0) {

@@ -83,6 +83,38 @@ Status Ledger::CheckInvariants() const {
     }
     std::map<TenantId, int> tenants(gpu.tenants.begin(), gpu.tenants.end());
     if (tenants != s.tenants) return Status::Internal(where + "tenant list");
+    // MIG partitions: one per live slice charged as a partition here, each
+    // at a legal placement, none overlapping.
+    std::size_t partitions = 0;
+    for (const auto& [id, a] : state_.allocations) {
+      if (a.kind == RequestKind::kSlice && a.gpus.front() == gpu.id &&
+          !a.mig_profile.empty()) {
+        ++partitions;
+      }
+    }
+    if (partitions != gpu.mig_instances.size()) {
+      return Status::Internal(where + "MIG partitions differ from slices");
+    }
+    for (std::size_t i = 0; i < gpu.mig_instances.size(); ++i) {
+      const auto& [id, instance] = gpu.mig_instances[i];
+      auto it = state_.allocations.find(id);
+      if (it == state_.allocations.end() ||
+          it->second.mig_profile != instance.profile ||
+          it->second.mig_start != instance.placement.start) {
+        return Status::Internal(where + "MIG partition of no such slice");
+      }
+      if (gpu.mig != nullptr &&
+          !gpu::IsLegalPlacement(*gpu.mig, instance.profile,
+                                 instance.placement)) {
+        return Status::Internal(where + "MIG partition at an illegal slot");
+      }
+      for (std::size_t j = 0; j < i; ++j) {
+        if (gpu.mig_instances[j].second.placement.Overlaps(
+                instance.placement)) {
+          return Status::Internal(where + "MIG partitions overlap");
+        }
+      }
+    }
     // Fail-closed tenancy: every pair of tenants shares one key.
     if (!(gpu.domain == state_.ComputeDomain(gpu))) {
       return Status::Internal(where + "stale sharing domain");

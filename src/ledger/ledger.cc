@@ -6,6 +6,18 @@
 #include <utility>
 
 namespace hf::ledger {
+
+namespace {
+
+// The MIG profile table a GPU's slices are partitions of: in MIG mode, of a
+// model the tables know; nullptr otherwise (its slices are then charged as
+// asked, and the server offers no gold tier there).
+const gpu::MigModelTable* MigTableOf(const GpuSpec& spec) {
+  return spec.mig_capable ? gpu::FindMigTable(spec.model, spec.memory_mib)
+                          : nullptr;
+}
+
+}  // namespace
 namespace {
 
 // A node's Best-Fit tie-break rank: its id, or with a seed a pseudo-random
@@ -221,6 +233,7 @@ StatusOr<GpuId> Ledger::AddGpu(NodeId node_id, const GpuSpec& spec) {
   gpu.spec = spec;
   gpu.live = true;
   gpu.model_bit = state_.ModelBit(spec.model);
+  gpu.mig = MigTableOf(spec);
   node.gpus.push_back(id);
   state_.gpu_by_uuid.emplace(spec.uuid, id);
   ++state_.gpu_memory_counts[spec.memory_mib];
@@ -268,6 +281,8 @@ Status Ledger::SetGpuCapabilities(GpuId id, bool mig_capable,
   const bool mig_changed = gpu.spec.mig_capable != mig_capable;
   gpu.spec.mig_capable = mig_capable;
   gpu.spec.mps_capable = mps_capable;
+  // The partitions of slices already here stay recorded until released.
+  gpu.mig = MigTableOf(gpu.spec);
   if (mig_changed) state_.Reindex(id);
   return Status::Ok();
 }
@@ -454,6 +469,26 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
     } else {
       gpu.used_memory_mib += sign * a.memory_mib;
       gpu.used_compute_percent += sign * a.compute_percent;
+      if (!a.mig_profile.empty()) {
+        auto& instances = gpu.mig_instances;
+        if (sign > 0) {
+          // The model's table even when MIG mode reads off (a lost GPU):
+          // the partition keeps its slots until released.
+          const gpu::MigModelTable* table =
+              gpu.mig != nullptr
+                  ? gpu.mig
+                  : gpu::FindMigTable(gpu.spec.model, gpu.spec.memory_mib);
+          const gpu::MigProfile* profile =
+              table != nullptr ? gpu::FindProfile(*table, a.mig_profile)
+                               : nullptr;
+          const int size = profile != nullptr ? profile->memory_slices : 0;
+          instances.emplace_back(
+              a.id, gpu::MigInstance{a.mig_profile, {a.mig_start, size}});
+        } else {
+          std::erase_if(instances,
+                        [&](const auto& i) { return i.first == a.id; });
+        }
+      }
     }
     gpu.allocation_count += sign;
     AddTenant(gpu, a.tenant, sign);
@@ -484,6 +519,22 @@ Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
     a.memory_mib = request.memory_mib.value_or(0);
     a.compute_percent = view.AccountedCompute(request);
     a.compute_defaulted = !request.compute_percent.has_value();
+    const GpuRecord& gpu = view.gpu(gpus.front());
+    if (gpu.mig != nullptr) {
+      // A MIG partition: charged as its profile, where it sits.
+      // ValidateChoiceLocked has checked that one fits.
+      const std::optional<gpu::MigInstance> instance =
+          view.MigInstanceFor(gpu, request);
+      const gpu::MigProfile* profile =
+          instance ? gpu::FindProfile(*gpu.mig, instance->profile) : nullptr;
+      if (profile != nullptr) {
+        a.memory_mib = ClusterView::MigChargedMemory(gpu, *profile);
+        a.compute_percent = gpu::MigComputePercent(*gpu.mig, *profile);
+        a.compute_defaulted = false;
+        a.mig_profile = instance->profile;
+        a.mig_start = instance->placement.start;
+      }
+    }
   } else if (request.kind == RequestKind::kWholeGpus) {
     for (GpuId g : gpus) a.memory_mib += view.gpu(g).spec.memory_mib;
     a.compute_percent = kFullComputePercent;
@@ -575,6 +626,13 @@ StatusOr<Allocation> Ledger::ResizeSlice(SliceId id, MemoryMib memory_mib) {
              ? " holds whole GPUs, which have no memory quota to change"
              : " holds no GPU"));
   }
+  if (!old.mig_profile.empty()) {
+    return Status::FailedPrecondition(
+        "slice " + std::to_string(id.value()) + " is the MIG partition " +
+        old.mig_profile +
+        ", whose memory is fixed by the hardware; delete it and ask for a "
+        "new slice instead");
+  }
   if (memory_mib == old.memory_mib) return old;
   const ClusterView view(state_);
   const GpuRecord& gpu = view.gpu(old.gpus.front());
@@ -607,6 +665,83 @@ StatusOr<Allocation> Ledger::ResizeSlice(SliceId id, MemoryMib memory_mib) {
   ApplyLocked(resized, +1);
   it->second = resized;
   return resized;
+}
+
+Status Ledger::RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const {
+  // The model's table, even where MIG mode reads off now (a lost GPU reads
+  // so): a partition keeps its slots, as on a live ledger, until released.
+  const gpu::MigModelTable* table =
+      gpu.mig != nullptr
+          ? gpu.mig
+          : gpu::FindMigTable(gpu.spec.model, gpu.spec.memory_mib);
+  if (a.mig_profile.empty() && gpu.mig == nullptr) return Status::Ok();
+  if (table == nullptr) {
+    return Status::InvalidArgument(
+        "GPU " + gpu.spec.uuid + " (" + gpu.spec.model +
+            ") has no MIG profile table, so no partition \"" + a.mig_profile +
+            "\"",
+        "mig_profile");
+  }
+  std::vector<gpu::MigInstance> existing;
+  for (const auto& [id, instance] : gpu.mig_instances) {
+    existing.push_back(instance);
+  }
+  gpu::MigInstance instance;
+  if (!a.mig_profile.empty()) {
+    // Where the partition was charged before (the store keeps it).
+    const gpu::MigProfile* profile = gpu::FindProfile(*table, a.mig_profile);
+    if (profile == nullptr) {
+      return Status::InvalidArgument(
+          "no MIG profile \"" + a.mig_profile + "\" on " + table->model_key,
+          "mig_profile");
+    }
+    instance = {profile->name, {a.mig_start, profile->memory_slices}};
+    if (!gpu::IsLegalPlacement(*table, profile->name, instance.placement)) {
+      return Status::InvalidArgument(
+          profile->name + " cannot start at memory slot " +
+              std::to_string(a.mig_start) + " on " + table->model_key,
+          "mig_start");
+    }
+    for (const gpu::MigInstance& other : existing) {
+      if (other.placement.Overlaps(instance.placement)) {
+        return Status::FailedPrecondition(
+            "GPU " + gpu.spec.uuid + ": the " + profile->name +
+            " partition at slot " + std::to_string(a.mig_start) +
+            " overlaps the " + other.profile + " at slot " +
+            std::to_string(other.placement.start));
+      }
+    }
+  } else {
+    // In MIG mode but recorded without a partition (a slice kept from
+    // before the ledger charged partitions): the one it would get now.
+    std::optional<ComputePercent> compute;
+    if (!a.compute_defaulted) compute = a.compute_percent;
+    std::optional<MemoryMib> memory;
+    if (a.memory_mib > 0) memory = a.memory_mib;
+    auto chosen = gpu::ChooseMigInstance(*table, memory, compute, existing,
+                                         gpu.spec.memory_mib);
+    if (!chosen.ok()) {
+      return Status::FailedPrecondition("GPU " + gpu.spec.uuid + ": " +
+                                        chosen.status().message());
+    }
+    instance = *chosen;
+  }
+  const gpu::MigProfile* profile = gpu::FindProfile(*table, instance.profile);
+  a.mig_profile = instance.profile;
+  a.mig_start = instance.placement.start;
+  a.memory_mib =
+      gpu.spec.memory_mib * profile->memory_slices / table->memory_slices;
+  a.compute_percent = gpu::MigComputePercent(*table, *profile);
+  a.compute_defaulted = false;
+  if (a.memory_mib > gpu.free_memory_mib() ||
+      a.compute_percent > gpu.free_compute_percent()) {
+    return Status::FailedPrecondition(
+        "GPU " + gpu.spec.uuid + " has " +
+        std::to_string(gpu.free_memory_mib()) + " MB and " +
+        std::to_string(gpu.free_compute_percent()) + "% free; the " +
+        instance.profile + " partition would oversell it");
+  }
+  return Status::Ok();
 }
 
 StatusOr<Allocation> Ledger::Restore(const Allocation& allocation,
@@ -695,6 +830,12 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation,
     a.memory_mib = 0;
     for (GpuId g : a.gpus) a.memory_mib += view.gpu(g).spec.memory_mib;
     a.compute_percent = kFullComputePercent;
+  }
+  if (a.kind == RequestKind::kSlice) {
+    HF_RETURN_IF_ERROR(RestoreMigLocked(view.gpu(a.gpus.front()), a));
+  } else {
+    a.mig_profile.clear();
+    a.mig_start = -1;
   }
   ApplyLocked(a, +1);
   state_.allocations.emplace(a.id, a);

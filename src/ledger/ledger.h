@@ -127,6 +127,9 @@ class Ledger {
   // whose tenant no longer shares with the GPU's others is recorded all the
   // same (it exists: a group removed since placed it there, as
   // RemoveGroup does), and the GPU takes no new slice of either (fail-closed).
+  // A slice on a GPU in MIG mode is charged as its partition: the one its
+  // `mig_profile` / `mig_start` name (legal and free, else refused), or
+  // without them the one Place would give it now.
   struct RestoreOptions {
     bool check_tenancy = true;
   };
@@ -156,6 +159,10 @@ class Ledger {
   explicit Ledger(LedgerOptions options);
 
   Status CheckGpuLocked(GpuId gpu) const;
+  // A slice restored onto a GPU in MIG mode: the partition it was charged
+  // as (checked: legal, free), or the one it would get now; sets its
+  // profile, slot and charge. Elsewhere clears them.
+  Status RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const;
   Status ValidateChoiceLocked(const PlacementRequest& request,
                               const std::vector<GpuId>& gpus) const;
   // `node` is used only when `gpus` is empty (kNodeOnly).

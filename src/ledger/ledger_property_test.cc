@@ -48,6 +48,7 @@
 #include "common/ids.h"
 #include "common/quantity.h"
 #include "common/status.h"
+#include "gpu/mig_profiles.h"
 #include "ledger/cluster_state.h"
 #include "ledger/cluster_view.h"
 #include "ledger/ledger.h"
@@ -288,6 +289,8 @@ struct RefGpu {
   ComputePercent used_compute = 0;
   std::set<SliceId> slices;  // live allocations on this GPU
   bool whole = false;        // held by a whole-GPU allocation
+  // The MIG partitions of live slices here (charged as their profile).
+  std::map<SliceId, gpu::MigInstance> partitions;
 
   MemoryMib free_memory() const { return memory_mib - used_memory_mib; }
 };
@@ -367,6 +370,42 @@ class Reference {
     return r.compute_percent.value_or(default_compute_);
   }
 
+  // In MIG mode on a model with a profile table, every new slice is a
+  // partition: the table its slices are cut from, else nullptr.
+  static const gpu::MigModelTable* Table(const RefGpu& g) {
+    return g.mig ? gpu::FindMigTable(kModels[g.model].name, g.memory_mib)
+                 : nullptr;
+  }
+
+  // What a slice asking `memory` (0: unbounded) and `compute` would be
+  // charged on `g` in MIG mode: the partition at the lowest free legal
+  // place, its memory slots' share of the card and its compute slices'.
+  struct Partition {
+    gpu::MigInstance instance;
+    MemoryMib memory_mib = 0;
+    ComputePercent compute = 0;
+  };
+  static std::optional<Partition> PartitionFor(
+      const RefGpu& g, MemoryMib memory,
+      std::optional<ComputePercent> compute) {
+    const gpu::MigModelTable* table = Table(g);
+    if (table == nullptr) return std::nullopt;
+    std::vector<gpu::MigInstance> existing;
+    for (const auto& [id, p] : g.partitions) existing.push_back(p);
+    auto chosen = gpu::ChooseMigInstance(
+        *table, memory > 0 ? std::optional<MemoryMib>(memory) : std::nullopt,
+        compute, existing, g.memory_mib);
+    if (!chosen.ok()) return std::nullopt;
+    return Charge(*table, g, *chosen);
+  }
+  static Partition Charge(const gpu::MigModelTable& table, const RefGpu& g,
+                          const gpu::MigInstance& instance) {
+    const gpu::MigProfile* profile = gpu::FindProfile(table, instance.profile);
+    return {instance,
+            g.memory_mib * profile->memory_slices / table.memory_slices,
+            profile->compute_slices * 100 / table.compute_slices};
+  }
+
   static bool NodeHasRoom(const RefNode& n, const PlacementRequest& r) {
     return r.cpu_milli <= n.free_cpu() && r.host_memory_mib <= n.free_host();
   }
@@ -384,6 +423,15 @@ class Reference {
     if (!ModelOk(r, g.model)) return false;
     if (!TenancyOk(g, r.tenant)) return false;
     if (r.memory_mib.value_or(0) > g.free_memory()) return false;
+    if (Table(g) != nullptr) {
+      const auto p =
+          PartitionFor(g, r.memory_mib.value_or(0), r.compute_percent);
+      if (!p || p->memory_mib > g.free_memory() ||
+          g.used_compute + p->compute > kFullComputePercent) {
+        return false;
+      }
+      return NodeHasRoom(nodes.at(g.node), r);
+    }
     if (g.used_compute + Accounted(r) > kFullComputePercent) return false;
     return NodeHasRoom(nodes.at(g.node), r);
   }
@@ -466,7 +514,13 @@ class Reference {
       for (GpuId gid : n.gpus) {
         const RefGpu& g = gpus.at(gid);
         if (!ModelOk(r, g.model)) continue;
-        if (slice ? g.memory_mib >= memory : !g.mig) ++capable;
+        bool fits_idle = g.memory_mib >= memory;
+        if (slice && Table(g) != nullptr) {
+          RefGpu idle = g;
+          idle.partitions.clear();
+          fits_idle = PartitionFor(idle, memory, r.compute_percent).has_value();
+        }
+        if (slice ? fits_idle : !g.mig) ++capable;
       }
       if (capable >= (slice ? 1 : r.gpu_count)) return false;
     }
@@ -490,6 +544,16 @@ class Reference {
       gpu.used_compute += c;
       gpu.slices.insert(a.id);
       if (a.kind == RequestKind::kWholeGpus) gpu.whole = true;
+      if (!a.mig_profile.empty()) {
+        // The model's table even with MIG mode off: a partition keeps its
+        // slots until released.
+        const gpu::MigModelTable* table =
+            gpu::FindMigTable(kModels[gpu.model].name, gpu.memory_mib);
+        const gpu::MigProfile* profile =
+            table ? gpu::FindProfile(*table, a.mig_profile) : nullptr;
+        gpu.partitions[a.id] = gpu::MigInstance{
+            a.mig_profile, {a.mig_start, profile ? profile->memory_slices : 0}};
+      }
     }
     RefNode& n = nodes.at(a.node);
     n.used_cpu += a.cpu_milli;
@@ -506,6 +570,7 @@ class Reference {
       gpu.used_memory_mib -= m;
       gpu.used_compute -= c;
       gpu.slices.erase(a.id);
+      gpu.partitions.erase(a.id);
       if (a.kind == RequestKind::kWholeGpus) gpu.whole = false;
     }
     RefNode& n = nodes.at(a.node);
@@ -533,7 +598,8 @@ struct Counters {
   std::uint64_t whole_ties = 0;
   std::uint64_t refused_removals = 0;  // RemoveGpu/RemoveNode while allocated
   std::uint64_t releases = 0;
-  std::uint64_t group_shared = 0;  // slice placed next to another tenant
+  std::uint64_t group_shared = 0;    // slice placed next to another tenant
+  std::uint64_t mig_partitions = 0;  // slices charged as a MIG partition
 };
 std::map<std::string, Counters>& AllCounters() {
   static auto* counters = new std::map<std::string, Counters>();
@@ -553,8 +619,9 @@ class OpCountReporter : public ::testing::Environment {
                 << ", invalid " << c.invalid << "; Best-Fit ties: slice "
                 << c.slice_ties << ", whole " << c.whole_ties
                 << "; group-shared placements " << c.group_shared
-                << "; releases " << c.releases << "; refused removals "
-                << c.refused_removals << "\n  by kind:";
+                << "; MIG partitions " << c.mig_partitions << "; releases "
+                << c.releases << "; refused removals " << c.refused_removals
+                << "\n  by kind:";
       for (std::size_t k = 0; k < kOpKindCount; ++k) {
         std::cout << " " << OpKindName(static_cast<OpKind>(k)) << "="
                   << c.per_kind[k];
@@ -865,10 +932,25 @@ class Runner {
                    a.cpu_milli == r.cpu_milli &&
                    a.host_memory_mib == r.host_memory_mib,
                "allocation fields differ from the request " << Describe(r));
-    if (slice) {
+    const RefGpu& first = ref_.gpus.at(a.gpus.front());
+    if (slice && Reference::Table(first) != nullptr) {
+      // MIG mode: charged as the partition, where it sits.
+      const auto p = Reference::PartitionFor(first, r.memory_mib.value_or(0),
+                                             r.compute_percent);
+      PROP_CHECK(p.has_value() && a.mig_profile == p->instance.profile &&
+                     a.mig_start == p->instance.placement.start &&
+                     a.memory_mib == p->memory_mib &&
+                     a.compute_percent == p->compute && !a.compute_defaulted,
+                 "MIG slice charged " << a.mig_profile << "@" << a.mig_start
+                                      << " " << a.memory_mib << " MB / "
+                                      << a.compute_percent << "% for "
+                                      << Describe(r));
+      ++counters_.mig_partitions;
+    } else if (slice) {
       PROP_CHECK(a.memory_mib == r.memory_mib.value_or(0) &&
                      a.compute_percent == ref_.Accounted(r) &&
-                     a.compute_defaulted == !r.compute_percent.has_value(),
+                     a.compute_defaulted == !r.compute_percent.has_value() &&
+                     a.mig_profile.empty(),
                  "slice accounted " << a.memory_mib << " MB / "
                                     << a.compute_percent << "% for "
                                     << Describe(r));
@@ -1284,6 +1366,47 @@ class Runner {
                     gpu.used_compute + a.compute_percent > kFullComputePercent;
       }
     }
+    // On a GPU in MIG mode a slice comes back as a partition: the one it
+    // was (it must not overlap a partition placed since) or, recorded
+    // without one, the one it would get now.
+    Allocation want = a;
+    if (!dead && !conflict && a.kind == RequestKind::kSlice) {
+      const RefGpu& gpu = ref_.gpus.at(a.gpus.front());
+      // A partition keeps its slots even with MIG mode off; without one,
+      // a slice on a GPU in MIG mode gets the partition it would get now.
+      const gpu::MigModelTable* table =
+          a.mig_profile.empty()
+              ? Reference::Table(gpu)
+              : gpu::FindMigTable(kModels[gpu.model].name, gpu.memory_mib);
+      if (table != nullptr) {
+        std::optional<Reference::Partition> p;
+        if (!a.mig_profile.empty()) {
+          const gpu::MigProfile* profile =
+              gpu::FindProfile(*table, a.mig_profile);
+          const gpu::MigInstance instance{
+              a.mig_profile, {a.mig_start, profile->memory_slices}};
+          bool overlaps = false;
+          for (const auto& [id, other] : gpu.partitions) {
+            overlaps |= other.placement.Overlaps(instance.placement);
+          }
+          if (!overlaps) p = Reference::Charge(*table, gpu, instance);
+        } else {
+          std::optional<ComputePercent> compute;
+          if (!a.compute_defaulted) compute = a.compute_percent;
+          p = Reference::PartitionFor(gpu, a.memory_mib, compute);
+        }
+        if (!p || p->memory_mib > gpu.free_memory() ||
+            gpu.used_compute + p->compute > kFullComputePercent) {
+          conflict = true;
+        } else {
+          want.mig_profile = p->instance.profile;
+          want.mig_start = p->instance.placement.start;
+          want.memory_mib = p->memory_mib;
+          want.compute_percent = p->compute;
+          want.compute_defaulted = false;
+        }
+      }
+    }
     if (!dead) {
       const RefNode& n = ref_.nodes.at(*node);
       conflict |=
@@ -1306,9 +1429,11 @@ class Runner {
                    got->tenant == a.tenant && got->node == a.node &&
                    got->cpu_milli == a.cpu_milli &&
                    got->host_memory_mib == a.host_memory_mib &&
-                   got->compute_percent == a.compute_percent &&
+                   got->compute_percent == want.compute_percent &&
+                   got->mig_profile == want.mig_profile &&
+                   got->mig_start == want.mig_start &&
                    (a.kind == RequestKind::kWholeGpus ||
-                    got->memory_mib == a.memory_mib),
+                    got->memory_mib == want.memory_mib),
                "restored allocation differs from the one given");
     ref_.Add(*got);
     released_.erase(released_.begin() + static_cast<long>(index));
@@ -1367,6 +1492,13 @@ class Runner {
       PROP_CHECK(got.status().code() == StatusCode::kFailedPrecondition,
                  "resize of whole-GPU grant " << *id << ": "
                                               << got.status().ToString());
+      return;
+    }
+    if (!a->mig_profile.empty()) {
+      // A partition's memory is the hardware's: never resized.
+      PROP_CHECK(
+          got.status().code() == StatusCode::kFailedPrecondition,
+          "resize of MIG partition " << *id << ": " << got.status().ToString());
       return;
     }
     RefGpu& gpu = ref_.gpus.at(a->gpus.front());

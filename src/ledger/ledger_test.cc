@@ -2027,5 +2027,120 @@ TEST_F(FaultyPolicyTest, AdmissibleChoiceFromCustomPolicyIsCommitted) {
   EXPECT_EQ(r.allocation.node, n1_);
 }
 
+// ============================================== MIG partitions, filters
+
+// On a GPU in MIG mode the ledger charges a slice as the partition it gets
+// (A100 80GB: 8 memory slots, 7 compute slices), where it sits.
+TEST_F(LedgerTest, MigSliceIsChargedAsItsPartitionWhereItSits) {
+  const NodeId n = AddNode();
+  const GpuId g = AddGpu(n, k80G, "A100-SXM4-80GB", /*mig=*/true);
+  const Allocation small = MustPlace(SliceReq(kAlice, 4096, 10));
+  EXPECT_EQ(small.mig_profile, "1g.10gb");
+  EXPECT_EQ(small.mig_start, 0);
+  EXPECT_EQ(small.memory_mib, k80G / 8);
+  EXPECT_EQ(small.compute_percent, 14);
+  EXPECT_FALSE(small.compute_defaulted);
+  const Allocation big = MustPlace(SliceReq(kAlice, 30000, std::nullopt));
+  EXPECT_EQ(big.mig_profile, "3g.40gb");
+  EXPECT_EQ(big.mig_start, 4);  // 3g.40gb starts at slot 0 or 4; 0 is taken
+  EXPECT_EQ(Gpu(g).used_memory_mib, k80G / 8 + k80G / 2);
+  EXPECT_EQ(Gpu(g).used_compute_percent, 14 + 42);
+  // Slots 1-3 are free but no 3g.40gb placement fits there.
+  const PlacementResult r = Place(SliceReq(kAlice, 30000, std::nullopt));
+  EXPECT_EQ(r.outcome, PlacementOutcome::kRetryLater) << r.message;
+  EXPECT_EQ(r.count(RejectReason::kMigGeometry), 1);
+  EXPECT_CONTAINS(r.message, "no MIG partition covering it fits");
+  // A 1g.20gb (two memory slots, one compute slice) still fits in 2-3.
+  const Allocation two = MustPlace(SliceReq(kAlice, 15000, std::nullopt));
+  EXPECT_EQ(two.mig_profile, "1g.20gb");
+  EXPECT_EQ(two.mig_start, 2);
+  EXPECT_EQ(two.compute_percent, 14);
+  // A partition's memory is the hardware's.
+  EXPECT_EQ(ledger_->ResizeSlice(two.id, 16000).status().code(),
+            StatusCode::kFailedPrecondition);
+  // Released, its slots are free again.
+  ASSERT_TRUE(ledger_->Release(big.id).ok());
+  EXPECT_EQ(MustPlace(SliceReq(kAlice, 30000, std::nullopt)).mig_start, 4);
+}
+
+TEST_F(LedgerTest, MigSliceBeyondTheLargestPartitionIsInfeasible) {
+  const NodeId n = AddNode();
+  AddGpu(n, k40G, "A100-SXM4-40GB", /*mig=*/true);
+  // 30000 MB is within 90% of the card, and the smallest profile of the
+  // 40 GB card that covers it is the whole card (7g.40gb).
+  const Allocation a = MustPlace(SliceReq(kAlice, 30000, std::nullopt));
+  EXPECT_EQ(a.mig_profile, "7g.40gb");
+  EXPECT_EQ(a.memory_mib, k40G);
+  EXPECT_EQ(a.compute_percent, 100);
+  // The card is now one partition: nothing else fits.
+  const PlacementResult r = Place(SliceReq(kAlice, 1024, std::nullopt));
+  EXPECT_EQ(r.outcome, PlacementOutcome::kRetryLater);
+}
+
+// Restoring a slice (recovery, compensation) puts its partition back where
+// it was, and refuses one that overlaps a partition placed since.
+TEST_F(LedgerTest, RestoreKeepsThePartitionOrRefusesAnOverlap) {
+  const NodeId n = AddNode();
+  AddGpu(n, k80G, "A100-SXM4-80GB", /*mig=*/true);
+  const Allocation a = MustPlace(SliceReq(kAlice, 30000, std::nullopt));
+  ASSERT_EQ(a.mig_start, 0);
+  ASSERT_TRUE(ledger_->Release(a.id).ok());
+  StatusOr<Allocation> back = ledger_->Restore(a);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->mig_profile, "3g.40gb");
+  EXPECT_EQ(back->mig_start, 0);
+  ASSERT_TRUE(ledger_->Release(a.id).ok());
+  const Allocation other = MustPlace(SliceReq(kAlice, 4096, 10));
+  ASSERT_EQ(other.mig_start, 0);
+  EXPECT_EQ(ledger_->Restore(a).status().code(),
+            StatusCode::kFailedPrecondition);
+  // Recorded without a partition (before the ledger charged them): it gets
+  // the one it would get now.
+  Allocation old = a;
+  old.id = SliceId(a.id.value() + 100);
+  old.mig_profile.clear();
+  old.mig_start = -1;
+  old.memory_mib = 30000;
+  old.compute_percent = 30;
+  old.compute_defaulted = false;
+  back = ledger_->Restore(old);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->mig_profile, "3g.40gb");
+  EXPECT_EQ(back->mig_start, 4);
+  EXPECT_EQ(back->memory_mib, k80G / 2);
+}
+
+TEST_F(LedgerTest, PinnedAndExcludedRequestsStayInsideTheirFilters) {
+  const NodeId n0 = AddNode();
+  const NodeId n1 = AddNode();
+  const GpuId a0 = AddGpu(n0, k80G);
+  const GpuId a1 = AddGpu(n0, k80G);
+  const GpuId b0 = AddGpu(n1, k80G);
+  MustPlace(SliceReq(kAlice, 8192, 10));  // Best-Fit now prefers a0
+  PlacementRequest pinned = SliceReq(kAlice, 1024, 10);
+  pinned.pinned_node = n1;
+  EXPECT_EQ(PlaceOn(pinned), b0);
+  pinned.pinned_node.reset();
+  pinned.pinned_gpu = a1;
+  EXPECT_EQ(PlaceOn(pinned), a1);
+  PlacementRequest excluded = SliceReq(kAlice, 1024, 10);
+  excluded.excluded_gpus = {a0, a1};
+  EXPECT_EQ(PlaceOn(excluded), b0);
+  // A pin that cannot be honoured waits: it is never placed elsewhere.
+  PlacementRequest more = SliceReq(kAlice, 20000, 10);
+  more.pinned_gpu = a0;
+  EXPECT_EQ(PlaceOn(more), a0);
+  PlacementRequest full = SliceReq(kAlice, 70000, 10);
+  full.pinned_gpu = a0;
+  const PlacementResult r = Place(full);
+  EXPECT_NE(r.outcome, PlacementOutcome::kPlaced);
+  EXPECT_EQ(r.gpus_considered, 1);
+  EXPECT_EQ(r.count(RejectReason::kNoMemory), 1);
+  PlacementRequest whole = PlacementRequest::WholeGpus(kBob, 1);
+  whole.pinned_node = n0;
+  const PlacementResult w = Place(whole);
+  EXPECT_NE(w.outcome, PlacementOutcome::kPlaced);  // n0's GPUs hold slices
+}
+
 }  // namespace
 }  // namespace hf::ledger

@@ -66,6 +66,13 @@ struct PlacementRequest {
   MemoryMib host_memory_mib = 0;
   // GPU models the task accepts; empty means any.
   std::vector<std::string> allowed_models;
+  // Filters beyond the admission rules (placement pipeline, docs/PLACEMENT.md):
+  // only this node, and on it only this GPU (an operator's slice, the
+  // compensation path); never these GPUs (the server's MIG GPUs that take no
+  // new partition now).
+  std::optional<NodeId> pinned_node;
+  std::optional<GpuId> pinned_gpu;
+  std::vector<GpuId> excluded_gpus;
 
   static PlacementRequest Slice(TenantId tenant,
                                 std::optional<MemoryMib> memory_mib,
@@ -110,6 +117,10 @@ struct Allocation {
   bool compute_defaulted = false;      // slice had no ratio; default applied
   CpuMilli cpu_milli = 0;
   MemoryMib host_memory_mib = 0;
+  // A slice on a GPU in MIG mode: the partition it is charged as (its
+  // profile and the memory slot it starts at); empty / -1 otherwise.
+  std::string mig_profile;
+  int mig_start = -1;
 
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };

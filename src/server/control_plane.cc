@@ -329,6 +329,25 @@ Status ControlPlane::Recover() {
           ledger::Ledger::RestoreOptions{.check_tenancy = false});
       if (restored_alloc.ok()) {
         ++restored;
+        if (restored_alloc->mig_profile != slice.mig_profile ||
+            restored_alloc->mig_start != slice.mig_start) {
+          // Recorded without its partition (before the ledger charged
+          // partitions): the store learns the one the ledger gave it.
+          slice.mig_profile = restored_alloc->mig_profile;
+          slice.mig_start = restored_alloc->mig_start;
+          slice.memory_mib = restored_alloc->memory_mib;
+          slice.compute_percent = restored_alloc->compute_percent;
+          slice.compute_defaulted = restored_alloc->compute_defaulted;
+          HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
+            store::HistoryRow h = HistoryFor(slice, "charge_partition");
+            h.at = clock_->NowMillis();
+            h.actor = "recovery";
+            h.reason = "charged as the MIG partition " + slice.mig_profile +
+                       " at memory slot " + std::to_string(slice.mig_start);
+            return txn.AppendHistory(h).status();
+          }));
+        }
       } else {
         ++failed;
         HF_RETURN_IF_ERROR(
@@ -548,6 +567,8 @@ ledger::Allocation ControlPlane::AllocationFromRow(
   a.memory_mib = row.memory_mib;
   a.compute_percent = row.compute_percent;
   a.compute_defaulted = row.compute_defaulted;
+  a.mig_profile = row.mig_profile;
+  a.mig_start = row.mig_start;
   return a;
 }
 

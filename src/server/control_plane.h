@@ -486,14 +486,13 @@ class ControlPlane {
   scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false);
   // Allowed models for a task's gpu_type (empty: any GPU qualifies).
   std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const;
-  // Places `request` with the configured policy. A slice that lands on a
-  // GPU in MIG mode is charged what its partition really takes (the
-  // smallest profile covering memory and compute: that profile's share of
-  // the card's memory and compute), and `mig_profile` names the profile; a
-  // GPU where the partition does not fit is skipped and the next choice
-  // tried. REQUIRES: mu_ held.
-  ledger::PlacementResult PlaceLocked(const ledger::PlacementRequest& request,
-                                      std::string* mig_profile);
+  // Places `request` with the configured policy, excluding the MIG GPUs
+  // that take no new partition now (MigBlockedLocked). The ledger charges
+  // a slice on a GPU in MIG mode as its partition (the allocation's
+  // mig_profile / mig_start). REQUIRES: mu_ held.
+  ledger::PlacementResult PlaceLocked(ledger::PlacementRequest request);
+  // The placement policy the server places with. REQUIRES: mu_ held.
+  const ledger::PlacementPolicy& PolicyLocked() const { return *policy_; }
   // Why no gold slice may land on MIG GPU `gpu` now ("" when it may): it
   // holds partitions no slice owns, or the last create found no room and
   // its partitions have not changed since. REQUIRES: mu_ held.

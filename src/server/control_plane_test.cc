@@ -731,6 +731,40 @@ TEST_F(ControlPlaneTest, ManyFullMigGpusDoNotStarveATaskANonMigGpuCanTake) {
   EXPECT_EQ(SliceOf(Get(t.id)).gpu_indices, std::vector<int>{5});
 }
 
+// The ledger charges a gold slice as its partition and says where it sits;
+// the create command asks the agent for exactly that place.
+TEST_F(ControlPlaneTest, GoldSlicesAreChargedAndCreatedWhereTheLedgerPutThem) {
+  Register(Node("n1", {Gpu(0, 81920, /*mig=*/true)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow small = Submit(alice, 4096);
+  const TaskRow big = Submit(alice, 30000);
+  EXPECT_EQ(Bind(), 2);
+  const SliceRow s1 = SliceOf(Get(small.id));
+  const SliceRow s2 = SliceOf(Get(big.id));
+  EXPECT_EQ(s1.mig_profile, "1g.10gb");
+  EXPECT_EQ(s1.mig_start, 0);
+  EXPECT_EQ(s1.memory_mib, 81920 / 8);
+  EXPECT_EQ(s2.mig_profile, "3g.40gb");
+  EXPECT_EQ(s2.mig_start, 4);
+  EXPECT_EQ(s2.compute_percent, 42);
+  auto creates = cp_->ClaimSliceRequests(admin_, "n1");
+  ASSERT_TRUE(creates.ok()) << creates.status().ToString();
+  ASSERT_EQ(creates->size(), 2u);
+  for (const store::SliceRequestRow& cmd : *creates) {
+    const SliceRow& s = cmd.slice_id == s1.id ? s1 : s2;
+    EXPECT_EQ(cmd.profile, s.mig_profile);
+    EXPECT_EQ(cmd.mig_start, s.mig_start);
+  }
+  // A third 3g.40gb has no legal place left (slots 1-3 are free, but a
+  // 3g.40gb starts at 0 or 4): it waits and says why.
+  const TaskRow third = Submit(alice, 30000);
+  EXPECT_EQ(Bind(), 0);
+  const TaskRow waiting = Get(third.id);
+  EXPECT_EQ(waiting.state, TaskState::kPending);
+  EXPECT_NE(waiting.pending_reason.find("MIG partition"), std::string::npos)
+      << waiting.pending_reason;
+}
+
 // A policy whose choice the ledger refuses (a bug of the platform, not of
 // the task) the first `broken` times.
 class BrokenPolicy final : public ledger::PlacementPolicy {

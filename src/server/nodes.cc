@@ -607,6 +607,8 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   row.memory_mib = restored->memory_mib;
   row.compute_percent = restored->compute_percent;
   row.compute_defaulted = restored->compute_defaulted;
+  row.mig_profile = restored->mig_profile;  // charged as its partition
+  row.mig_start = restored->mig_start;
   const scheduler::QosDecision qos =
       QosForGpuLocked(restored->gpus.front(), row.whole);
   row.qos_level = std::string(scheduler::QosLevelName(qos.level));

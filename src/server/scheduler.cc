@@ -76,104 +76,34 @@ std::vector<std::string> ControlPlane::AllowedModelsLocked(
   return {it->second.begin(), it->second.end()};
 }
 
-namespace {
-
-// Best-Fit by scan over the GPUs not in `excluded` (the rare retry after a
-// MIG partition did not fit where the indexed choice landed).
-class ExcludingBestFit final : public ledger::PlacementPolicy {
- public:
-  explicit ExcludingBestFit(const std::set<GpuId>& excluded)
-      : excluded_(excluded) {}
-  std::string_view name() const override { return "best-fit-excluding"; }
-  std::optional<std::vector<GpuId>> Choose(
-      const ledger::ClusterView& view,
-      const ledger::PlacementRequest& request) const override {
-    std::optional<GpuId> best;
-    MemoryMib best_free = 0;
-    for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
-      const GpuId id(slot);
-      if (!view.HasGpu(id) || excluded_.contains(id)) continue;
-      const ledger::GpuRecord& gpu = view.gpu(id);
-      if (view.CheckSlice(gpu, request)) continue;
-      if (!best || gpu.free_memory_mib() < best_free) {
-        best = id;
-        best_free = gpu.free_memory_mib();
-      }
-    }
-    if (!best) return std::nullopt;
-    return std::vector<GpuId>{*best};
-  }
-
- private:
-  const std::set<GpuId>& excluded_;
-};
-
-}  // namespace
-
 ledger::PlacementResult ControlPlane::PlaceLocked(
-    const ledger::PlacementRequest& request, std::string* mig_profile) {
-  mig_profile->clear();
+    ledger::PlacementRequest request) {
   ExpireApprovalsLocked();
-  std::set<GpuId> excluded;
-  std::string skipped;
-  ledger::PlacementResult result = ledger_->Place(request, *policy_);
-  // Each retry excludes one more GPU, so this ends; a placement on a GPU
-  // that is not in MIG mode is taken as it is.
-  while (result.placed()) {
-    const ledger::Allocation a = result.allocation;
-    if (a.kind != ledger::RequestKind::kSlice ||
-        QosForGpuLocked(a.gpus.front()).level != scheduler::QosLevel::kGold) {
-      break;
-    }
-    ledger::GpuSpec spec;
-    ledger_->Read([&](const ledger::ClusterView& view) {
-      spec = view.gpu(a.gpus.front()).spec;
-    });
-    const gpu::MigModelTable* table =
-        gpu::FindMigTable(spec.model, spec.memory_mib);
-    if (table == nullptr) break;  // no table: charged as asked
-    std::optional<ComputePercent> compute;
-    if (!a.compute_defaulted) compute = a.compute_percent;
-    // What the partition really holds on this card, not its nominal size:
-    // the slice is charged that, and it must cover what the task asked.
-    auto choice = gpu::ChooseMigInstance(*table, request.memory_mib, compute,
-                                         /*existing=*/{}, spec.memory_mib);
-    const std::string blocked = MigBlockedLocked(a.gpus.front());
-    if (!blocked.empty()) {
-      (void)ledger_->Release(a.id);
-      skipped = "MIG GPU " + spec.uuid + " " + blocked;
-    } else if (choice.ok()) {
-      const gpu::MigProfile* profile =
-          gpu::FindProfile(*table, choice->profile);
-      ledger::Allocation charged = a;
-      charged.memory_mib =
-          spec.memory_mib * profile->memory_slices / table->memory_slices;
-      charged.compute_percent = gpu::MigComputePercent(*table, *profile);
-      charged.compute_defaulted = false;
-      if (charged == a) {
-        *mig_profile = choice->profile;
-        return result;
+  // The MIG GPUs that take no new partition now are a filter of the
+  // pipeline: excluded up front, named if nothing else fits.
+  std::string blocked;
+  if (request.kind == ledger::RequestKind::kSlice) {
+    std::set<GpuKey> keys;
+    for (const auto& [key, orphans] : mig_orphans_) keys.insert(key);
+    for (const auto& [key, full] : mig_full_) keys.insert(key);
+    for (const GpuKey& key : keys) {
+      auto id = ledger_gpus_.find(key);
+      if (id == ledger_gpus_.end()) continue;
+      const GpuId gpu = id->second;
+      const std::string why = MigBlockedLocked(gpu);
+      if (why.empty()) continue;
+      request.excluded_gpus.push_back(gpu);
+      if (blocked.empty()) {
+        std::string uuid;
+        ledger_->Read([&](const ledger::ClusterView& view) {
+          if (view.HasGpu(gpu)) uuid = view.gpu(gpu).spec.uuid;
+        });
+        blocked = "MIG GPU " + uuid + " " + why;
       }
-      (void)ledger_->Release(a.id);
-      auto restored = ledger_->Restore(charged);
-      if (restored.ok()) {
-        *mig_profile = choice->profile;
-        result.allocation = *restored;
-        return result;
-      }
-      skipped = "the " + choice->profile + " partition (" +
-                std::to_string(charged.memory_mib) + " MB, " +
-                std::to_string(charged.compute_percent) +
-                "%) did not fit on MIG GPU " + spec.uuid;
-    } else {
-      (void)ledger_->Release(a.id);
-      skipped = "no MIG partition of GPU " + spec.uuid +
-                " covers the request: " + choice.status().message();
     }
-    excluded.insert(a.gpus.front());
-    result = ledger_->Place(request, ExcludingBestFit(excluded));
   }
-  if (!result.placed() && !skipped.empty()) result.message += "; " + skipped;
+  ledger::PlacementResult result = ledger_->Place(request, PolicyLocked());
+  if (!result.placed() && !blocked.empty()) result.message += "; " + blocked;
   return result;
 }
 
@@ -304,8 +234,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       if (task.compute_percent) request.compute_percent = *task.compute_percent;
     }
     request.allowed_models = AllowedModelsLocked(task.gpu_type);
-    std::string mig_profile;
-    ledger::PlacementResult result = PlaceLocked(request, &mig_profile);
+    ledger::PlacementResult result = PlaceLocked(request);
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;
       SliceRow& slice = d.slice;
@@ -320,6 +249,8 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.memory_mib = a.memory_mib;
       slice.compute_percent = a.compute_percent;
       slice.compute_defaulted = a.compute_defaulted;
+      slice.mig_profile = a.mig_profile;
+      slice.mig_start = a.mig_start;
       const scheduler::QosDecision qos =
           QosForGpuLocked(a.gpus.front(), slice.whole);
       slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
@@ -334,7 +265,8 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
         cmd.action = "create";
         cmd.gpu_index = slice.gpu_indices[0];
         cmd.gpu_uuid = GpuUuid(slice.node_id, cmd.gpu_index);
-        cmd.profile = mig_profile;
+        cmd.profile = a.mig_profile;
+        cmd.mig_start = a.mig_start;
         cmd.created_at = now;
         cmd.deadline_at = now + options_.mig_command_deadline_ms;
         d.mig_create = cmd;

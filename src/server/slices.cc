@@ -18,50 +18,6 @@ using store::Role;
 using store::SliceRow;
 using store::Txn;
 
-namespace {
-
-// Places on one node (and optionally one GPU) chosen by an operator; the
-// ledger still checks every admission rule on the choice.
-class PinnedPolicy final : public ledger::PlacementPolicy {
- public:
-  PinnedPolicy(NodeId node, std::optional<GpuId> gpu)
-      : node_(node), gpu_(gpu) {}
-  std::string_view name() const override { return "pinned"; }
-  std::optional<std::vector<GpuId>> Choose(
-      const ledger::ClusterView& view,
-      const ledger::PlacementRequest& request) const override {
-    if (gpu_) {
-      // The operator's GPU must pass the admission rules like any other;
-      // handing the ledger a GPU that fails them is a policy error (500).
-      rejected_ = view.CheckSlice(view.gpu(*gpu_), request);
-      if (rejected_) return std::nullopt;
-      return std::vector<GpuId>{*gpu_};
-    }
-    std::optional<GpuId> best;
-    MemoryMib best_free = 0;
-    for (GpuId g : view.node(node_).gpus) {
-      const ledger::GpuRecord& gpu = view.gpu(g);
-      if (view.CheckSlice(gpu, request)) continue;
-      if (!best || gpu.free_memory_mib() < best_free) {
-        best = g;
-        best_free = gpu.free_memory_mib();
-      }
-    }
-    if (!best) return std::nullopt;
-    return std::vector<GpuId>{*best};
-  }
-
-  // Why the pinned GPU refused the last request (nullopt: it did not).
-  std::optional<ledger::RejectReason> rejected() const { return rejected_; }
-
- private:
-  NodeId node_;
-  std::optional<GpuId> gpu_;
-  mutable std::optional<ledger::RejectReason> rejected_;
-};
-
-}  // namespace
-
 StatusOr<SliceRow> ControlPlane::GetSlice(const Caller& caller, RowId id) {
   std::optional<SliceRow> row;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
@@ -291,11 +247,12 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   std::lock_guard lock(mu_);
   ledger::PlacementRequest pr = ledger::PlacementRequest::Slice(
       TenantId(tenant->id), request.memory_mib, request.compute_percent);
-  std::unique_ptr<PinnedPolicy> pinned;
   if (node) {
+    // The operator's node (and GPU): a filter of the placement pipeline; the
+    // ledger's rules and the policy decide the rest.
     auto ledger_node = LedgerNodeLocked(*node);
     if (!ledger_node.ok()) return ledger_node.status();
-    std::optional<GpuId> gpu;
+    pr.pinned_node = *ledger_node;
     if (request.gpu_index) {
       auto g = LedgerGpuLocked(node->id, *request.gpu_index);
       if (!g.ok()) {
@@ -303,21 +260,25 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
                                            std::to_string(*request.gpu_index),
                                        "gpu_index");
       }
-      gpu = *g;
+      pr.pinned_gpu = *g;
     }
-    pinned = std::make_unique<PinnedPolicy>(*ledger_node, gpu);
   }
-  ledger::PlacementResult result =
-      ledger_->Place(pr, pinned ? *pinned : *policy_);
+  ledger::PlacementResult result = ledger_->Place(pr, PolicyLocked());
   if (!result.placed()) {
     if (result.outcome == ledger::PlacementOutcome::kInvalid) {
       return result.status;
     }
-    if (pinned && pinned->rejected()) {
-      return Status::ResourceExhausted(
-          "GPU " + std::to_string(*request.gpu_index) + " of node '" +
-          node->name + "' cannot take this slice now (" +
-          ledger::RejectReasonName(*pinned->rejected()) + ")");
+    if (pr.pinned_gpu) {
+      std::optional<ledger::RejectReason> why;
+      ledger_->Read([&](const ledger::ClusterView& view) {
+        why = view.CheckSlice(view.gpu(*pr.pinned_gpu), pr);
+      });
+      if (why) {
+        return Status::ResourceExhausted(
+            "GPU " + std::to_string(*request.gpu_index) + " of node '" +
+            node->name + "' cannot take this slice now (" +
+            ledger::RejectReasonName(*why) + ")");
+      }
     }
     return Status::ResourceExhausted(
         result.message.empty() ? std::string("does not fit") : result.message);
@@ -331,6 +292,8 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   slice.memory_mib = a.memory_mib;
   slice.compute_percent = a.compute_percent;
   slice.compute_defaulted = a.compute_defaulted;
+  slice.mig_profile = a.mig_profile;
+  slice.mig_start = a.mig_start;
   const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
   slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
   // An operator reservation has no task to enforce anything in.
@@ -605,8 +568,17 @@ Status ControlPlane::CheckLedgerMatchesStore() {
     actual.cpu_milli = expected.cpu_milli;
     actual.host_memory_mib = expected.host_memory_mib;
     if (!(expected == actual)) {
+      const auto show = [](const ledger::Allocation& a) {
+        return std::to_string(a.memory_mib) + " MB / " +
+               std::to_string(a.compute_percent) + "%" +
+               (a.compute_defaulted ? " (default)" : "") +
+               (a.mig_profile.empty() ? std::string()
+                                      : " as " + a.mig_profile + "@" +
+                                            std::to_string(a.mig_start));
+      };
       return Status::Internal("slice " + std::to_string(live[i].id) +
-                              " differs between the ledger and the store");
+                              " differs between the ledger (" + show(actual) +
+                              ") and the store (" + show(expected) + ")");
     }
   }
   return ledger_->CheckInvariants();

@@ -552,6 +552,16 @@ UPDATE tasks
  WHERE state IN ('scheduled', 'running')
    AND env::jsonb ? 'HETEROFLOW_SLICE_COMPUTE_PERCENT';
 )sql",
+    // 8: MIG partitions charged by the ledger: where each gold slice sits
+    // (its profile and first memory slot), and where a create must put it.
+    // Slices stored before it get the partition the ledger would give them
+    // now when they are restored.
+    R"sql(
+ALTER TABLE slices ADD COLUMN mig_profile TEXT NOT NULL DEFAULT '';
+ALTER TABLE slices ADD COLUMN mig_start INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE agent_slice_requests ADD COLUMN mig_start INTEGER NOT NULL
+  DEFAULT -1;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -704,11 +714,6 @@ std::string Assignments(std::string_view columns, int first = 1) {
   return out;
 }
 
-// The number of columns in a column list.
-int ColumnCount(std::string_view columns) {
-  return static_cast<int>(std::count(columns.begin(), columns.end(), ',')) + 1;
-}
-
 // ------------------------------------------------------------------- rows
 
 // Reads the columns of one result row in the form sql_rows' decoders want;
@@ -756,6 +761,7 @@ using RowsOf = StatusOr<std::vector<RowOf<Decode>>>;
 using sql_rows::BindSliceData;
 using sql_rows::BindSliceRequestData;
 using sql_rows::BindTaskFields;
+using sql_rows::ColumnCount;
 using sql_rows::DecodeApproval;
 using sql_rows::DecodeGpu;
 using sql_rows::DecodeGroup;

@@ -245,6 +245,10 @@ TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
           "ALTER TABLE nodes DROP COLUMN report_epoch, "
           "DROP COLUMN report_seq");
   RawExec(url, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
+  // Migration 8's columns.
+  RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
+  RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
+  RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -264,6 +268,10 @@ TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   // As a database from before migration 7 is.
   RawExec(url, "DELETE FROM schema_migrations WHERE version >= 7");
   RawExec(url, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
+  // Migration 8's columns.
+  RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
+  RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
+  RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());

@@ -266,10 +266,17 @@ Status BindTaskFields(Binder& s, const TaskRow& r) {
   return Status::Ok();
 }
 
+// The number of columns in a column list.
+constexpr int ColumnCount(std::string_view columns) {
+  int count = 1;
+  for (char c : columns) count += c == ',';
+  return count;
+}
+
 inline constexpr std::string_view kSliceColumns =
     "id, task_id, tenant_id, node_id, whole, gpu_indices, memory_mib, "
     "compute_percent, compute_defaulted, qos_level, enforcement, state, "
-    "origin, mig_device_id, created_at, released_at";
+    "origin, mig_device_id, created_at, released_at, mig_profile, mig_start";
 
 inline constexpr auto DecodeSlice = [](const auto& s) -> StatusOr<SliceRow> {
   SliceRow r;
@@ -294,6 +301,8 @@ inline constexpr auto DecodeSlice = [](const auto& s) -> StatusOr<SliceRow> {
   r.mig_device_id = s.Text(13);
   r.created_at = s.Int(14);
   r.released_at = s.OptInt(15);
+  r.mig_profile = s.Text(16);
+  r.mig_start = s.Int32(17);
   return r;
 };
 
@@ -307,7 +316,7 @@ Status BindSliceData(Binder& s, const SliceRow& r) {
             Json(r.gpu_indices).dump(), r.memory_mib, r.compute_percent,
             r.compute_defaulted, r.qos_level, *enforcement,
             SliceStateName(r.state), r.origin, r.mig_device_id, r.created_at,
-            r.released_at);
+            r.released_at, r.mig_profile, r.mig_start);
   return Status::Ok();
 }
 
@@ -338,7 +347,7 @@ inline constexpr auto DecodeHistory =
 inline constexpr std::string_view kSliceRequestColumns =
     "id, node_id, slice_id, task_id, action, gpu_index, gpu_uuid, profile, "
     "state, device_id, error, created_at, deadline_at, claimed_at, "
-    "finished_at";
+    "finished_at, mig_start";
 
 inline constexpr auto DecodeSliceRequest =
     [](const auto& s) -> StatusOr<SliceRequestRow> {
@@ -361,6 +370,7 @@ inline constexpr auto DecodeSliceRequest =
   r.deadline_at = s.Int(12);
   r.claimed_at = s.OptInt(13);
   r.finished_at = s.OptInt(14);
+  r.mig_start = s.Int32(15);
   return r;
 };
 
@@ -369,7 +379,8 @@ template <typename Binder>
 void BindSliceRequestData(Binder& s, const SliceRequestRow& r) {
   s.BindAll(r.node_id, r.slice_id, r.task_id, r.action, r.gpu_index, r.gpu_uuid,
             r.profile, SliceRequestStateName(r.state), r.device_id, r.error,
-            r.created_at, r.deadline_at, r.claimed_at, r.finished_at);
+            r.created_at, r.deadline_at, r.claimed_at, r.finished_at,
+            r.mig_start);
 }
 
 // The columns of a list, without the leading "id, ".

@@ -39,6 +39,7 @@ constexpr int kBusyTimeoutMillis = 5000;
 using sql_rows::BindSliceData;
 using sql_rows::BindSliceRequestData;
 using sql_rows::BindTaskFields;
+using sql_rows::ColumnCount;
 using sql_rows::DecodeApproval;
 using sql_rows::DecodeGpu;
 using sql_rows::DecodeGroup;
@@ -574,6 +575,16 @@ UPDATE tasks
  WHERE state IN ('scheduled', 'running')
    AND json_extract(env, '$.HETEROFLOW_SLICE_COMPUTE_PERCENT') IS NOT NULL;
 )sql",
+    // 8: MIG partitions charged by the ledger: where each gold slice sits
+    // (its profile and first memory slot), and where a create must put it.
+    // Slices stored before it get the partition the ledger would give them
+    // now when they are restored.
+    R"sql(
+ALTER TABLE slices ADD COLUMN mig_profile TEXT NOT NULL DEFAULT '';
+ALTER TABLE slices ADD COLUMN mig_start INTEGER NOT NULL DEFAULT -1;
+ALTER TABLE agent_slice_requests ADD COLUMN mig_start INTEGER NOT NULL
+  DEFAULT -1;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -974,9 +985,9 @@ class SqliteTxn final : public Txn {
     const std::string what = "inserting slice " + std::to_string(row.id);
     HF_RETURN_IF_ERROR(CheckWritable(what));
     if (row.id <= 0) return Status::Internal(what + ": slice ids are > 0");
-    StatusOr<Statement> stmt =
-        conn_.Prepare("INSERT INTO slices (" + std::string(kSliceColumns) +
-                      ") VALUES (" + Placeholders(16) + ")");
+    StatusOr<Statement> stmt = conn_.Prepare(
+        "INSERT INTO slices (" + std::string(kSliceColumns) + ") VALUES (" +
+        Placeholders(ColumnCount(kSliceColumns)) + ")");
     if (!stmt.ok()) return stmt.status();
     stmt->Bind(row.id);
     HF_RETURN_IF_ERROR(BindSliceData(*stmt, row));
@@ -1052,10 +1063,10 @@ class SqliteTxn final : public Txn {
                              " request for slice " +
                              std::to_string(row.slice_id);
     HF_RETURN_IF_ERROR(CheckWritable(what));
-    StatusOr<Statement> stmt =
-        conn_.Prepare("INSERT INTO agent_slice_requests (" +
-                      std::string(WithoutId(kSliceRequestColumns)) +
-                      ") VALUES (" + Placeholders(14) + ")");
+    StatusOr<Statement> stmt = conn_.Prepare(
+        "INSERT INTO agent_slice_requests (" +
+        std::string(WithoutId(kSliceRequestColumns)) + ") VALUES (" +
+        Placeholders(ColumnCount(kSliceRequestColumns) - 1) + ")");
     if (!stmt.ok()) return stmt.status();
     BindSliceRequestData(*stmt, row);
     HF_RETURN_IF_ERROR(stmt->Run(what));

@@ -222,6 +222,10 @@ TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawQuery(path, "ALTER TABLE nodes DROP COLUMN report_epoch");
   RawQuery(path, "ALTER TABLE nodes DROP COLUMN report_seq");
   RawQuery(path, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
+  // Migration 8's columns.
+  RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
+  RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
+  RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
   std::unique_ptr<Store> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -243,6 +247,10 @@ TEST(SqliteStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   // As a database from before migration 7 is.
   RawQuery(path, "DELETE FROM schema_migrations WHERE version >= 7");
   RawQuery(path, "ALTER TABLE tasks DROP COLUMN gpu_compute_mode");
+  // Migration 8's columns.
+  RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
+  RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
+  RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
   ASSERT_EQ(RawQuery(path,
                      "SELECT COUNT(*) FROM pragma_table_info('tasks') "
                      "WHERE name = 'gpu_compute_mode'"),

@@ -161,6 +161,10 @@ struct SliceRow {
   std::string mig_device_id;
   Millis created_at = 0;
   std::optional<Millis> released_at;
+  // A slice on a GPU in MIG mode: the partition the ledger charges it as
+  // (profile, first memory slot); empty / -1 otherwise.
+  std::string mig_profile;
+  int mig_start = -1;
 };
 
 struct HistoryRow {
@@ -232,6 +236,9 @@ struct SliceRequestRow {
   Millis deadline_at = 0;  // past it, a pending/claimed row is stuck
   std::optional<Millis> claimed_at;
   std::optional<Millis> finished_at;
+  // A create: the memory slot the partition must start at (where the
+  // ledger charged it); -1: wherever the driver puts it.
+  int mig_start = -1;
 };
 
 // --------------------------------------------------------------- filters

@@ -576,6 +576,8 @@ TEST_P(StoreContractTest, SliceKeepsItsIdAndRoundTrips) {
   in.enforcement = {"mps", "hook", Awkward()};
   in.origin = "compensation";
   in.mig_device_id = "MIG-5f3c\"x\"";
+  in.mig_profile = "3g.40gb";
+  in.mig_start = 4;
   in.released_at = 3000;
   ASSERT_TRUE(WriteStatus([&](Txn& t) { return t.InsertSlice(in); }).ok());
   EXPECT_EQ(Fields(MustRead([&](Txn& t) { return t.GetSlice(in.id); })),
@@ -611,6 +613,8 @@ TEST_P(StoreContractTest, UpdateSliceWritesEveryFieldOrIsNotFound) {
   changed.state = SliceState::kReleased;
   changed.released_at = 4000;
   changed.mig_device_id = "MIG-1";
+  changed.mig_profile = "1g.10gb";
+  changed.mig_start = 6;
   changed.enforcement = {};
   changed.gpu_indices = {1, 2};
   ASSERT_TRUE(WriteStatus([&](Txn& t) { return t.UpdateSlice(changed); }).ok());
@@ -796,6 +800,7 @@ TEST_P(StoreContractTest, SliceRequestsInsertGetUpdate) {
   in.gpu_index = 2;
   in.gpu_uuid = "GPU-abc";
   in.profile = "1g.10gb";
+  in.mig_start = 3;
   in.created_at = 100;
   in.deadline_at = 60100;
   const SliceRequestRow stored =

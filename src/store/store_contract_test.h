@@ -129,7 +129,8 @@ inline auto Fields(const SliceRow& r) {
   return std::tie(r.id, r.task_id, r.tenant_id, r.node_id, r.whole,
                   r.gpu_indices, r.memory_mib, r.compute_percent,
                   r.compute_defaulted, r.qos_level, r.enforcement, r.state,
-                  r.origin, r.mig_device_id, r.created_at, r.released_at);
+                  r.origin, r.mig_device_id, r.created_at, r.released_at,
+                  r.mig_profile, r.mig_start);
 }
 inline auto Fields(const HistoryRow& r) {
   return std::tie(r.id, r.at, r.op, r.slice_id, r.task_id, r.tenant_id,
@@ -139,7 +140,8 @@ inline auto Fields(const HistoryRow& r) {
 inline auto Fields(const SliceRequestRow& r) {
   return std::tie(r.id, r.node_id, r.slice_id, r.task_id, r.action, r.gpu_index,
                   r.gpu_uuid, r.profile, r.state, r.device_id, r.error,
-                  r.created_at, r.deadline_at, r.claimed_at, r.finished_at);
+                  r.created_at, r.deadline_at, r.claimed_at, r.finished_at,
+                  r.mig_start);
 }
 
 inline auto Fields(const IdempotencyRow& r) {

@@ -122,19 +122,16 @@ MUTATIONS = [
         simulation=True,
     ),
     dict(
-        name="mig-misses-release",
-        hole="7: after 4 MIG misses a good non-MIG placement is released",
-        file="src/server/scheduler.cc",
-        old="""  while (result.placed()) {
-    const ledger::Allocation a = result.allocation;""",
-        new="""  for (int attempt = 0; result.placed(); ++attempt) {
-    if (attempt == 4) {
-      (void)ledger_->Release(result.allocation.id);
-      result.outcome = ledger::PlacementOutcome::kRetryLater;
-      break;
-    }
-    const ledger::Allocation a = result.allocation;""",
-        tests=["ControlPlaneTest.ManyFullMigGpusDoNotStarve*"],
+        # Hole 7 (after 4 MIG misses a good non-MIG placement was released)
+        # went with the retry loop it lived in: MIG GPUs that take no new
+        # partition are now a filter of the placement pipeline.
+        name="mig-geometry-ignored",
+        hole="16: partitions were counted, not placed: two charged to the same memory slots",
+        file="src/ledger/cluster_view.cc",
+        old="""                                       request.compute_percent, existing,""",
+        new="""                                       request.compute_percent, {},""",
+        tests=["ledger_test/LedgerTest.MigSlice*",
+               "ControlPlaneTest.GoldSlicesAreChargedAndCreated*"],
         simulation=False,
     ),
     dict(
@@ -181,8 +178,8 @@ MUTATIONS = [
         name="orphans-do-not-block",
         hole="16: partitions nobody owns still take gold placements",
         file="src/server/scheduler.cc",
-        old="""    const std::string blocked = MigBlockedLocked(a.gpus.front());""",
-        new="""    const std::string blocked;""",
+        old="""      const std::string why = MigBlockedLocked(gpu);""",
+        new="""      const std::string why;""",
         tests=["ScenarioTest.APartitionNobodyOwns*",
                "ControlPlaneTest.ManyFullMigGpusDoNotStarve*"],
         simulation=False,
@@ -235,9 +232,10 @@ MUTATIONS = [
     dict(
         name="mig-charge-nominal",
         hole="found: a partition is chosen by its nominal size and charged less than the task asked",
-        file="src/server/scheduler.cc",
-        old="""                                         /*existing=*/{}, spec.memory_mib);""",
-        new="""                                         /*existing=*/{});""",
+        file="src/ledger/cluster_view.cc",
+        old="""                                       request.compute_percent, existing,
+                                       g.spec.memory_mib);""",
+        new="""                                       request.compute_percent, existing);""",
         tests=["ScenarioTest.AGoldSliceIsChargedAtLeast*"],
         simulation=True,
     ),
