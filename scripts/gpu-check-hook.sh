@@ -9,11 +9,20 @@
 #   probe_fill        1 MB allocations until refused (expect 4096)
 #   probe_paths       every allocation path charged and refunded
 #   probe_share       kernel launches per second at 25% vs unlimited
-#   torch_*           PyTorch: plain, 4 GB quota, expandable_segments,
-#                     cudaMallocAsync, 25% vs 100% compute
+#   torch_*           PyTorch: plain, 4 GB quota with the three allocators
+#                     (native, expandable_segments, cudaMallocAsync: each
+#                     with its verdicts in "checks"), 25% vs 100% compute;
+#                     {"skipped": "torch not importable: ..."} without it
+#   overhead, shares, vllm_probe
+#                     scripts/gpu_check_lib.py hook-checks: the hook's
+#                     launch overhead with no share, two slices at 25/75
+#                     and 50/50 (strict, work-conserving), a KV cache sized
+#                     at 90% of cuMemGetInfo's free memory under a quota
+# Every process runs under a timeout; the report is written before the
+# driver checks start, and each of those adds its result when it ends.
 # --dry-run runs the same steps against the fake driver (no GPU; PyTorch
-# steps are skipped), so the script is exercised where there is no device.
-# It never changes a GPU's settings.
+# steps are skipped) and checks the fake's known answers, so the script is
+# exercised where there is no device. It never changes a GPU's settings.
 set -uo pipefail
 build=${1:?usage: gpu-check-hook.sh BUILD OUT_JSON [--dry-run]}
 report=${2:?usage: gpu-check-hook.sh BUILD OUT_JSON [--dry-run]}
@@ -40,7 +49,7 @@ slice_env() {  # slice_env MB PERCENT -> env assignments for a hooked run
 }
 run_json() {  # run_json CMD... -> its last stdout line, or an error object
   local out
-  if out=$("$@" 2> "$work/stderr"); then
+  if out=$(timeout "$((secs + 60))" "$@" 2> "$work/stderr"); then
     echo "$out" | tail -n 1
   else
     python3 -c 'import json,sys; print(json.dumps({"error": sys.argv[1], "stderr": open(sys.argv[2]).read()[-2000:]}))' \
@@ -51,7 +60,7 @@ run_json() {  # run_json CMD... -> its last stdout line, or an error object
 declare -A r
 r[probe_info]=$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr info)
 r[probe_fill]=$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr fill 1)
-r[probe_paths]=$("${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr paths 2>&1 |
+r[probe_paths]=$(timeout 60 "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr paths 2>&1 |
   python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in sys.stdin if l.startswith("{")]))')
 ms=$((secs * 1000))
 full=$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr launch "$ms" kernel)
@@ -67,6 +76,11 @@ print(json.dumps(out))' "$full" "$quarter")
 py="$here/gpu-check-hook.py"
 if [ "$dry" = "--dry-run" ]; then
   skip='{"skipped": "dry run: no GPU"}'
+  for k in torch_plain torch_quota torch_expandable torch_async torch_25 torch_100; do
+    r[$k]=$skip
+  done
+elif ! torch_error=$(timeout 60 python3 -c 'import torch' 2>&1); then
+  skip=$(python3 -c 'import json,sys; print(json.dumps({"skipped": "torch not importable: " + sys.argv[1][-300:]}))' "$torch_error")
   for k in torch_plain torch_quota torch_expandable torch_async torch_25 torch_100; do
     r[$k]=$skip
   done
@@ -94,7 +108,14 @@ fi
   echo "}"
 } > "$report"
 python3 -m json.tool "$report" > /dev/null || { echo "bad report: $report" >&2; exit 1; }
+# The driver checks (overhead, shares, vLLM-style cache), each added to the
+# report as it ends.
+timeout 300 python3 "$here/gpu_check_lib.py" hook-checks --build "$build" \
+  --report "$report" --seconds "$secs" ${dry:+--dry-run} ||
+  echo "gpu_check_lib.py hook-checks failed or timed out" >&2
 if [ "$dry" = "--dry-run" ]; then
+  python3 "$here/gpu_check_lib.py" check-dry-run --hook-report "$report" ||
+    exit 1
   # Against the fake driver the answers are known: check them, so the dry
   # run fails when the script or the hook breaks.
   python3 - "$report" <<'PY' || exit 1
