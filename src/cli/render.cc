@@ -412,10 +412,10 @@ std::string EnforcementWarnings(Resource resource, const Json& items) {
     std::string subject = slice ? "slice " + CellText(item, "id")
                                 : "task " + CellText(item, "id");
     const std::string other = CellText(item, slice ? "task_id" : "slice_id");
-    if (other != kNone) subject += slice ? " (task " + other + ")"
-                                         : " (slice " + other + ")";
-    text += "warning: " + subject + " is not enforced by the hook: " + note +
-            "\n";
+    if (other != kNone)
+      subject += slice ? " (task " + other + ")" : " (slice " + other + ")";
+    text +=
+        "warning: " + subject + " is not enforced by the hook: " + note + "\n";
   }
   return text;
 }
