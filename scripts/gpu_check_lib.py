@@ -60,6 +60,21 @@ SHARE_CASES = [  # (name, percents, mode)
 STARTUP_S = 60
 
 
+def load_json(path):
+    """The JSON object in `path`; exits with a clear message otherwise."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except OSError as e:
+        raise SystemExit("gpu_check_lib: cannot read %s: %s" %
+                         (path, e.strerror))
+    except ValueError as e:
+        raise SystemExit("gpu_check_lib: %s is not JSON: %s" % (path, e))
+    if not isinstance(value, dict):
+        raise SystemExit("gpu_check_lib: %s is not a JSON object" % path)
+    return value
+
+
 class Report:
     """A JSON object on disk, rewritten after every change."""
 
@@ -67,8 +82,7 @@ class Report:
         self.path = path
         self.data = {}
         if os.path.exists(path):
-            with open(path) as f:
-                self.data = json.load(f)
+            self.data = load_json(path)
 
     def set_step(self, key, value):
         """Sets steps.KEY (gpu-check.json's layout)."""
@@ -429,8 +443,7 @@ def agent_shares(args):
     # The unhooked baseline of the hook's checks, where they measured one.
     baseline = None
     if args.baseline_report and os.path.exists(args.baseline_report):
-        with open(args.baseline_report) as f:
-            hook_report = json.load(f)
+        hook_report = load_json(args.baseline_report)
         baseline = per_second(
             (hook_report.get("shares") or {}).get("baseline") or {})
     out = {"method": "the shares cases as tasks through hf-server and "
@@ -464,8 +477,7 @@ def record(args):
 
 def check_dry_run(args):
     """The fake driver's known answers (1 ms launches, one shared GPU)."""
-    with open(args.hook_report) as f:
-        r = json.load(f)
+    r = load_json(args.hook_report)
     problems = []
 
     def get(obj, *path):
@@ -502,8 +514,7 @@ def check_dry_run(args):
 
     check_splits("shares", get(r, "shares", "cases"))
     if args.check_report:
-        with open(args.check_report) as f:
-            c = json.load(f)
+        c = load_json(args.check_report)
         steps = c.get("steps", {})
         for step in ("probe", "hook"):
             if step not in steps:
