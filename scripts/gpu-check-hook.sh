@@ -9,11 +9,21 @@
 #   probe_fill        1 MB allocations until refused (expect 4096)
 #   probe_paths       every allocation path charged and refunded
 #   probe_share       kernel launches per second at 25% vs unlimited
-#   torch_*           PyTorch: plain, 4 GB quota, expandable_segments,
-#                     cudaMallocAsync, 25% vs 100% compute
+#   torch_*           PyTorch: plain, 4 GB quota with the three allocators
+#                     (native, expandable_segments, cudaMallocAsync: each
+#                     with its verdicts in "checks"), 25% vs 100% compute;
+#                     {"skipped": "torch not importable: ..."} without it
+#   overhead, shares, vllm_probe
+#                     scripts/gpu_check_lib.py hook-checks: the hook's
+#                     launch overhead with no share, two slices at 25/75
+#                     and 50/50 (strict, work-conserving), a KV cache sized
+#                     at 90% of cuMemGetInfo's free memory under a quota
+# Every process runs under a timeout and each result is written to the
+# report when it ends (the driver checks before PyTorch's), so a run cut
+# short leaves what it measured.
 # --dry-run runs the same steps against the fake driver (no GPU; PyTorch
-# steps are skipped), so the script is exercised where there is no device.
-# It never changes a GPU's settings.
+# steps are skipped) and checks the fake's known answers, so the script is
+# exercised where there is no device. It never changes a GPU's settings.
 set -uo pipefail
 build=${1:?usage: gpu-check-hook.sh BUILD OUT_JSON [--dry-run]}
 report=${2:?usage: gpu-check-hook.sh BUILD OUT_JSON [--dry-run]}
@@ -40,7 +50,7 @@ slice_env() {  # slice_env MB PERCENT -> env assignments for a hooked run
 }
 run_json() {  # run_json CMD... -> its last stdout line, or an error object
   local out
-  if out=$("$@" 2> "$work/stderr"); then
+  if out=$(timeout "$((secs + 60))" "$@" 2> "$work/stderr"); then
     echo "$out" | tail -n 1
   else
     python3 -c 'import json,sys; print(json.dumps({"error": sys.argv[1], "stderr": open(sys.argv[2]).read()[-2000:]}))' \
@@ -48,53 +58,56 @@ run_json() {  # run_json CMD... -> its last stdout line, or an error object
   fi
 }
 
-declare -A r
-r[probe_info]=$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr info)
-r[probe_fill]=$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr fill 1)
-r[probe_paths]=$("${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr paths 2>&1 |
-  python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in sys.stdin if l.startswith("{")]))')
+lib="$here/gpu_check_lib.py"
+# put KEY JSON: sets KEY of the report and rewrites it at once, so a step
+# that hangs (and the timeout of the caller) leaves every result before it.
+put() { printf '%s' "$2" | python3 "$lib" record --top "$report" "$1"; }
+rm -f "$report"
+put date "\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\""
+put dry_run "$([ "$dry" = "--dry-run" ] && echo true || echo false)"
+put probe_info "$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr info)"
+put probe_fill "$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr fill 1)"
+put probe_paths "$(timeout 60 "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr paths 2>&1 |
+  python3 -c 'import json,sys; print(json.dumps([json.loads(l) for l in sys.stdin if l.startswith("{")]))')"
 ms=$((secs * 1000))
 full=$(run_json "${base_env[@]}" $(slice_env 4096) "$probe" --resolve procaddr launch "$ms" kernel)
 quarter=$(run_json "${base_env[@]}" $(slice_env 4096 25) "$probe" --resolve procaddr launch "$ms" kernel)
-r[probe_share]=$(python3 -c '
+put probe_share "$(python3 -c '
 import json, sys
 full, quarter = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 out = {"unlimited": full, "at_25_percent": quarter}
 if "launches" in full and "launches" in quarter and full["launches"]:
     out["share"] = quarter["launches"] / full["launches"]
-print(json.dumps(out))' "$full" "$quarter")
+print(json.dumps(out))' "$full" "$quarter")"
+
+# The driver checks (overhead, shares, vLLM-style cache), each added to the
+# report as it ends; before PyTorch, which is slower to start and may be
+# missing.
+timeout 300 python3 "$lib" hook-checks --build "$build" \
+  --report "$report" --seconds "$secs" ${dry:+--dry-run} ||
+  echo "gpu_check_lib.py hook-checks failed or timed out" >&2
 
 py="$here/gpu-check-hook.py"
+torch_keys="torch_plain torch_quota torch_expandable torch_async torch_25 torch_100"
 if [ "$dry" = "--dry-run" ]; then
-  skip='{"skipped": "dry run: no GPU"}'
-  for k in torch_plain torch_quota torch_expandable torch_async torch_25 torch_100; do
-    r[$k]=$skip
-  done
+  for k in $torch_keys; do put "$k" '{"skipped": "dry run: no GPU"}'; done
+elif ! torch_error=$(timeout 60 python3 -c 'import torch' 2>&1); then
+  skip=$(python3 -c 'import json,sys; print(json.dumps({"skipped": "torch not importable: " + sys.argv[1][-300:]}))' "$torch_error")
+  for k in $torch_keys; do put "$k" "$skip"; done
 else
-  r[torch_plain]=$(run_json "${base_env[@]}" python3 "$py" "$secs")
-  r[torch_quota]=$(run_json "${base_env[@]}" $(slice_env 4096) python3 "$py" "$secs")
-  r[torch_expandable]=$(run_json "${base_env[@]}" $(slice_env 4096) \
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$py" "$secs")
-  r[torch_async]=$(run_json "${base_env[@]}" $(slice_env 4096) \
-    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 "$py" "$secs")
-  r[torch_25]=$(run_json "${base_env[@]}" $(slice_env 65536 25) python3 "$py" "$secs")
-  r[torch_100]=$(run_json "${base_env[@]}" $(slice_env 65536) python3 "$py" "$secs")
+  put torch_plain "$(run_json "${base_env[@]}" python3 "$py" "$secs")"
+  put torch_quota "$(run_json "${base_env[@]}" $(slice_env 4096) python3 "$py" "$secs")"
+  put torch_expandable "$(run_json "${base_env[@]}" $(slice_env 4096) \
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 "$py" "$secs")"
+  put torch_async "$(run_json "${base_env[@]}" $(slice_env 4096) \
+    PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync python3 "$py" "$secs")"
+  put torch_25 "$(run_json "${base_env[@]}" $(slice_env 65536 25) python3 "$py" "$secs")"
+  put torch_100 "$(run_json "${base_env[@]}" $(slice_env 65536) python3 "$py" "$secs")"
 fi
-
-{
-  echo "{"
-  echo "  \"date\": \"$(date -u +%Y-%m-%dT%H:%M:%SZ)\", \"dry_run\": $([ "$dry" = "--dry-run" ] && echo true || echo false),"
-  first=1
-  for k in "${!r[@]}"; do
-    [ $first = 1 ] || echo ","
-    first=0
-    printf '  "%s": %s' "$k" "${r[$k]:-null}"
-  done
-  echo
-  echo "}"
-} > "$report"
 python3 -m json.tool "$report" > /dev/null || { echo "bad report: $report" >&2; exit 1; }
 if [ "$dry" = "--dry-run" ]; then
+  python3 "$lib" check-dry-run --hook-report "$report" ||
+    exit 1
   # Against the fake driver the answers are known: check them, so the dry
   # run fails when the script or the hook breaks.
   python3 - "$report" <<'PY' || exit 1

@@ -1074,6 +1074,102 @@ TEST_F(OutputTest, TaskDetailsShowTheComputeMode) {
       << run.out;
 }
 
+// The agent's note that a process of the task uses the GPU without the hook.
+constexpr const char* kNote =
+    "process 4242 runs without the hook: libhfhook.so is not loaded in it "
+    "(glibc too old, a static binary, or LD_PRELOAD cleared?)";
+
+TEST_F(OutputTest, SliceTableMarksAndListsSlicesTheHookDoesNotEnforce) {
+  Json items = Json::parse(R"([
+    {"id": 4, "task_id": 7, "tenant": "acme", "node_id": "n1",
+     "gpu_index": 0, "gpu_indices": [0], "memory_mb": 1024,
+     "compute_percent": 50, "kind": "slice", "qos_level": "bronze",
+     "enforcement": [], "state": "allocated", "origin": "scheduler",
+     "created_at": "2026-11-29T12:00:00.000Z"},
+    {"id": 5, "task_id": 8, "tenant": "acme", "node_id": "n1",
+     "gpu_index": 0, "gpu_indices": [0], "memory_mb": 1024,
+     "compute_percent": 50, "kind": "slice", "qos_level": "bronze",
+     "enforcement": ["hook"], "state": "allocated", "origin": "scheduler",
+     "created_at": "2026-11-29T12:00:00.000Z", "enforcement_note": null}])");
+  items[0]["enforcement_note"] = kNote;
+  std::ostringstream out;
+  RenderTable(Resource::kSlice, items, out);
+  EXPECT_NE(out.str().find("bronze  - (HOOK BYPASSED)  allocated"),
+            std::string::npos)
+      << out.str();
+  EXPECT_NE(out.str().find("bronze  hook               allocated"),
+            std::string::npos)
+      << out.str();
+  EXPECT_EQ(EnforcementWarnings(Resource::kSlice, items),
+            std::string("warning: slice 4 (task 7) is not enforced by the "
+                        "hook: ") +
+                kNote + "\n");
+
+  // Through hfctl: the table on stdout, the note on stderr.
+  FakeServer server;
+  server.Reply(200, Json{{"items", items}, {"next_cursor", nullptr}}.dump());
+  RunResult run = Hfctl({"slices", "list"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("HOOK BYPASSED"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find(kNote), std::string::npos) << run.out;
+  EXPECT_EQ(run.err, EnforcementWarnings(Resource::kSlice, items));
+  // -o json is the server's reply, with no note added on stderr.
+  server.Reply(200, Json{{"items", items}, {"next_cursor", nullptr}}.dump());
+  run = Hfctl({"slices", "list", "-o", "json"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+}
+
+TEST_F(OutputTest, TaskViewsShowTheEnforcementNote) {
+  Json task = Json::parse(R"({"id": 7, "name": "infer", "tenant": "acme",
+    "status": "running", "gpu_memory_mb": 1024, "gpu_compute_percent": 50,
+    "qos_level": "bronze", "slice_id": 4, "node_id": "n1",
+    "gpu_indices": [0], "cancel_requested": false})");
+  task["enforcement_note"] = kNote;
+
+  std::ostringstream table;
+  RenderTable(Resource::kTask, Json::array({task}), table);
+  EXPECT_NE(table.str().find("running (HOOK BYPASSED)"), std::string::npos)
+      << table.str();
+
+  FakeServer server;
+  server.Reply(200, task.dump());
+  RunResult run = Hfctl({"tasks", "get", "7"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find(std::string("enforcement_note:    ") + kNote),
+            std::string::npos)
+      << run.out;
+  EXPECT_EQ(run.err,
+            std::string("warning: task 7 (slice 4) is not enforced by the "
+                        "hook: ") +
+                kNote + "\n");
+
+  // No note (null, or a task the hook enforces): no warning, no marker.
+  task["enforcement_note"] = nullptr;
+  server.Reply(200, task.dump());
+  run = Hfctl({"tasks", "get", "7"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err, "");
+  std::ostringstream plain;
+  RenderTable(Resource::kTask, Json::array({task}), plain);
+  EXPECT_EQ(plain.str().find("HOOK BYPASSED"), std::string::npos);
+  // Other resources never carry the warning.
+  task["enforcement_note"] = kNote;
+  EXPECT_EQ(EnforcementWarnings(Resource::kNode, Json::array({task})), "");
+}
+
+TEST_F(OutputTest, SliceGetWarnsAndControlCharactersInTheNoteAreBlanked) {
+  FakeServer server;
+  server.Reply(200, R"({"id": 4, "task_id": 7, "kind": "slice",
+    "enforcement": [], "state": "allocated",
+    "enforcement_note": "process 9 runs without the hook\u001b[2J"})");
+  RunResult run = Hfctl({"slices", "get", "4"}, server);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.err,
+            "warning: slice 4 (task 7) is not enforced by the hook: process "
+            "9 runs without the hook [2J\n");
+}
+
 TEST_F(OutputTest, CreateShowsARowAndGetShowsDetails) {
   FakeServer server;
   server.Reply(201, R"({"id": 9, "name": "x", "tenant": "default",

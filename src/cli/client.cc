@@ -235,6 +235,16 @@ void ShowDetail(const Json& reply, std::ostream& out) {
   RenderDetail(reply, out);
 }
 
+// The agent's note that the hook does not enforce the slice or task of a
+// reply, as a warning on stderr (the detail view shows it as a field too,
+// but a field among thirty is easy to miss).
+std::function<void(const Json&, std::ostream&)> EnforcementNotes(
+    Resource resource) {
+  return [resource](const Json& reply, std::ostream& err) {
+    err << EnforcementWarnings(resource, Json::array({reply}));
+  };
+}
+
 void ShowCreatedToken(const Json& reply, std::ostream& out) {
   out << "Created token " << CellText(reply, "id") << " (role "
       << CellText(reply, "role") << ", tenant " << CellText(reply, "tenant")
@@ -335,10 +345,12 @@ class CommandLine {
 
   static Action ShowAction(
       std::function<StatusOr<Request>()> build,
-      std::function<void(const Json&, std::ostream&)> show) {
+      std::function<void(const Json&, std::ostream&)> show,
+      std::function<void(const Json&, std::ostream&)> notes = nullptr) {
     Action action;
     action.build = std::move(build);
     action.show = std::move(show);
+    action.notes = std::move(notes);
     return action;
   }
 
@@ -424,7 +436,7 @@ class CommandLine {
                    [this] {
                      return Get(ApiPath({"tasks", std::to_string(task_id_)}));
                    },
-                   ShowDetail)),
+                   ShowDetail, EnforcementNotes(Resource::kTask))),
           task_id_, "task id");
     CLI::App* logs = Leaf(
         tasks, "logs", "print a task's output (as its agent shipped it)",
@@ -487,7 +499,7 @@ class CommandLine {
                    [this] {
                      return Get(ApiPath({"slices", std::to_string(slice_id_)}));
                    },
-                   ShowDetail)),
+                   ShowDetail, EnforcementNotes(Resource::kSlice))),
           slice_id_, "slice id");
 
     Leaf(slices, "stats", "capacity, usage and fragmentation",
@@ -1042,6 +1054,7 @@ void ShowList(const Action& action, const Json& reply, std::ostream& out,
     err << "No " << action.noun << " found.\n";
   } else {
     RenderTable(*action.list_of, items, out);
+    err << EnforcementWarnings(*action.list_of, items);
   }
   if (const std::optional<std::string> cursor = NextCursor(reply)) {
     err << "hfctl: more " << action.noun << " follow; add --cursor " << *cursor

@@ -132,8 +132,22 @@ std::string SliceRequestState(const Json& row) {
   return state;
 }
 
+// The agent's note that the hook does not enforce a slice or task; empty
+// when there is none (null, missing, not a string).
+std::string EnforcementNote(const Json& row) {
+  if (!row.is_object()) return {};
+  const auto it = row.find("enforcement_note");
+  if (it == row.end() || !it->is_string()) return {};
+  return Printable(it->get<std::string>());
+}
+
+// Appended to a row's cell when the hook is bypassed: the note itself is too
+// long for a table, so it follows the table on stderr (EnforcementWarnings).
+constexpr std::string_view kHookBypassed = " (HOOK BYPASSED)";
+
 // A task's status; a cancel its node has yet to carry out shows beside it
-// (the task holds its slice until the node confirms).
+// (the task holds its slice until the node confirms), and so does a process
+// of the task that uses the GPU without the hook.
 std::string TaskStatus(const Json& row) {
   std::string status = CellText(row, "status");
   const bool terminal =
@@ -141,14 +155,18 @@ std::string TaskStatus(const Json& row) {
   if (!terminal && row.is_object() && row.value("cancel_requested", false)) {
     status += " (cancelling)";
   }
+  if (!EnforcementNote(row).empty()) status += kHookBypassed;
   return status;
 }
 
 // A slice's enforcement; a grant of whole GPUs (qos_level "exclusive")
-// needs none, which is not the same as a slice nothing enforces ("-").
+// needs none, which is not the same as a slice nothing enforces ("-"). A
+// slice whose hook a process bypasses says so: its list has lost "hook",
+// and "-" alone would read as "nothing was ever meant to enforce it".
 std::string SliceEnforcement(const Json& row) {
   std::string cell = CellText(row, "enforcement");
   if (cell == "-" && CellText(row, "kind") == "whole") return "none-needed";
+  if (!EnforcementNote(row).empty()) cell += kHookBypassed;
   return cell;
 }
 
@@ -381,6 +399,25 @@ void RenderTable(Resource resource, const Json& items, std::ostream& out) {
     }
   }
   WriteTable(headers, rows, out);
+}
+
+std::string EnforcementWarnings(Resource resource, const Json& items) {
+  if (!items.is_array()) return {};
+  if (resource != Resource::kSlice && resource != Resource::kTask) return {};
+  const bool slice = resource == Resource::kSlice;
+  std::string text;
+  for (const Json& item : items) {
+    const std::string note = EnforcementNote(item);
+    if (note.empty()) continue;
+    std::string subject = slice ? "slice " + CellText(item, "id")
+                                : "task " + CellText(item, "id");
+    const std::string other = CellText(item, slice ? "task_id" : "slice_id");
+    if (other != kNone)
+      subject += slice ? " (task " + other + ")" : " (slice " + other + ")";
+    text +=
+        "warning: " + subject + " is not enforced by the hook: " + note + "\n";
+  }
+  return text;
 }
 
 void RenderDetail(const Json& object, std::ostream& out) {

@@ -48,6 +48,14 @@ std::string CellText(const Json& object, std::string_view key);
 // Non-object items are shown with every cell "-".
 void RenderTable(Resource resource, const Json& items, std::ostream& out);
 
+// The warnings, one "warning: ...\n" line each, for the objects of `items`
+// (a JSON array of `resource`) whose `enforcement_note` is a non-empty
+// string: a slice or task whose agent reported a process using the GPU
+// without the hook. Empty for other resources and when no note is set:
+//   "warning: slice 4 (task 7) is not enforced by the hook: <note>"
+//   "warning: task 7 (slice 4) is not enforced by the hook: <note>"
+std::string EnforcementWarnings(Resource resource, const Json& items);
+
 // Writes one object as "field: value" lines: scalars as in CellText, objects
 // as indented "key: value" blocks, arrays of objects as indented tables whose
 // columns are the union of their keys. A non-object is written as JSON.

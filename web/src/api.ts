@@ -110,6 +110,9 @@ export interface Task {
   qos_level: string | null;
   exit_code: number | null;
   message: string;
+  /** Why the hook does not enforce the task's slice (a process of the task
+   *  uses the GPU without it), as its agent last reported; null otherwise. */
+  enforcement_note: string | null;
   cancel_requested: boolean;
   created_at: string;
   updated_at: string;
@@ -146,6 +149,9 @@ export interface Slice {
   created_at: string;
   released_at: string | null;
   hook: HookReport | null;
+  /** Why the hook does not enforce this slice (its agent saw a process of
+   *  the task use the GPU without the hook); null otherwise. */
+  enforcement_note: string | null;
 }
 
 export interface Gpu {

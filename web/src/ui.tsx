@@ -75,6 +75,20 @@ export function enforcementText(enforcement: string[], kind?: string): string {
   return kind === "whole" ? "none needed (exclusive)" : "none";
 }
 
+/**
+ * The warning that the hook does not enforce a slice, with the agent's note
+ * (which process, and the likely cause). Nothing when there is no note: an
+ * enforcement is shown as claimed only while the agent proves it.
+ */
+export function EnforcementNote({ note, subject }: { note: string | null | undefined; subject?: string }) {
+  if (!note) return null;
+  return (
+    <p class="enf-note" role="status" data-testid="enforcement-note">
+      <strong>Not enforced by the hook{subject ? ` (${subject})` : ""}:</strong> {note}
+    </p>
+  );
+}
+
 export function Tier({ level }: { level: string | null | undefined }) {
   if (!level) return <span class="muted">—</span>;
   return <span class={`tier tier-${level}`}>{level}</span>;

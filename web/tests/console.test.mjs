@@ -328,6 +328,80 @@ test("the MIG GPU's card (GPU 0, the H100) shows gold with its promise", async (
   assert.deepEqual(errors, []);
 });
 
+// The agent's note when a process of a task uses the GPU without the hook.
+const UNHOOKED_NOTE =
+  "process 4242 runs without the hook: libhfhook.so is not loaded in it (glibc too old, a static binary, or LD_PRELOAD cleared?)";
+
+test("a slice the hook does not enforce carries a visible warning on the card, the rows and the task page", async () => {
+  const t = await p.api("POST", "/api/v1/tasks", { name: "unhooked-task", command: "sleep 60", gpu_memory_mb: 1024 }, userA);
+  const task = await waitFor("the unhooked task placed", async () => {
+    const x = await p.api("GET", `/api/v1/tasks/${t.id}`);
+    return x.slice_id ? x : null;
+  });
+  const { context, page, errors } = await newPage();
+  // The simulated agent runs no process on a GPU, so none can honestly be
+  // reported as bypassing the hook; the server's real replies are passed
+  // through with this task's slice (and the task) given the agent's note.
+  let marked = 0;
+  let unsent = 0; // replies of the server without enforcement_note
+  await context.route("**/api/v1/**", async (route) => {
+    const res = await route.fetch();
+    if (!(res.headers()["content-type"] ?? "").includes("json")) return route.fulfill({ response: res });
+    const body = await res.json();
+    const mark = (o) => {
+      if (!o || typeof o !== "object") return;
+      const isSlice = "enforcement" in o && o.id === task.slice_id;
+      const isTask = "gpu_compute_mode" in o && o.id === task.id;
+      if (isSlice || isTask) {
+        if (!("enforcement_note" in o)) unsent++;
+        o.enforcement_note = UNHOOKED_NOTE;
+        marked++;
+      }
+    };
+    mark(body);
+    if (Array.isArray(body?.items)) body.items.forEach(mark);
+    await route.fulfill({ response: res, json: body });
+  });
+  await signIn(page, userA);
+
+  await go(page, "#/slices");
+  const row = page.locator(`tr[data-slice-id="${task.slice_id}"]`);
+  await row.locator("[data-testid=enforcement-note]").waitFor();
+  assert.match(await row.textContent(), /Not enforced by the hook:.*process 4242 runs without the hook/);
+  // Only that slice: the other slices' rows carry no warning.
+  assert.equal(await page.locator("tbody [data-testid=enforcement-note]").count(), 1);
+  const card = page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`);
+  const cardNote = card.locator("[data-testid=enforcement-note]");
+  assert.equal(await cardNote.count(), 1);
+  assert.match(await cardNote.textContent(), new RegExp(`slice ${task.slice_id}, task ${task.id}\\):.*LD_PRELOAD cleared`));
+  assert.equal(await page.locator(".gpu-card [data-testid=enforcement-note]").count(), 1, "no other card warns");
+  await screenshot(page, "slices-unhooked");
+
+  await go(page, "#/tasks");
+  const taskRow = page.locator(`tr[data-task-id="${task.id}"]`);
+  await taskRow.locator("[data-testid=enforcement-note]").waitFor();
+  assert.equal(await page.locator("tbody [data-testid=enforcement-note]").count(), 1);
+
+  await go(page, `#/tasks/${task.id}`);
+  const note = page.locator("main [data-testid=enforcement-note]");
+  await note.waitFor();
+  assert.match(await note.textContent(), new RegExp(`Not enforced by the hook \\(slice ${task.slice_id}\\):.*glibc too old`));
+  assert.ok(await note.isVisible());
+  await screenshot(page, "task-unhooked");
+  assert.ok(marked > 0);
+  assert.equal(unsent, 0, "the server sends enforcement_note on every slice and task");
+
+  // Without the note (the server's own replies), no warning anywhere.
+  await context.unroute("**/api/v1/**");
+  await page.reload();
+  await page.waitForSelector("[data-testid=whoami]");
+  await page.waitForFunction(() => document.querySelector(".status")?.textContent?.length > 0);
+  assert.equal(await page.locator("[data-testid=enforcement-note]").count(), 0);
+  await context.close();
+  assert.deepEqual(errors, []);
+  await p.api("POST", `/api/v1/tasks/${task.id}/cancel`, {});
+});
+
 const PAGES = [
   ["tasks", "#/tasks"],
   ["slices", "#/slices"],

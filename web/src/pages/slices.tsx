@@ -1,12 +1,13 @@
 // Slices: the live slices (filters by node and GPU index) and a capability
 // card per GPU: model, memory bar (accounted vs total, measured use from the
 // hook where reported), QoS tier, enforcement and what it promises (a GPU
-// held by a whole-GPU task: exclusive), tenants, lost state. Users see their tenant's view: GET /slices/stats is narrowed
+// held by a whole-GPU task: exclusive), a warning per slice the hook does
+// not enforce (its agent's note), tenants, lost state. Users see their tenant's view: GET /slices/stats is narrowed
 // to their tenant (no GPU totals) and GET /nodes is admin-only, so it is
 // not called for them.
 import { useState } from "preact/hooks";
 import { api, type List, type NodeInfo, type Slice, type Stats, type StatsGpu, type WhoAmI } from "../api";
-import { ENFORCEMENT_TEXT, enforcementText, ErrorNote, fmtBytes, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
+import { ENFORCEMENT_TEXT, EnforcementNote, enforcementText, ErrorNote, fmtBytes, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
 
 function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: string }) {
   const mine = slices.filter((s) => s.node_id === g.node_id && s.gpu_indices.includes(g.gpu_index));
@@ -48,6 +49,11 @@ function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: st
       <p class="enf">
         <span class="enf-name">enforcement: {enforcement}</span> — {ENFORCEMENT_TEXT[enforcement]}
       </p>
+      {mine
+        .filter((s) => s.enforcement_note)
+        .map((s) => (
+          <EnforcementNote key={s.id} note={s.enforcement_note} subject={s.task_id ? `slice ${s.id}, task ${s.task_id}` : `slice ${s.id}`} />
+        ))}
       <p class="small">
         {g.mig_capable ? "MIG enabled" : "no MIG"} · {g.mps_capable ? "MPS daemon" : "no MPS"} · tenants:{" "}
         {g.tenants.length ? g.tenants.join(", ") : "none"}
@@ -146,7 +152,10 @@ export function SlicesPage({ who }: { who: WhoAmI }) {
                 <td data-label="tier" class="tier-cell">
                   <Tier level={s.qos_level} />
                 </td>
-                <td data-label="enforcement">{enforcementText(s.enforcement, s.kind)}</td>
+                <td data-label="enforcement">
+                  {enforcementText(s.enforcement, s.kind)}
+                  <EnforcementNote note={s.enforcement_note} />
+                </td>
                 <td data-label="measured">{s.hook ? `${fmtBytes(s.hook.used_bytes)} (peak ${fmtBytes(s.hook.peak_bytes)})` : "—"}</td>
                 <td data-label="state">{s.state}</td>
                 <td data-label="created" class="nowrap">{fmtTime(s.created_at)}</td>

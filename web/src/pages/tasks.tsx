@@ -4,7 +4,7 @@
 import { useState } from "preact/hooks";
 import { api, ApiError, type GpuComputeMode, type List, type Slice, type Task, type WhoAmI } from "../api";
 import { computeError, gpuCountError, memoryError, nameError, parseEnv } from "../validate";
-import { enforcementText, ErrorNote, fmtMb, fmtTime, KeyValues, Page, Status, Table, Tier, usePoll } from "../ui";
+import { EnforcementNote, enforcementText, ErrorNote, fmtMb, fmtTime, KeyValues, Page, Status, Table, Tier, usePoll } from "../ui";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
@@ -89,7 +89,10 @@ export function TaskList({ who }: { who: WhoAmI }) {
                 <td data-label="tier">
                   <Tier level={t.qos_level} />
                 </td>
-                <td data-label="reason" class="reason">{t.pending_reason ?? t.message ?? ""}</td>
+                <td data-label="reason" class="reason">
+                  {t.pending_reason ?? t.message ?? ""}
+                  <EnforcementNote note={t.enforcement_note} />
+                </td>
                 <td data-label="created" class="nowrap">{fmtTime(t.created_at)}</td>
               </tr>
             ))}
@@ -365,6 +368,7 @@ export function TaskDetail({ id }: { id: number }) {
       <ErrorNote error={task.error ?? actionError} />
       {t && (
         <>
+          <EnforcementNote note={t.enforcement_note ?? slice.data?.enforcement_note} subject={t.slice_id ? `slice ${t.slice_id}` : undefined} />
           <div class="card">
             <dl class="fields">
               <dt>State</dt>
