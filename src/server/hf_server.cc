@@ -356,8 +356,16 @@ int Main(int argc, char** argv) {
   // Serve returns after Stop (or on error): wake the waiter if needed.
   if (!served.ok()) ::kill(::getpid(), SIGTERM);
   waiter.join();
-  leadership.Stop();
+  // Leader work stops first; then the lease is handed over, so a follower
+  // takes it at once rather than after a ttl.
   (*cp)->Stop();
+  if (hf::Status resigned = leadership.Resign(); !resigned.ok()) {
+    spdlog::warn(
+        "leadership: could not hand the lease over ({}); a "
+        "follower takes it after the lease time",
+        resigned.ToString());
+  }
+  leadership.Stop();
   cp->reset();
   store->reset();
   std::printf("hf-server stopped\n");

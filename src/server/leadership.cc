@@ -27,11 +27,9 @@ StatusOr<std::optional<std::string>> ReadLeaseRaw(Txn& txn) {
 }  // namespace
 
 std::string EncodeLease(const Lease& lease) {
-  return json{{"id", lease.id},
-              {"url", lease.url},
-              {"term", lease.term},
-              {"renewal", lease.renewal},
-              {"since", lease.since}}
+  return json{{"id", lease.id},       {"url", lease.url},
+              {"term", lease.term},   {"renewal", lease.renewal},
+              {"since", lease.since}, {"released", lease.released}}
       .dump();
 }
 
@@ -47,6 +45,7 @@ std::optional<Lease> DecodeLease(std::string_view text) {
   lease.term = j["term"].get<std::int64_t>();
   lease.renewal = j.value("renewal", std::int64_t{0});
   lease.since = j.value("since", std::int64_t{0});
+  lease.released = j.value("released", false);
   return lease;
 }
 
@@ -140,7 +139,8 @@ Status Leadership::CheckInTxn(Txn& txn) const {
   if (!raw.ok()) return raw.status();
   std::optional<Lease> lease;
   if (raw->has_value()) lease = DecodeLease(**raw);
-  if (!lease || lease->id != options_.instance_id || lease->term != term) {
+  if (!lease || lease->id != options_.instance_id || lease->term != term ||
+      lease->released) {
     return Status::Unavailable(
         "fenced: the leader lease no longer names instance " +
         options_.instance_id + " in term " + std::to_string(term) +
@@ -270,6 +270,8 @@ Status Leadership::Tick() {
   bool announce_due = false;
   {
     std::lock_guard lock(mu_);
+    // Handed over: never takes the lease again (it would take its own).
+    if (state_ == State::kResigned) return Status::Ok();
     state = state_;
     first = first_tick_;
     first_tick_ = false;
@@ -334,7 +336,10 @@ Status Leadership::Tick() {
         seen_raw_ = raw;
         seen_at_ = now;
       }
-      take = no_lease || own_leftover || now - seen_at_ >= options_.ttl_ms;
+      // A released lease was handed over: its holder stopped acting first.
+      const bool released = lease && lease->released;
+      take = no_lease || own_leftover || released ||
+             now - seen_at_ >= options_.ttl_ms;
     }
     if (take) {
       result = TryTake(raw, lease);
@@ -405,6 +410,36 @@ void Leadership::Stop() {
   if (promoter_.joinable()) promoter_.join();
 }
 
+Status Leadership::Resign() {
+  std::int64_t term = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != State::kLeader) return Status::Ok();
+    // Stop acting before the lease says so: MayAct is false from here on,
+    // and CheckInTxn refuses every leader write still to commit.
+    state_ = State::kResigned;
+    term = term_;
+    serving_.store(false);
+  }
+  Status written = store_->Write([&](Txn& txn) -> Status {
+    auto raw = ReadLeaseRaw(txn);
+    if (!raw.ok()) return raw.status();
+    std::optional<Lease> lease;
+    if (raw->has_value()) lease = DecodeLease(**raw);
+    if (!lease || lease->id != options_.instance_id || lease->term != term) {
+      return Status::Ok();  // already taken over: nothing to hand on
+    }
+    lease->released = true;
+    lease->renewal += 1;
+    return txn.SetMeta(kLeaseKey, EncodeLease(*lease));
+  });
+  if (written.ok()) {
+    spdlog::info("leadership: instance {} handed the lease over (term {})",
+                 options_.instance_id, term);
+  }
+  return written;
+}
+
 void Leadership::WaitSettled(std::int64_t timeout_ms) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
@@ -424,8 +459,13 @@ void Leadership::TickLoop() {
       settled_ = true;  // the first tick is done and nothing is promoting
       cv_.notify_all();
     }
-    if (stop_ || state_ == State::kLost) return;
-    cv_.wait_for(lock, interval, [&] { return stop_; });
+    if (stop_ || state_ == State::kLost || state_ == State::kResigned) return;
+    // A follower looks more often than a leader must renew, so a lease
+    // handed over (Resign) is taken within a fraction of a second.
+    const auto wait = state_ == State::kFollower
+                          ? std::min(interval, std::chrono::milliseconds(200))
+                          : interval;
+    cv_.wait_for(lock, wait, [&] { return stop_; });
     if (stop_) return;
   }
 }
@@ -438,7 +478,9 @@ void Leadership::WatchdogLoop() {
     {
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_; });
-      if (stop_ || state_ == State::kLost) return;
+      if (stop_ || state_ == State::kLost || state_ == State::kResigned) {
+        return;
+      }
       expired = state_ == State::kLeader && !MayActAt(mono_->NowMillis());
     }
     if (expired) {

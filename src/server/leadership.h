@@ -81,6 +81,9 @@ struct Lease {
   std::int64_t term = 0;
   std::int64_t renewal = 0;  // bumped on every renewal
   store::Millis since = 0;   // wall clock when the term began (informative)
+  // Handed over: its holder stopped acting before writing this, so any
+  // follower takes the lease at once (a leader stopped with SIGTERM).
+  bool released = false;
 };
 
 std::string EncodeLease(const Lease& lease);
@@ -147,6 +150,13 @@ class Leadership final : public WriteFence {
   // promotion. Stop is idempotent.
   void Start(Callbacks callbacks);
   void Stop();
+  // Hands the lease over (a clean shutdown): this instance stops acting
+  // first, then marks the stored lease released if it still names this
+  // instance and term, so a follower takes it on its next tick instead of
+  // waiting a ttl. The caller must have stopped its leader work (nothing of
+  // it commits afterwards: CheckInTxn refuses). Not the leader: OK, nothing
+  // written. `on_lost` is not called.
+  Status Resign();
   // Blocks until the first Tick is done and, if it made this instance the
   // leader, promotion has finished (or `timeout_ms` passed).
   void WaitSettled(std::int64_t timeout_ms);
@@ -171,7 +181,7 @@ class Leadership final : public WriteFence {
   std::int64_t ttl_ms() const { return options_.ttl_ms; }
 
  private:
-  enum class State { kFollower, kLeader, kLost };
+  enum class State { kFollower, kLeader, kLost, kResigned };
 
   bool MayActAt(std::int64_t mono_now) const;  // REQUIRES: mu_ held
   // Writes a new lease (term + 1) if the stored one is still `expected`.

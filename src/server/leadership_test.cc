@@ -179,6 +179,54 @@ TEST_F(LeadershipTest, FollowerTakesOverOnlyAfterATtlWithoutChange) {
   EXPECT_EQ(Stored()->id, "b");
 }
 
+// A leader stopped cleanly (SIGTERM) hands the lease over: it stops acting
+// first, and a follower takes the lease on its next tick, not after a ttl.
+TEST_F(LeadershipTest, AResigningLeaderHandsTheLeaseOverAtOnce) {
+  auto a = NewInstance("a");
+  auto b = NewInstance("b");
+  ASSERT_TRUE(a->lease.Tick().ok());
+  ASSERT_TRUE(b->lease.Tick().ok());
+  ASSERT_FALSE(b->lease.IsLeader());
+
+  ASSERT_TRUE(a->lease.Resign().ok());
+  EXPECT_FALSE(a->lease.MayAct());
+  EXPECT_FALSE(a->lease.IsLeader());
+  EXPECT_FALSE(a->lease.Lost());  // a clean stop, not a lost lease
+  ASSERT_TRUE(Stored()->released);
+  // Nothing the old leader still tries to write commits.
+  const Status fenced =
+      store_->Write([&](store::Txn& txn) { return a->lease.CheckInTxn(txn); });
+  EXPECT_EQ(fenced.code(), StatusCode::kUnavailable) << fenced.ToString();
+  // It never takes its own released lease back.
+  ASSERT_TRUE(a->lease.Tick().ok());
+  EXPECT_FALSE(a->lease.IsLeader());
+
+  // No clock moves: the follower takes over on its next look.
+  ASSERT_TRUE(b->lease.Tick().ok());
+  EXPECT_TRUE(b->lease.IsLeader());
+  EXPECT_EQ(b->lease.Term(), 2);
+  EXPECT_EQ(Stored()->id, "b");
+  EXPECT_FALSE(Stored()->released);
+  // Resigning twice, or as a follower, writes nothing.
+  ASSERT_TRUE(a->lease.Resign().ok());
+  EXPECT_EQ(Stored()->id, "b");
+}
+
+// A resign that comes after a takeover hands nothing on.
+TEST_F(LeadershipTest, ResigningAfterATakeoverLeavesTheNewLeaseAlone) {
+  auto a = NewInstance("a");
+  auto b = NewInstance("b");
+  ASSERT_TRUE(a->lease.Tick().ok());
+  ASSERT_TRUE(b->lease.Tick().ok());
+  b->mono.Advance(kTtl);
+  ASSERT_TRUE(b->lease.Tick().ok());
+  ASSERT_TRUE(b->lease.IsLeader());
+  ASSERT_TRUE(a->lease.Resign().ok());
+  const auto stored = Stored();
+  EXPECT_EQ(stored->id, "b");
+  EXPECT_FALSE(stored->released);
+}
+
 TEST_F(LeadershipTest, LeaderThatCannotRenewStopsActingBeforeATakeover) {
   auto a = NewInstance("a");
   auto b = NewInstance("b");
