@@ -116,7 +116,12 @@ constexpr int kGpusPerNode = 8;
 constexpr std::int64_t kGpuMemoryMib = 81920;
 constexpr int kSmallClusterNodes = 125;  // 1,000 GPUs, room for 20,000 slices
 constexpr int kLargeClusterNodes = 250;  // 2,000 GPUs, room for 40,000 slices
+// The slices a cluster holds: kTaskBody / SliceTask ask 5% of a GPU.
+constexpr int kSlicesPerGpu = 20;
+constexpr int kSmallClusterSlices =
+    kSmallClusterNodes * kGpusPerNode * kSlicesPerGpu;
 constexpr double kLoadSeconds = 3.0;
+constexpr std::chrono::seconds kDrainLimit{120};
 constexpr int kBindTasks = 20000;
 constexpr int kStatsSlices = 10000;
 constexpr int kFillThreads = 32;
@@ -367,6 +372,16 @@ class BenchServer {
     return !CheckValue(cp_->ListTasks(admin_, query), "list pending")
                 .items.empty();
   }
+  // Waits until no task is pending; false when `limit` passes first (a
+  // scheduler that stopped binding fails the benchmark, never hangs it).
+  bool DrainPending(std::chrono::seconds limit) {
+    const auto give_up = SteadyClock::now() + limit;
+    while (AnyPending()) {
+      if (SteadyClock::now() > give_up) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
+  }
 
   // Creates `count` slice tasks through ControlPlane::CreateTask from
   // kFillThreads threads (concurrent writers share commits); returns the
@@ -490,8 +505,12 @@ using Request = std::function<std::string(std::size_t* bytes)>;
 // Runs `clients` threads, each with its own Request from `make_client`
 // (made, and connected, before the clock starts), issuing requests until
 // `seconds` have passed.
+// `budget` (> 0) caps the requests sent in all, so a load never creates
+// more than its cluster can hold.
 LoadResult RunLoad(int clients, double seconds,
-                   const std::function<Request()>& make_client) {
+                   const std::function<Request()>& make_client,
+                   std::int64_t budget = 0) {
+  std::atomic<std::int64_t> left{budget > 0 ? budget : INT64_MAX};
   struct PerClient {
     std::vector<double> latency_ms;
     std::int64_t errors = 0;
@@ -512,7 +531,8 @@ LoadResult RunLoad(int clients, double seconds,
       const Request request = make_client();
       ready.count_down();
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-      while (SteadyClock::now() < deadline) {
+      while (SteadyClock::now() < deadline &&
+             left.fetch_sub(1, std::memory_order_relaxed) > 0) {
         std::size_t bytes = 0;
         const auto sent = SteadyClock::now();
         const std::string error = request(&bytes);
@@ -654,12 +674,18 @@ void RunCreateTasks(benchmark::State& state, CreatePath path,
   }
   (void)server.store().TakeTotals();
   for (auto _ : state) {
-    const LoadResult r = RunLoad(clients, kLoadSeconds, clients_of);
+    // Never more tasks than the cluster holds: every one can be bound.
+    const LoadResult r =
+        RunLoad(clients, kLoadSeconds, clients_of, kSmallClusterSlices);
     const TimedStore::Totals store_totals = server.store().TakeTotals();
     double drain_ms = 0;
     if (scheduler) {
-      while (server.AnyPending()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (!server.DrainPending(kDrainLimit)) {
+        state.SkipWithError(
+            ("tasks still pending 120 s after the load ended (creates: " +
+             std::to_string(r.ok) + ")")
+                .c_str());
+        return;
       }
       drain_ms = Millis(SteadyClock::now() - r.end);
     }
@@ -808,8 +834,9 @@ void BM_SchedulerLoopBacklog(benchmark::State& state) {
   for (auto _ : state) {
     const auto start = SteadyClock::now();
     server.cp().Start();
-    while (server.AnyPending()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (!server.DrainPending(kDrainLimit)) {
+      state.SkipWithError("tasks still pending after 120 s of scheduling");
+      return;
     }
     const double seconds = Seconds(SteadyClock::now() - start);
     state.SetIterationTime(seconds);
