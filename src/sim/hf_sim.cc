@@ -3,6 +3,8 @@
 // fitting (the experiment of experiment.h). Command line (a contract):
 //   hf-sim --nodes NODES.csv --pods PODS.csv --policy NAME [--seeds 42-51]
 //          [--inflate 1.3] --json OUT.json [--plot OUT.svg]
+//          [--gpuspec-share 0.2] [--cpu-only-scale 2.5] [--variant-seed 1]
+//          [--write-pods OUT.csv]
 //   hf-sim --policy list
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -19,15 +21,12 @@
 #include "sim/report.h"
 #include "sim/sim_cluster.h"
 #include "sim/trace.h"
+#include "sim/trace_variant.h"
 
 namespace {
 
 using namespace hf;
 using namespace hf::sim;
-
-// The server's default policy under its simulator name (Best-Fit, the same
-// code as scheduler::DefaultPolicy()).
-constexpr const char* kServerDefaultPolicy = "hf-bestfit";
 
 // "42-51", "42,45,50" or "7".
 StatusOr<std::vector<std::uint64_t>> ParseSeeds(const std::string& text) {
@@ -117,12 +116,29 @@ static int Main(int argc, char** argv) {
   app.add_option("--threads", threads, "seeds run in parallel")
       ->capture_default_str()
       ->check(CLI::Range(1u, 256u));
+  VariantOptions variant;
+  std::string write_pods_file;
+  app.add_option("--gpuspec-share", variant.gpuspec_share,
+                 "variant: constrain this share of the GPU tasks to GPU "
+                 "models of the node list (0.2 = gpuspec20)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--cpu-only-scale", variant.cpu_only_scale,
+                 "variant: scale the CPU-only tasks' total CPU by this "
+                 "(2.5 = cpu250), by dropping or cloning CPU-only tasks")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--variant-seed", variant.seed,
+                 "seed of the variant's draws (the same seed gives the same "
+                 "variant)")
+      ->capture_default_str();
+  app.add_option("--write-pods", write_pods_file,
+                 "write the (variant) task list here as CSV");
   CLI11_PARSE(app, argc, argv);
 
   if (policy == "list") {
+    const std::string server_default = scheduler::SimServerDefaultPolicy();
     for (const std::string& name : scheduler::SimPolicyNames()) {
       std::printf("%s%s\n", name.c_str(),
-                  name == kServerDefaultPolicy ? " *" : "");
+                  name == server_default ? " *" : "");
     }
     return 0;
   }
@@ -137,6 +153,14 @@ static int Main(int argc, char** argv) {
   if (!nodes.ok()) return Fail(nodes.status().message());
   auto pods = ReadPodCsv(pods_file);
   if (!pods.ok()) return Fail(pods.status().message());
+  if (variant.gpuspec_share > 0 || variant.cpu_only_scale != 1) {
+    auto made = MakeVariant(*nodes, *pods, variant);
+    if (!made.ok()) return Fail(made.status().ToString());
+    *pods = std::move(made).value();
+  }
+  if (!write_pods_file.empty() && !WriteFile(write_pods_file, PodCsv(*pods))) {
+    return Fail("cannot write " + write_pods_file);
+  }
   const std::int64_t capacity = CapacityMilli(*nodes);
   if (capacity == 0) return Fail(nodes_file + ": no node has a GPU");
   {  // Fail fast on an unknown policy, before any work.

@@ -13,7 +13,7 @@
 namespace hf::sim {
 namespace {
 
-using Reader = io::CSVReader<6, io::trim_chars<' ', '\t', '\r'>,
+using Reader = io::CSVReader<9, io::trim_chars<' ', '\t', '\r'>,
                              io::double_quote_escape<',', '"'>>;
 using NodeReader = io::CSVReader<5, io::trim_chars<' ', '\t', '\r'>,
                                  io::double_quote_escape<',', '"'>>;
@@ -31,6 +31,8 @@ Status RowError(const std::string& source, unsigned line,
 // that the ledger (whose placement index holds them in 32 bits) and the
 // simulator's sums take them exactly.
 constexpr std::int64_t kMaxResource = std::int64_t{1} << 30;
+// The largest creation or deletion time (seconds): far beyond any trace.
+constexpr std::int64_t kMaxTime = std::int64_t{1} << 50;
 
 // Parses a non-negative integer column value, at most `max`.
 Status ParseCount(const std::string& text, const std::string& source,
@@ -125,7 +127,8 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text,
     Reader reader(source, text.data(), text.data() + text.size());
     reader.read_header(io::ignore_extra_column | io::ignore_missing_column,
                        "name", "cpu_milli", "memory_mib", "num_gpu",
-                       "gpu_milli", "gpu_spec");
+                       "gpu_milli", "gpu_spec", "qos", "creation_time",
+                       "deletion_time");
     for (const char* required :
          {"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}) {
       if (!reader.has_column(required)) {
@@ -133,9 +136,11 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text,
             source + ":1: missing column " + required, required);
       }
     }
-    std::string name, cpu, memory, num_gpu, gpu_milli, spec;
+    std::string name, cpu, memory, num_gpu, gpu_milli, spec, qos, created,
+        deleted;
     std::set<std::string> seen;
-    while (reader.read_row(name, cpu, memory, num_gpu, gpu_milli, spec)) {
+    while (reader.read_row(name, cpu, memory, num_gpu, gpu_milli, spec, qos,
+                           created, deleted)) {
       const unsigned line = reader.get_file_line();
       TracePod pod;
       pod.name = name;
@@ -174,7 +179,26 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text,
       pod.num_gpu = static_cast<int>(n);
       pod.gpu_milli = static_cast<int>(milli);
       pod.gpu_spec = SplitSpec(spec);
-      spec.clear();  // absent column: keep it empty for the next row
+      pod.qos = qos == "nan" ? "" : qos;
+      if (!created.empty()) {
+        HF_RETURN_IF_ERROR(ParseCount(created, source, line, "creation_time",
+                                      pod.creation_time, kMaxTime));
+      }
+      if (!deleted.empty()) {
+        HF_RETURN_IF_ERROR(ParseCount(deleted, source, line, "deletion_time",
+                                      pod.deletion_time, kMaxTime));
+        if (pod.deletion_time < pod.creation_time) {
+          return RowError(source, line, "deletion_time",
+                          "is before creation_time");
+        }
+      } else if (!created.empty()) {
+        pod.deletion_time = -1;  // never leaves
+      }
+      // Absent columns: keep them empty for the next row.
+      spec.clear();
+      qos.clear();
+      created.clear();
+      deleted.clear();
       pods.push_back(std::move(pod));
     }
     return Status::Ok();

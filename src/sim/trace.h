@@ -5,7 +5,10 @@
 //
 // Node CSV columns: sn, cpu_milli, memory_mib, gpu, model.
 // Pod CSV columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli, and
-// optionally gpu_spec ('|'-separated allowed models; empty or "nan" = any).
+// optionally gpu_spec ('|'-separated allowed models; empty or "nan" = any),
+// qos (e.g. LS, BE; "BE" tasks are preemptible in the time replay),
+// creation_time and deletion_time (seconds; used by the time replay; an
+// empty deletion_time means the task never leaves).
 // Other columns are ignored. Every malformed row is an InvalidArgument that
 // names the file, the line and the column, and says what is wrong.
 // cpu_milli and memory_mib are at most 2^30 (about a million CPUs, 1 PiB).
@@ -38,6 +41,9 @@ struct TracePod {
   int num_gpu = 0;    // 0: CPU-only task
   int gpu_milli = 0;  // per GPU, 1..1000; < 1000 only with num_gpu == 1
   std::vector<std::string> gpu_spec;  // allowed GPU models; empty = any
+  std::string qos;                    // "" when the trace has no qos
+  std::int64_t creation_time = 0;     // seconds
+  std::int64_t deletion_time = -1;    // seconds; -1: never leaves
 
   bool is_share() const { return num_gpu == 1 && gpu_milli < kMilliPerGpu; }
   // Total GPU request in milli-GPUs.

@@ -16,6 +16,7 @@
 
 #include "scheduler/policy/best_fit.h"
 #include "scheduler/policy/hf_frag.h"
+#include "scheduler/policy/registry.h"
 #include "scheduler/policy/node_scan.h"
 
 namespace hf::scheduler {
@@ -463,6 +464,18 @@ class HfBestFitPolicy final : public ledger::PlacementPolicy {
 std::vector<std::string> SimPolicyNames() {
   return {"random",  "dotprod", "gpuclustering", "gpupacking",
           "bestfit", "fgd",     "hf-bestfit",    "hf-frag"};
+}
+
+std::string SimPolicyNameOf(std::string_view server_policy) {
+  if (server_policy == "best-fit") return "hf-bestfit";
+  for (const std::string& n : SimPolicyNames()) {
+    if (n == server_policy) return n;
+  }
+  return "";
+}
+
+std::string SimServerDefaultPolicy() {
+  return SimPolicyNameOf(kDefaultPolicyName);
 }
 
 StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(

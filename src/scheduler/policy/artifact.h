@@ -165,6 +165,15 @@ struct SimPolicyContext {
 // "hf-frag" (HfFragPolicy, hf_frag.h).
 std::vector<std::string> SimPolicyNames();
 
+// The simulator's name of a server policy (registry.h): "best-fit" is
+// "hf-bestfit"; a name the simulator shares with the server is itself; ""
+// for a server policy the simulator lacks.
+std::string SimPolicyNameOf(std::string_view server_policy);
+
+// The simulator's name of the server's default policy
+// (kDefaultPolicyName), which `hf-sim --policy list` marks.
+std::string SimServerDefaultPolicy();
+
 // Builds the policy called `name`. NotFound (listing the names) for an
 // unknown one; InvalidArgument for "fgd" or "hf-frag" without a workload.
 StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
