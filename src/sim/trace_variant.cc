@@ -67,6 +67,14 @@ void ConstrainModels(const std::vector<TraceNode>& nodes,
   const auto want = static_cast<std::size_t>(
       std::llround(share * static_cast<double>(gpu_tasks)));
   if (want <= constrained) return;
+  // The spec sets of the tasks constrained already, by name: the empirical
+  // distribution to draw from.
+  std::vector<std::vector<std::string>> specs;
+  for (std::size_t i : ByName(pods)) {
+    if (pods[i].num_gpu > 0 && !pods[i].gpu_spec.empty()) {
+      specs.push_back(pods[i].gpu_spec);
+    }
+  }
   Shuffle(free, rng);
   std::size_t added = 0;
   for (std::size_t i : free) {
@@ -74,21 +82,42 @@ void ConstrainModels(const std::vector<TraceNode>& nodes,
     TracePod& pod = pods[i];
     std::map<std::string, std::int64_t> weights;  // models that can hold it
     for (const TraceNode& n : nodes) {
-      if (n.gpu_count >= pod.num_gpu && n.cpu_milli >= pod.cpu_milli &&
-          n.memory_mib >= pod.memory_mib && n.gpu_count > 0) {
-        weights[n.model] += n.gpu_count;
+      if (n.gpu_count > 0 && n.gpu_count >= pod.num_gpu &&
+          n.cpu_milli >= pod.cpu_milli && n.memory_mib >= pod.memory_mib) {
+        weights[n.model] = 0;
       }
     }
-    // Weigh models by all their GPUs, not only the nodes that fit.
+    if (weights.empty()) continue;
+    const auto holds = [&](const std::vector<std::string>& spec) {
+      for (const std::string& m : spec) {
+        if (weights.count(m) > 0) return true;
+      }
+      return false;
+    };
+    if (!specs.empty()) {
+      // Draw a set from the trace's own constrained tasks; a few tries for
+      // one that can hold this task, else fall through to the capacity draw.
+      bool done = false;
+      for (int tries = 0; tries < 32 && !done; ++tries) {
+        const std::vector<std::string>& spec = specs[Below(rng, specs.size())];
+        if (holds(spec)) {
+          pod.gpu_spec = spec;
+          done = true;
+        }
+      }
+      if (done) {
+        ++added;
+        continue;
+      }
+    }
+    // Weigh each model that can hold the task by all its GPUs.
     for (auto& [model, w] : weights) {
-      w = 0;
       for (const TraceNode& n : nodes) {
         if (n.model == model) w += n.gpu_count;
       }
     }
     const bool two = Below(rng, 10) < 3 && weights.size() > 1;
     const std::string first = DrawModel(weights, "", rng);
-    if (first.empty()) continue;
     pod.gpu_spec = {first};
     if (two) pod.gpu_spec.push_back(DrawModel(weights, first, rng));
     std::sort(pod.gpu_spec.begin(), pod.gpu_spec.end());

@@ -32,10 +32,13 @@ struct VariantOptions {
   std::uint64_t seed = 1;
 };
 
-// The variant of `pods` for the GPU nodes of `nodes`. A constrained task
-// gets one model (70%) or two (30%), drawn in proportion to each model's GPU
-// count among the models with a node that can hold the task (enough GPUs and
-// CPU), so no task becomes unplaceable on an empty cluster. Clones are named
+// The variant of `pods` for the GPU nodes of `nodes`. A newly constrained
+// task gets the model set of a task of the trace constrained already, drawn
+// uniformly (so gpuspec10 grown to 20% keeps its mix of models), among sets
+// naming a model with a node that can hold the task (enough GPUs, CPU and
+// memory); when the trace has none, one model (70%) or two (30%) drawn in
+// proportion to each such model's GPU count. No task becomes unplaceable on
+// an empty cluster. Clones are named
 // "<name>-c<k>" and keep the original's times and qos. InvalidArgument for a
 // share outside 0..1 or a negative scale.
 StatusOr<std::vector<TracePod>> MakeVariant(const std::vector<TraceNode>& nodes,

@@ -101,6 +101,30 @@ TEST(TraceVariantTest, ConstrainsTheShareToModelsThatFit) {
   }
 }
 
+TEST(TraceVariantTest, DrawsFromTheTracesOwnConstraints) {
+  std::vector<TracePod> pods = Pods();
+  // Every 20th task asks for P100 only: the variant's new constraints are
+  // P100 too, except for 8-GPU tasks, which no P100 node holds.
+  for (std::size_t i = 2; i < pods.size(); i += 20) pods[i].gpu_spec = {"P100"};
+  VariantOptions o;
+  o.gpuspec_share = 0.3;
+  auto out = MakeVariant(Nodes(), pods, o);
+  ASSERT_TRUE(out.ok());
+  int p100 = 0, other = 0;
+  for (const TracePod& p : *out) {
+    if (p.gpu_spec.empty()) continue;
+    if (p.num_gpu == 8) {
+      EXPECT_EQ(p.gpu_spec.front(), "G2");
+      ++other;
+    } else {
+      EXPECT_EQ(p.gpu_spec, std::vector<std::string>{"P100"}) << p.name;
+      ++p100;
+    }
+  }
+  EXPECT_GT(p100, 40);
+  EXPECT_GT(other, 0);
+}
+
 TEST(TraceVariantTest, ScalesCpuOnlyDemandAndKeepsGpuTasks) {
   const auto cpu_only = [](const std::vector<TracePod>& pods) {
     std::int64_t cpu = 0;
