@@ -51,6 +51,10 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
   scheduler::SimPolicyContext context;
   context.seed = seed;
   context.workload = &workload;
+  std::vector<scheduler::TaskClass> tasks;
+  tasks.reserve(pods.size());
+  for (const TracePod& p : pods) tasks.push_back(ToTaskClass(p));
+  context.tasks = &tasks;
   auto made = scheduler::MakeSimPolicy(policy_name, context);
   if (!made.ok()) return made.status();
   const std::unique_ptr<ledger::PlacementPolicy> policy =

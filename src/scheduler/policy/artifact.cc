@@ -504,7 +504,10 @@ StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
       return Status::InvalidArgument(
           "the hf-frag policy needs a target workload", "workload");
     }
-    policy = std::make_unique<HfFragPolicy>(*ctx.workload);
+    policy = std::make_unique<HfFragPolicy>(
+        *ctx.workload, ctx.tasks == nullptr
+                           ? WorkloadDemand{}
+                           : WorkloadDemand::FromTasks(*ctx.tasks));
   } else {
     std::string known;
     for (const std::string& n : SimPolicyNames()) {

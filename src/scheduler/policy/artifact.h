@@ -158,6 +158,9 @@ class FgdPolicy final : public ledger::PlacementPolicy {
 struct SimPolicyContext {
   std::uint64_t seed = 42;                   // RandomPolicy's generator
   const TargetWorkload* workload = nullptr;  // FGD's target (copied)
+  // Every task of the workload (hf-frag's prices and CPU weight); none:
+  // hf-frag without them.
+  const std::vector<TaskClass>* tasks = nullptr;
 };
 
 // The simulator's policy names: the six above, then "hf-bestfit" (the

@@ -36,18 +36,27 @@ struct Eval {
   int pos = -1;  // the slice's GPU (position in the node's live GPUs)
 };
 
-// Fragmentation plus the GPU milli stranded for lack of CPU: of the node's
-// idle milli, what its free CPU cannot feed at the workload's CPU per GPU
-// milli.
+// The measure's terms for one node.
+struct Terms {
+  double cpu_per_milli = 0;
+  double price = 0;  // of the node's GPU model
+};
+
+// Fragmentation, plus the GPU milli stranded for lack of CPU (of the node's
+// idle milli, what its free CPU cannot feed at `cpu_per_milli`), minus the
+// idle milli at the model's price (idle GPU that constrained tasks need is
+// worth keeping, so using it raises the measure).
 double Frag(const NodeGpuState& state, const TargetWorkload& workload,
-            double cpu_per_milli) {
+            const Terms& terms) {
   double frag = NodeFragMilli(state, workload);
-  if (cpu_per_milli > 0) {
-    std::int64_t idle = 0;
-    for (const int free : state.gpu_free_milli) idle += free;
-    const double fed = static_cast<double>(state.cpu_free) / cpu_per_milli;
+  std::int64_t idle = 0;
+  for (const int free : state.gpu_free_milli) idle += free;
+  if (terms.cpu_per_milli > 0) {
+    const double fed =
+        static_cast<double>(state.cpu_free) / terms.cpu_per_milli;
     frag += std::max(0.0, static_cast<double>(idle) - fed);
   }
+  frag -= terms.price * static_cast<double>(idle);
   return frag;
 }
 
@@ -59,7 +68,7 @@ std::int64_t Score(double before, double after) {
 
 // The evaluation of a feasible node whose memo is current.
 Eval Evaluate(const Need& need, const std::vector<GpuFacts>& gpus,
-              const TargetWorkload& workload, double cpu_per_milli,
+              const TargetWorkload& workload, const Terms& terms,
               NodeMemo& memo) {
   NodeGpuState& state = memo.state;  // changed below, restored before return
   const CpuMilli cpu = need.request->cpu_milli;
@@ -76,7 +85,7 @@ Eval Evaluate(const Need& need, const std::vector<GpuFacts>& gpus,
         if (node_scan::RepeatsEarlierCandidate(gpus, i)) continue;
         state.gpu_free_milli[i] = gpus[i].after_milli;
         const std::int64_t score =
-            Score(memo.frag, Frag(state, workload, cpu_per_milli));
+            Score(memo.frag, Frag(state, workload, terms));
         state.gpu_free_milli[i] = gpus[i].free_milli;
         const int after = gpus[i].after_milli;
         // The best score; ties: the tightest GPU, then the lowest index.
@@ -95,13 +104,13 @@ Eval Evaluate(const Need& need, const std::vector<GpuFacts>& gpus,
     case RequestKind::kWholeGpus: {
       const std::int64_t freed =
           node_scan::TakeLowestCandidates(gpus, need.gpu_count, state);
-      eval.score = Score(memo.frag, Frag(state, workload, cpu_per_milli));
+      eval.score = Score(memo.frag, Frag(state, workload, terms));
       eval.idle_after = memo.idle - freed;
       node_scan::RestoreFreeMilli(gpus, state);
       break;
     }
     case RequestKind::kNodeOnly:
-      eval.score = Score(memo.frag, Frag(state, workload, cpu_per_milli));
+      eval.score = Score(memo.frag, Frag(state, workload, terms));
       eval.idle_after = memo.idle;
       break;
   }
@@ -125,13 +134,46 @@ bool Better(RequestKind kind, const Eval& a, std::uint64_t rank_a,
 
 }  // namespace
 
-struct HfFragPolicy::Memo : node_scan::ScanMemo<Eval> {};
+struct HfFragPolicy::Memo : node_scan::ScanMemo<Eval> {
+  // Prices, for the cluster of `priced_gpus` live GPUs; per node slot.
+  std::size_t priced_gpus = 0;
+  double cpu_per_milli = 0;  // the CPU term's c for this cluster
+  std::vector<double> slot_price;
+};
 
 namespace {
 
+// Prices the cluster when its GPUs changed (the first call included),
+// starting the memo afresh, since every node's measure changes with them.
+void EnsurePrices(const ClusterView& view, const WorkloadDemand& demand,
+                  double cpu_per_milli,
+                  std::unique_ptr<HfFragPolicy::Memo>& memo) {
+  const std::size_t gpus = view.live_gpu_count();
+  if (memo->priced_gpus == gpus &&
+      memo->slot_price.size() == view.node_slot_count()) {
+    return;
+  }
+  const ClusterPrices prices = PricesFor(view, demand);
+  memo = std::make_unique<HfFragPolicy::Memo>();
+  memo->priced_gpus = gpus;
+  // The CPU that a GPU milli must leave room for: the GPU classes' own CPU,
+  // raised towards the whole workload's CPU per GPU milli (CPU-only tasks
+  // included) as far as the workload is CPU-bound.
+  memo->cpu_per_milli =
+      cpu_per_milli + std::max(0.0, prices.cpu_per_milli_all - cpu_per_milli) *
+                          prices.cpu_bound;
+  memo->slot_price.assign(view.node_slot_count(), 0.0);
+  for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+    const NodeRecord& node = view.node(NodeId(n));
+    if (!node.live || node.gpus.empty()) continue;
+    const auto it = prices.price.find(view.gpu(node.gpus.front()).spec.model);
+    if (it != prices.price.end()) memo->slot_price[n] = it->second;
+  }
+}
+
 std::optional<Choice> Pick(const ClusterView& view,
                            const PlacementRequest& request,
-                           const TargetWorkload& workload, double cpu_per_milli,
+                           const TargetWorkload& workload,
                            HfFragPolicy::Memo& memo) {
   const std::optional<Need> need = node_scan::MakeNeed(view, request);
   if (!need.has_value()) return std::nullopt;
@@ -150,9 +192,10 @@ std::optional<Choice> Pick(const ClusterView& view,
     if (!node_scan::Gather(view, slot, *need, gpus, facts)) continue;
     const NodeRecord& node = *facts.node;
     NodeMemo& node_memo = memo.nodes[slot];
+    const Terms terms{memo.cpu_per_milli, memo.slot_price[slot]};
     if (node_scan::SyncNodeMemo(facts, gpus, /*force=*/false, memo.next_version,
                                 node_memo)) {
-      node_memo.frag = Frag(node_memo.state, workload, cpu_per_milli);
+      node_memo.frag = Frag(node_memo.state, workload, terms);
     }
     std::uint64_t mask = 0;
     const bool cacheable = node_scan::CandidateMask(gpus, mask);
@@ -162,7 +205,7 @@ std::optional<Choice> Pick(const ClusterView& view,
         cached.candidate_mask == mask) {
       eval = cached.value;
     } else {
-      eval = Evaluate(*need, gpus, workload, cpu_per_milli, node_memo);
+      eval = Evaluate(*need, gpus, workload, terms, node_memo);
       if (cacheable) cached = {node_memo.version, mask, eval};
     }
     if (!found || Better(need->kind, eval, node.tie_rank, slot, best, best_rank,
@@ -193,11 +236,68 @@ double CpuPerGpuMilli(const TargetWorkload& workload) {
 
 double HfFragMilli(const NodeGpuState& node, const TargetWorkload& workload,
                    double cpu_per_milli) {
-  return Frag(node, workload, cpu_per_milli);
+  return Frag(node, workload, Terms{cpu_per_milli, 0});
 }
 
-HfFragPolicy::HfFragPolicy(TargetWorkload workload)
+WorkloadDemand WorkloadDemand::FromTasks(const std::vector<TaskClass>& tasks) {
+  WorkloadDemand d;
+  for (const TaskClass& t : tasks) {
+    const double milli = static_cast<double>(t.gpu_milli) * t.num_gpu;
+    d.gpu_milli += milli;
+    d.cpu_milli += static_cast<double>(t.cpu_milli);
+    if (milli > 0 && !t.gpu_models.empty()) {
+      std::vector<std::string> models = t.gpu_models;
+      std::sort(models.begin(), models.end());
+      models.erase(std::unique(models.begin(), models.end()), models.end());
+      d.constrained_milli[models] += milli;
+    }
+  }
+  return d;
+}
+
+ClusterPrices PricesFor(const ClusterView& view, const WorkloadDemand& demand) {
+  ClusterPrices out;
+  std::map<std::string, double> capacity;  // GPU milli per model
+  double gpu_capacity = 0, cpu_capacity = 0;
+  for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+    const NodeRecord& node = view.node(NodeId(n));
+    if (!node.live) continue;
+    cpu_capacity += static_cast<double>(node.spec.cpu_milli);
+    for (const GpuId g : node.gpus) {
+      const ledger::GpuRecord& gpu = view.gpu(g);
+      if (!gpu.live) continue;
+      capacity[gpu.spec.model] += kMilliPerGpu;
+      gpu_capacity += kMilliPerGpu;
+    }
+  }
+  if (gpu_capacity <= 0 || demand.gpu_milli <= 0) return out;
+  const double load = demand.gpu_milli / gpu_capacity;
+  std::map<std::string, double> wanted;
+  for (const auto& [models, milli] : demand.constrained_milli) {
+    double cap = 0;
+    for (const std::string& m : models) {
+      const auto it = capacity.find(m);
+      if (it != capacity.end()) cap += it->second;
+    }
+    if (cap <= 0) continue;  // no such model here
+    for (const std::string& m : models) {
+      const auto it = capacity.find(m);
+      if (it != capacity.end()) wanted[m] += milli * it->second / cap;
+    }
+  }
+  for (const auto& [model, milli] : wanted) {
+    out.price[model] = milli / capacity[model] / load;
+  }
+  out.cpu_per_milli_all = demand.cpu_milli / demand.gpu_milli;
+  if (cpu_capacity > 0) {
+    out.cpu_bound = std::min(1.0, demand.cpu_milli / cpu_capacity / load);
+  }
+  return out;
+}
+
+HfFragPolicy::HfFragPolicy(TargetWorkload workload, WorkloadDemand demand)
     : workload_(std::move(workload)),
+      demand_(std::move(demand)),
       cpu_per_milli_(CpuPerGpuMilli(workload_)),
       memo_(std::make_unique<Memo>()) {}
 
@@ -207,8 +307,8 @@ std::optional<std::vector<GpuId>> HfFragPolicy::Choose(
     const ClusterView& view, const PlacementRequest& request) const {
   if (request.kind == RequestKind::kNodeOnly) return std::nullopt;
   std::lock_guard lock(mu_);
-  std::optional<Choice> choice =
-      Pick(view, request, workload_, cpu_per_milli_, *memo_);
+  EnsurePrices(view, demand_, cpu_per_milli_, memo_);
+  std::optional<Choice> choice = Pick(view, request, workload_, *memo_);
   if (!choice.has_value()) return std::nullopt;
   return std::move(choice->gpus);
 }
@@ -217,8 +317,8 @@ std::optional<NodeId> HfFragPolicy::ChooseNode(
     const ClusterView& view, const PlacementRequest& request) const {
   if (request.kind != RequestKind::kNodeOnly) return std::nullopt;
   std::lock_guard lock(mu_);
-  std::optional<Choice> choice =
-      Pick(view, request, workload_, cpu_per_milli_, *memo_);
+  EnsurePrices(view, demand_, cpu_per_milli_, memo_);
+  std::optional<Choice> choice = Pick(view, request, workload_, *memo_);
   if (!choice.has_value()) return std::nullopt;
   return choice->node;
 }

@@ -43,8 +43,10 @@
 // from any thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -64,9 +66,36 @@ double CpuPerGpuMilli(const TargetWorkload& workload);
 double HfFragMilli(const NodeGpuState& node, const TargetWorkload& workload,
                    double cpu_per_milli);
 
+// What hf-frag knows of the whole workload beyond its popular classes: the
+// GPU milli that model-constrained tasks ask for, split over their allowed
+// models (in proportion to each model's GPUs when the cluster is seen), and
+// the workload's total CPU and GPU. The simulator builds it from the trace;
+// a server would from its task history.
+struct WorkloadDemand {
+  // Key: the constrained task's allowed models, sorted; value: GPU milli.
+  std::map<std::vector<std::string>, double> constrained_milli;
+  double gpu_milli = 0;  // every task's GPU
+  double cpu_milli = 0;  // every task's CPU, CPU-only tasks included
+  static WorkloadDemand FromTasks(const std::vector<TaskClass>& tasks);
+};
+
+// Per-model prices and CPU facts for a cluster: price(model) is the
+// constrained demand on the model per GPU milli of the model, over the
+// workload's GPU demand per GPU milli of the cluster (0 for a model no
+// constrained task needs); cpu_per_milli_all is the workload's CPU (CPU-only
+// tasks included) per GPU milli; cpu_bound is how CPU-bound the workload is,
+// (CPU demand / CPU capacity) / (GPU demand / GPU capacity), at most 1.
+struct ClusterPrices {
+  std::map<std::string, double> price;
+  double cpu_per_milli_all = 0;
+  double cpu_bound = 0;
+};
+ClusterPrices PricesFor(const ledger::ClusterView& view,
+                        const WorkloadDemand& demand);
+
 class HfFragPolicy final : public ledger::PlacementPolicy {
  public:
-  explicit HfFragPolicy(TargetWorkload workload);
+  explicit HfFragPolicy(TargetWorkload workload, WorkloadDemand demand = {});
   ~HfFragPolicy() override;
   std::string_view name() const override { return "hf-frag"; }
   std::optional<std::vector<GpuId>> Choose(
@@ -80,9 +109,10 @@ class HfFragPolicy final : public ledger::PlacementPolicy {
 
  private:
   const TargetWorkload workload_;
+  const WorkloadDemand demand_;
   const double cpu_per_milli_;
   mutable std::mutex mu_;
-  std::unique_ptr<Memo> memo_;  // GUARDED_BY(mu_)
+  mutable std::unique_ptr<Memo> memo_;  // GUARDED_BY(mu_)
 };
 
 }  // namespace hf::scheduler
