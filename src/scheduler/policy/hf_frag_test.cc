@@ -134,6 +134,88 @@ TEST(HfFragPolicyTest, SliceTakesTheTightestOfEquallyScoredGpus) {
   EXPECT_EQ(a.gpus[0], c.Gpu(n, 2));
 }
 
+// Prices: the constrained demand per GPU of each model, over the load.
+TEST(HfFragPricesTest, PriceIsConstrainedDemandPerGpuOverTheLoad) {
+  Cluster c;
+  c.Node(2, 64000, "T4");
+  c.Node(6, 64000, "G2");
+  TaskClass t4 = GpuClass(1000, 1, 8000);
+  t4.gpu_models = {"T4"};
+  TaskClass either = GpuClass(1000, 1, 8000);
+  either.gpu_models = {"T4", "G2"};
+  // 8 GPUs of demand on 8 GPUs (load 1): 1 GPU wants T4 only, 4 want T4 or
+  // G2 (split 1 : 3 by GPUs), 3 go anywhere.
+  std::vector<TaskClass> tasks = {t4};
+  for (int i = 0; i < 4; ++i) tasks.push_back(either);
+  for (int i = 0; i < 3; ++i) tasks.push_back(GpuClass(1000, 1, 8000));
+  const WorkloadDemand d = WorkloadDemand::FromTasks(tasks);
+  EXPECT_DOUBLE_EQ(d.gpu_milli, 8000);
+  EXPECT_DOUBLE_EQ(d.cpu_milli, 64000);
+  ClusterPrices prices;
+  c.ledger().Read(
+      [&](const ledger::ClusterView& view) { prices = PricesFor(view, d); });
+  EXPECT_DOUBLE_EQ(prices.price["T4"], (1000 + 4000 * 2.0 / 8) / 2000);
+  EXPECT_DOUBLE_EQ(prices.price["G2"], (4000 * 6.0 / 8) / 6000);
+  // 64 CPUs per 8 GPUs; CPU load 64000 / 128000 over GPU load 1.
+  EXPECT_DOUBLE_EQ(prices.cpu_per_milli_all, 8.0);
+  EXPECT_DOUBLE_EQ(prices.cpu_bound, 0.5);
+}
+
+// A task that may go anywhere leaves the model that constrained tasks need,
+// where FGD sees no difference.
+TEST(HfFragPolicyTest, UnconstrainedTaskAvoidsTheModelConstrainedTasksNeed) {
+  int t4_plain = 0;
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {
+    Cluster c(seed);
+    const NodeId t4 = c.Node(2, 64000, "T4");
+    const NodeId g2 = c.Node(2, 64000, "G2");
+    const TargetWorkload w = Workload({{GpuClass(1000, 1), 1}});
+    TaskClass pinned = GpuClass(1000, 1);
+    pinned.gpu_models = {"T4"};
+    const std::vector<TaskClass> tasks = {pinned, pinned, GpuClass(1000, 1),
+                                          GpuClass(1000, 1)};
+    HfFragPolicy p(w, WorkloadDemand::FromTasks(tasks));
+    EXPECT_EQ(c.Placed(WholeReq(1), p).node, g2) << seed;
+    // Without the demand it is the tie rank's choice.
+    Cluster plain(seed);
+    plain.Node(2, 64000, "T4");
+    plain.Node(2, 64000, "G2");
+    if (plain.Placed(WholeReq(1), HfFragPolicy(w)).node == t4) ++t4_plain;
+  }
+  EXPECT_GT(t4_plain, 0);
+}
+
+// When the workload is CPU-bound, stranding is measured at the whole
+// workload's CPU per GPU (CPU-only tasks included), not only the GPU
+// classes'.
+TEST(HfFragPolicyTest, CpuBoundWorkloadMeasuresStrandingAtItsWholeCpu) {
+  // GPU classes: 4 CPUs per GPU. With the CPU-only tasks the workload asks
+  // 12 CPUs per GPU, and its CPU load (48 / 60) exceeds its GPU load
+  // (4 / 6): fully CPU-bound, so c = 12.
+  std::vector<TaskClass> tasks;
+  for (int i = 0; i < 4; ++i) tasks.push_back(GpuClass(1000, 1, 4000));
+  for (int i = 0; i < 4; ++i) tasks.push_back(GpuClass(0, 0, 8000));
+  const TargetWorkload w = Workload({{GpuClass(1000, 1, 4000), 1}});
+  int adaptive_tight = 0, plain_tight = 0;
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {
+    for (const bool adaptive : {true, false}) {
+      Cluster c(seed);
+      // At c = 12: tight strands 3000 - 24000/12 = 1000 milli, 333 after a
+      // 4-CPU GPU task (score 66); roomy strands nothing before or after
+      // (score 50). At c = 4 neither strands anything: a tie.
+      const NodeId tight = c.Node(3, 24000, "G2");
+      c.Node(3, 36000, "G2");
+      const HfFragPolicy p =
+          adaptive ? HfFragPolicy(w, WorkloadDemand::FromTasks(tasks))
+                   : HfFragPolicy(w);
+      const bool on_tight = c.Placed(WholeReq(1, 4000), p).node == tight;
+      (adaptive ? adaptive_tight : plain_tight) += on_tight ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(adaptive_tight, 8);
+  EXPECT_LT(plain_tight, 8);  // the tie rank decides
+}
+
 TEST(HfFragPolicyTest, RespectsTenancy) {
   Cluster c;
   const NodeId n = c.Node(2);
