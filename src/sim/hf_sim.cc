@@ -5,6 +5,9 @@
 //          [--inflate 1.3] --json OUT.json [--plot OUT.svg]
 //          [--gpuspec-share 0.2] [--cpu-only-scale 2.5] [--variant-seed 1]
 //          [--write-pods OUT.csv]
+//   hf-sim --replay --nodes NODES.csv --pods PODS.csv --policy NAME
+//          [--load 0.9] [--defrag simple] [--be-preemptible true]
+//          --json OUT.json
 //   hf-sim --policy list
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include "common/main_guard.h"
 #include "scheduler/policy/artifact.h"
 #include "sim/experiment.h"
+#include "sim/replay.h"
 #include "sim/report.h"
 #include "sim/sim_cluster.h"
 #include "sim/trace.h"
@@ -132,6 +136,30 @@ static int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--write-pods", write_pods_file,
                  "write the (variant) task list here as CSV");
+  bool replay = false;
+  ReplayOptions replay_options;
+  std::string defrag;
+  double defrag_rate = 1.0;
+  app.add_flag("--replay", replay,
+               "time replay: tasks arrive at creation_time, leave after "
+               "(deletion - creation) seconds of running; FIFO with "
+               "backfill; the first seed sets the node tie-breaks");
+  app.add_option("--load", replay_options.load,
+                 "replay: scale arrival times so the peak GPU demand is "
+                 "this x capacity (0 = times as recorded)")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--be-preemptible", replay_options.be_preemptible,
+                 "replay: tasks of qos BE may be evicted by the defragmenter")
+      ->capture_default_str();
+  app.add_option("--defrag", defrag,
+                 "replay: defragmenter called when tasks wait ('simple')");
+  app.add_option("--defrag-evictions-per-100", defrag_rate,
+                 "replay: the defragmenter's eviction budget per 100 tasks")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--sample-every", replay_options.sample_every_s,
+                 "replay: seconds between samples (0 = 200 samples)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (policy == "list") {
@@ -169,6 +197,28 @@ static int Main(int argc, char** argv) {
     probe.workload = &none;
     auto made = scheduler::MakeSimPolicy(policy, probe);
     if (!made.ok()) return Fail(made.status().message());
+  }
+
+  if (replay) {
+    std::unique_ptr<DefragHook> hook;
+    if (defrag == "simple") {
+      hook = std::make_unique<SimpleDefragmenter>(defrag_rate);
+    } else if (!defrag.empty()) {
+      return Fail("--defrag: unknown defragmenter '" + defrag +
+                  "'; known: simple");
+    }
+    replay_options.seed = options.seeds.front();
+    replay_options.coverage = options.coverage;
+    if (replay_options.sample_every_s < 0) {
+      return Fail("--sample-every must not be negative");
+    }
+    auto run = RunReplay(*nodes, *pods, policy, replay_options, hook.get());
+    if (!run.ok()) return Fail(run.status().ToString());
+    if (!WriteFile(json_file, ReplayJson(*run))) {
+      return Fail("cannot write " + json_file);
+    }
+    std::fputs(ReplayTable(*run).c_str(), stdout);
+    return 0;
   }
 
   std::vector<scheduler::TaskClass> classes;

@@ -157,8 +157,9 @@ void EnsurePrices(const ClusterView& view, const WorkloadDemand& demand,
   memo = std::make_unique<HfFragPolicy::Memo>();
   memo->priced_gpus = gpus;
   // The CPU that a GPU milli must leave room for: the GPU classes' own CPU,
-  // raised towards the whole workload's CPU per GPU milli (CPU-only tasks
-  // included) as far as the workload is CPU-bound.
+  // or, when the workload is CPU-bound, the whole workload's CPU per GPU
+  // milli (CPU-only tasks included), so that CPU-only tasks do not eat the
+  // CPU that idle GPUs will need.
   memo->cpu_per_milli =
       cpu_per_milli + std::max(0.0, prices.cpu_per_milli_all - cpu_per_milli) *
                           prices.cpu_bound;
@@ -288,9 +289,11 @@ ClusterPrices PricesFor(const ClusterView& view, const WorkloadDemand& demand) {
   for (const auto& [model, milli] : wanted) {
     out.price[model] = milli / capacity[model] / load;
   }
-  out.cpu_per_milli_all = demand.cpu_milli / demand.gpu_milli;
-  if (cpu_capacity > 0) {
-    out.cpu_bound = std::min(1.0, demand.cpu_milli / cpu_capacity / load);
+  // What the workload asks per GPU milli, but no more than the cluster has.
+  out.cpu_per_milli_all =
+      std::min(demand.cpu_milli / demand.gpu_milli, cpu_capacity / gpu_capacity);
+  if (cpu_capacity > 0 && demand.cpu_milli / cpu_capacity >= load) {
+    out.cpu_bound = 1;
   }
   return out;
 }

@@ -83,8 +83,11 @@ struct WorkloadDemand {
 // constrained demand on the model per GPU milli of the model, over the
 // workload's GPU demand per GPU milli of the cluster (0 for a model no
 // constrained task needs); cpu_per_milli_all is the workload's CPU (CPU-only
-// tasks included) per GPU milli; cpu_bound is how CPU-bound the workload is,
-// (CPU demand / CPU capacity) / (GPU demand / GPU capacity), at most 1.
+// tasks included) per GPU milli, at most the cluster's CPU per GPU milli;
+// cpu_bound is 1 when the workload is
+// CPU-bound (CPU demand / CPU capacity >= GPU demand / GPU capacity), else
+// 0: how far hf-frag's c moves from the GPU classes' CPU per GPU milli to
+// cpu_per_milli_all.
 struct ClusterPrices {
   std::map<std::string, double> price;
   double cpu_per_milli_all = 0;

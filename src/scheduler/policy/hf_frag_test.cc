@@ -156,9 +156,15 @@ TEST(HfFragPricesTest, PriceIsConstrainedDemandPerGpuOverTheLoad) {
       [&](const ledger::ClusterView& view) { prices = PricesFor(view, d); });
   EXPECT_DOUBLE_EQ(prices.price["T4"], (1000 + 4000 * 2.0 / 8) / 2000);
   EXPECT_DOUBLE_EQ(prices.price["G2"], (4000 * 6.0 / 8) / 6000);
-  // 64 CPUs per 8 GPUs; CPU load 64000 / 128000 over GPU load 1.
+  // 64 CPUs per 8 GPUs; CPU load 64000 / 128000 below GPU load 1.
   EXPECT_DOUBLE_EQ(prices.cpu_per_milli_all, 8.0);
-  EXPECT_DOUBLE_EQ(prices.cpu_bound, 0.5);
+  EXPECT_DOUBLE_EQ(prices.cpu_bound, 0);
+  // Twice the CPU: CPU load 1, as high as the GPU load.
+  for (TaskClass& t : tasks) t.cpu_milli *= 2;
+  c.ledger().Read([&](const ledger::ClusterView& view) {
+    prices = PricesFor(view, WorkloadDemand::FromTasks(tasks));
+  });
+  EXPECT_DOUBLE_EQ(prices.cpu_bound, 1);
 }
 
 // A task that may go anywhere leaves the model that constrained tasks need,
@@ -191,7 +197,8 @@ TEST(HfFragPolicyTest, UnconstrainedTaskAvoidsTheModelConstrainedTasksNeed) {
 TEST(HfFragPolicyTest, CpuBoundWorkloadMeasuresStrandingAtItsWholeCpu) {
   // GPU classes: 4 CPUs per GPU. With the CPU-only tasks the workload asks
   // 12 CPUs per GPU, and its CPU load (48 / 60) exceeds its GPU load
-  // (4 / 6): fully CPU-bound, so c = 12.
+  // (4 / 6): CPU-bound, so c = 10, the cluster's 60 CPUs over 6 GPUs (less
+  // than the 12 asked).
   std::vector<TaskClass> tasks;
   for (int i = 0; i < 4; ++i) tasks.push_back(GpuClass(1000, 1, 4000));
   for (int i = 0; i < 4; ++i) tasks.push_back(GpuClass(0, 0, 8000));
@@ -200,8 +207,8 @@ TEST(HfFragPolicyTest, CpuBoundWorkloadMeasuresStrandingAtItsWholeCpu) {
   for (std::uint64_t seed = 0; seed < 8; ++seed) {
     for (const bool adaptive : {true, false}) {
       Cluster c(seed);
-      // At c = 12: tight strands 3000 - 24000/12 = 1000 milli, 333 after a
-      // 4-CPU GPU task (score 66); roomy strands nothing before or after
+      // At c = 10: tight strands 3000 - 24000/10 = 600 milli, none after a
+      // 4-CPU GPU task (score 64); roomy strands nothing before or after
       // (score 50). At c = 4 neither strands anything: a tie.
       const NodeId tight = c.Node(3, 24000, "G2");
       c.Node(3, 36000, "G2");

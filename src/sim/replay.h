@@ -1,0 +1,158 @@
+// Time replay of a trace with departures (hf-sim --replay): tasks arrive at
+// their creation time, run for (deletion - creation) seconds once started,
+// and leave. Tasks that do not fit wait in a FIFO queue with backfill: on
+// every change the queue is tried in arrival order and any task that fits
+// starts, even when an earlier one cannot. Tasks whose trace qos is "BE"
+// are preemptible (ReplayOptions::be_preemptible): a DefragHook may evict
+// them to let a waiting task fit; an evicted task goes back to the queue in
+// its arrival order and, when it starts again, runs for the work it had
+// left (checkpoint and restart).
+//
+// Reported over time (every `sample_every_s` of trace time): the share of
+// the requested GPU that waits, the GPU allocation ratio and the cluster's
+// fragmentation (NodeFragMilli against the trace's target workload); and in
+// total: the waiting GPU-time, the median and p99 wait per task (tasks that
+// never waited count as 0; a task still waiting at the end counts its wait
+// so far), evictions per 100 tasks.
+//
+// `load` compresses (or stretches) the arrival times, keeping durations, so
+// that the peak GPU demand (every task running from its arrival for its
+// duration, as if the cluster were unbounded) is `load` x the cluster's GPU
+// capacity. The openb traces as recorded peak under 1% of their cluster's
+// GPU (their durations are heavy-tailed: 100 of the 8152 tasks hold 93% of
+// the GPU-time), so only a compressed replay makes tasks wait.
+//
+// Thread-safety: a Replay runs on one thread; runs share nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "ledger/ledger.h"
+#include "scheduler/fragmentation.h"
+#include "sim/trace.h"
+
+namespace hf::sim {
+
+struct ReplayOptions {
+  bool be_preemptible = true;     // trace qos "BE" tasks may be evicted
+  double load = 0;  // peak demand / capacity; 0: times as recorded
+  std::int64_t sample_every_s = 0;  // 0: 200 samples over the run
+  std::uint64_t seed = 42;        // node tie-break ranks
+  double coverage = 0.95;         // target workload of the fragmentation
+};
+
+// One task of the replay.
+struct ReplayTask {
+  std::size_t pod = 0;  // index into the trace's pods
+  ledger::PlacementRequest request;
+  std::int64_t gpu_milli = 0;  // total GPU request
+  bool preemptible = false;
+  std::int64_t arrival = 0;    // seconds (after `load` scaling)
+  std::int64_t remaining = 0;  // seconds of work left; -1: runs forever
+  std::optional<SliceId> slice;       // while running
+  std::int64_t started = -1;          // last start
+  std::int64_t queued_since = -1;     // while waiting
+  std::int64_t waited = 0;            // seconds waited so far, all stints
+  int evictions = 0;
+  bool done = false;
+};
+
+// What a DefragHook may see and do while tasks wait.
+class ReplayControl {
+ public:
+  virtual ~ReplayControl() = default;
+  virtual std::int64_t now() const = 0;
+  virtual const ledger::Ledger& ledger() const = 0;
+  // Waiting tasks (ids), in queue order.
+  virtual std::vector<std::size_t> waiting() const = 0;
+  virtual const ReplayTask& task(std::size_t id) const = 0;
+  // Running tasks holding (part of) `gpu`, and node-only tasks on `node`.
+  virtual const std::vector<std::size_t>& tasks_on_gpu(GpuId gpu) const = 0;
+  // Tasks arrived so far and evictions so far.
+  virtual std::int64_t arrived() const = 0;
+  virtual std::int64_t evictions() const = 0;
+  // Evicts a running preemptible task (false if it is neither): its
+  // allocation is released and it waits again.
+  virtual bool Evict(std::size_t id) = 0;
+  // Starts a waiting task where `policy` chooses (the ledger checks the
+  // choice); false if it did not start.
+  virtual bool Start(std::size_t id, const ledger::PlacementPolicy& policy) = 0;
+};
+
+// The seam for a defragmentation planner: called after a scheduling pass
+// that left tasks waiting. Whatever it evicts is queued again and the queue
+// is tried once more.
+class DefragHook {
+ public:
+  virtual ~DefragHook() = default;
+  virtual std::string_view name() const = 0;
+  virtual void OnWaiting(ReplayControl& control) = 0;
+};
+
+// A simple in-simulator defragmenter: for the oldest waiting GPU tasks (at
+// most `tries` per call), the node where evicting the fewest running
+// preemptible tasks (then the least GPU) lets the task fit; it evicts them,
+// starts the task there, and the evicted tasks go back to the queue, where
+// the policy usually places them at once elsewhere (a move). Evictions are
+// capped at `evictions_per_100` per 100 arrived tasks, over the run.
+class SimpleDefragmenter final : public DefragHook {
+ public:
+  explicit SimpleDefragmenter(double evictions_per_100 = 1.0, int tries = 4)
+      : evictions_per_100_(evictions_per_100), tries_(tries) {}
+  std::string_view name() const override { return "simple"; }
+  void OnWaiting(ReplayControl& control) override;
+
+ private:
+  double evictions_per_100_;
+  int tries_;
+};
+
+struct ReplaySample {
+  std::int64_t time = 0;
+  std::int64_t running_milli = 0;
+  std::int64_t waiting_milli = 0;  // GPU requested by waiting tasks
+  int waiting_tasks = 0;
+  double allocation_pct = 0;       // allocated GPU / capacity
+  double frag_pct = 0;             // fragmentation / capacity
+  double waiting_share_pct = 0;    // waiting / (waiting + running) GPU
+};
+
+struct ReplayResult {
+  std::string policy;
+  std::string defrag;  // "" without
+  std::int64_t capacity_milli = 0;
+  double time_scale = 1;  // arrival times were multiplied by this
+  std::int64_t tasks = 0;
+  std::int64_t started = 0;        // started at least once
+  std::int64_t never_started = 0;  // still waiting at the end
+  std::int64_t never_fit = 0;      // do not fit the empty cluster: left out
+  std::int64_t evictions = 0;
+  double evictions_per_100 = 0;
+  double waiting_gpu_hours = 0;    // integral of the waiting GPU request
+  double running_gpu_hours = 0;
+  double waiting_share_pct = 0;    // waiting / (waiting + running) GPU-time
+  double wait_median_s = 0;
+  double wait_p99_s = 0;
+  double decisions_per_second = 0;
+  std::vector<ReplaySample> samples;
+};
+
+// Replays `pods` (which must have creation and deletion times) on the GPU
+// nodes of `nodes` with the named policy and an optional hook.
+StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
+                                 const std::vector<TracePod>& pods,
+                                 const std::string& policy,
+                                 const ReplayOptions& options,
+                                 DefragHook* hook);
+
+std::string ReplayJson(const ReplayResult& result);
+// A table: one row per `every` samples (at least the last), then totals.
+std::string ReplayTable(const ReplayResult& result, std::size_t rows = 12);
+
+}  // namespace hf::sim
