@@ -45,7 +45,7 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
                           const std::string& policy_name, std::uint64_t seed,
                           const scheduler::TargetWorkload& workload,
                           const ExperimentOptions& options) {
-  auto built = BuildSimLedger(nodes, seed);
+  auto built = BuildSimLedger(nodes, seed, options.mig);
   if (!built.ok()) return built.status();
   std::unique_ptr<ledger::Ledger> ledger = std::move(built).value();
   scheduler::SimPolicyContext context;
@@ -91,17 +91,41 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
   for (std::size_t i : order) {
     const TracePod& pod = pods[i];
     s.arrived_milli += pod.total_gpu_milli();
-    const ledger::PlacementRequest request = ToRequest(pod);
+    // The requests to try, in order (one without MIG).
+    std::vector<ledger::PlacementRequest> requests;
+    if (!options.mig.enabled()) {
+      requests.push_back(ToRequest(pod));
+    } else {
+      std::optional<ledger::PlacementRequest> mig = ToMigRequest(pod, options.mig);
+      std::optional<ledger::PlacementRequest> plain = ToPlainRequest(pod, options.mig);
+      if (pod.is_share()) std::swap(mig, plain);  // MIG first
+      for (auto* r : {&plain, &mig}) {
+        if (r->has_value()) requests.push_back(**r);
+      }
+    }
     const auto start = std::chrono::steady_clock::now();
-    const ledger::PlacementResult result = ledger->Place(request, *policy);
+    ledger::PlacementResult result;
+    std::int64_t charged = 0;
+    for (const ledger::PlacementRequest& request : requests) {
+      result = ledger->Place(request, *policy);
+      if (result.outcome == ledger::PlacementOutcome::kInvalid) break;
+      if (result.placed()) {
+        charged = request.kind == ledger::RequestKind::kSlice
+                      ? request.memory_mib.value_or(0) / kSimMibPerMilli
+                      : std::int64_t{request.gpu_count} * kMilliPerGpu;
+        if (!options.mig.enabled()) charged = pod.total_gpu_milli();
+        break;
+      }
+    }
     placing += std::chrono::steady_clock::now() - start;
+    if (requests.empty()) result.outcome = ledger::PlacementOutcome::kInfeasible;
     if (result.outcome == ledger::PlacementOutcome::kInvalid) {
       return Status::Internal("task " + pod.name + ": " + result.message);
     }
     if (result.placed()) {
       ++run.placed;
-      s.allocated_milli += pod.total_gpu_milli();
-      s.idle_milli -= pod.total_gpu_milli();
+      s.allocated_milli += charged;
+      s.idle_milli -= charged;
       const NodeId node = result.allocation.node;
       ledger->Read([&](const ledger::ClusterView& view) {
         const double updated = scheduler::NodeFragMilli(

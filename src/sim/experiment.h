@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "scheduler/fragmentation.h"
+#include "sim/sim_cluster.h"
 #include "sim/trace.h"
 
 namespace hf::sim {
@@ -30,6 +31,10 @@ struct ExperimentOptions {
   double inflate = 1.3;    // stop before the request exceeds this x capacity
   double coverage = 0.95;  // target-workload coverage for fragmentation
   int max_x = 130;         // last arrived-% point reported
+  // The MIG variant (sim_cluster.h): a sharing task tries a MIG instance
+  // first, then a GPU out of MIG mode. Allocated GPU counts what the
+  // instances hold (a profile's rounding is allocated, not idle).
+  SimMig mig;
 };
 
 // One attempt's record.

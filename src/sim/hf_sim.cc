@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -134,6 +136,19 @@ static int Main(int argc, char** argv) {
                  "seed of the variant's draws (the same seed gives the same "
                  "variant)")
       ->capture_default_str();
+  std::string mig_models, mig_table = "A100-80GB";
+  app.add_option("--mig", mig_models,
+                 "MIG variant: GPU models of the node list put in MIG mode, "
+                 "comma-separated (e.g. G2,G3); tasks there take the smallest "
+                 "MIG profile that covers them");
+  app.add_option("--mig-table", mig_table,
+                 "MIG variant: the profile table of those GPUs")
+      ->capture_default_str();
+  double node_share = 1;
+  app.add_option("--node-share", node_share,
+                 "keep this share of the nodes, the same mix of node types "
+                 "(seeded by --variant-seed)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--write-pods", write_pods_file,
                  "write the (variant) task list here as CSV");
   bool replay = false;
@@ -189,8 +204,34 @@ static int Main(int argc, char** argv) {
   if (!write_pods_file.empty() && !WriteFile(write_pods_file, PodCsv(*pods))) {
     return Fail("cannot write " + write_pods_file);
   }
+  if (node_share < 1) *nodes = SubsetNodes(*nodes, node_share, variant.seed);
   const std::int64_t capacity = CapacityMilli(*nodes);
   if (capacity == 0) return Fail(nodes_file + ": no node has a GPU");
+  if (!mig_models.empty()) {
+    for (const gpu::MigModelTable& t : gpu::AllMigTables()) {
+      if (t.model_key == mig_table) options.mig.table = &t;
+    }
+    if (options.mig.table == nullptr) {
+      return Fail("--mig-table: no MIG table '" + mig_table + "'");
+    }
+    std::set<std::string> chosen, present;
+    std::stringstream in(mig_models);
+    for (std::string m; std::getline(in, m, ',');) {
+      if (!m.empty()) chosen.insert(m);
+    }
+    for (const TraceNode& n : *nodes) {
+      if (n.gpu_count > 0) present.insert(n.model);
+    }
+    for (const std::string& m : chosen) {
+      if (present.count(m) == 0) {
+        return Fail("--mig: no GPU node of model '" + m + "'");
+      }
+      options.mig.models.push_back(m);
+    }
+    for (const std::string& m : present) {
+      if (chosen.count(m) == 0) options.mig.plain_models.push_back(m);
+    }
+  }
   {  // Fail fast on an unknown policy, before any work.
     scheduler::TargetWorkload none;
     scheduler::SimPolicyContext probe;

@@ -582,10 +582,19 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
       scale = hi;
     }
   }
+  // Tasks that fit no node of the empty cluster would wait forever: left
+  // out and counted.
+  std::optional<Bounds> empty;
+  (*built)->Read([&](const ledger::ClusterView& view) { empty.emplace(view); });
+  std::int64_t never_fit = 0;
   std::vector<ReplayTask> tasks;
   tasks.reserve(pods.size());
   for (std::size_t i = 0; i < pods.size(); ++i) {
     const TracePod& p = pods[i];
+    if (!empty->MayFit(ToRequest(p))) {
+      ++never_fit;
+      continue;
+    }
     ReplayTask t;
     t.pod = i;
     t.request = ToRequest(p);
@@ -609,6 +618,7 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
   result.policy = policy_name;
   result.defrag = hook == nullptr ? "" : std::string(hook->name());
   result.time_scale = scale;
+  result.never_fit = never_fit;
   return result;
 }
 
@@ -621,6 +631,7 @@ std::string ReplayJson(const ReplayResult& r) {
   j["tasks"] = r.tasks;
   j["started"] = r.started;
   j["never_started"] = r.never_started;
+  j["never_fit"] = r.never_fit;
   j["evictions"] = r.evictions;
   j["evictions_per_100_tasks"] = r.evictions_per_100;
   j["waiting_gpu_hours"] = r.waiting_gpu_hours;

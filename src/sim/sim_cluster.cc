@@ -5,7 +5,8 @@
 namespace hf::sim {
 
 StatusOr<std::unique_ptr<ledger::Ledger>> BuildSimLedger(
-    const std::vector<TraceNode>& nodes, std::uint64_t seed) {
+    const std::vector<TraceNode>& nodes, std::uint64_t seed,
+    const SimMig& mig) {
   ledger::LedgerOptions options;
   // Seed 0 would mean "no randomised tie-breaks"; every seed must randomise.
   options.tie_break_seed = seed == 0 ? 0x5EEDULL : seed;
@@ -37,6 +38,13 @@ StatusOr<std::unique_ptr<ledger::Ledger>> BuildSimLedger(
       gpu.compute_capability_major = 7;
       auto id = ledger->AddGpu(*node, gpu);
       if (!id.ok()) return id.status().WithContext("node " + n->name);
+      if (mig.enabled() &&
+          std::find(mig.models.begin(), mig.models.end(), n->model) !=
+              mig.models.end()) {
+        Status set = ledger->SetGpuCapabilities(*id, /*mig_capable=*/true,
+                                                /*mps_capable=*/false);
+        if (!set.ok()) return set.WithContext("node " + n->name);
+      }
     }
   }
   return ledger;
@@ -66,6 +74,67 @@ ledger::PlacementRequest ToRequest(const TracePod& pod) {
   r.cpu_milli = std::max<CpuMilli>(r.cpu_milli, pod.cpu_milli);
   r.host_memory_mib = pod.memory_mib;
   r.allowed_models = pod.gpu_spec;
+  return r;
+}
+
+namespace {
+
+bool IsMig(const SimMig& mig, const std::string& model) {
+  return std::find(mig.models.begin(), mig.models.end(), model) !=
+         mig.models.end();
+}
+
+}  // namespace
+
+std::optional<ledger::PlacementRequest> ToMigRequest(const TracePod& pod,
+                                                     const SimMig& mig) {
+  if (!mig.enabled() || !pod.is_share()) return std::nullopt;
+  std::vector<std::string> models;
+  for (const std::string& m : mig.models) {
+    if (pod.gpu_spec.empty() ||
+        std::find(pod.gpu_spec.begin(), pod.gpu_spec.end(), m) !=
+            pod.gpu_spec.end()) {
+      models.push_back(m);
+    }
+  }
+  if (models.empty()) return std::nullopt;
+  const gpu::MigModelTable& t = *mig.table;
+  // The task's share of the card, in the table's nominal memory and in
+  // compute percent.
+  const MemoryMib memory = std::max<MemoryMib>(
+      1, (t.memory_mib * pod.gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu);
+  const ComputePercent compute = std::clamp(pod.gpu_milli / 10, 1, 100);
+  auto chosen = gpu::ChooseMigInstance(t, memory, compute, {});
+  if (!chosen.ok()) return std::nullopt;
+  const gpu::MigProfile* profile = gpu::FindProfile(t, chosen->profile);
+  // The full card is no slice the ledger hands out (its 90% limit).
+  if (profile == nullptr || profile->memory_slices >= t.memory_slices) {
+    return std::nullopt;
+  }
+  ledger::PlacementRequest r = ledger::PlacementRequest::Slice(
+      kSimTenant, kSimGpuMemoryMib * profile->memory_slices / t.memory_slices,
+      gpu::MigComputePercent(t, *profile));
+  r.cpu_milli = std::max<CpuMilli>(1, pod.cpu_milli);
+  r.host_memory_mib = pod.memory_mib;
+  r.allowed_models = std::move(models);
+  return r;
+}
+
+std::optional<ledger::PlacementRequest> ToPlainRequest(const TracePod& pod,
+                                                       const SimMig& mig) {
+  ledger::PlacementRequest r = ToRequest(pod);
+  if (!mig.enabled() || pod.num_gpu == 0) return r;
+  std::vector<std::string> models;
+  if (pod.gpu_spec.empty()) {
+    // Every model out of MIG mode: the ledger needs them named.
+    models = mig.plain_models;
+  } else {
+    for (const std::string& m : pod.gpu_spec) {
+      if (!IsMig(mig, m)) models.push_back(m);
+    }
+  }
+  if (models.empty()) return std::nullopt;
+  r.allowed_models = std::move(models);
   return r;
 }
 

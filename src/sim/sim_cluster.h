@@ -16,9 +16,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "gpu/mig_profiles.h"
 #include "ledger/ledger.h"
 #include "scheduler/fragmentation.h"
 #include "sim/trace.h"
@@ -29,17 +32,48 @@ inline constexpr MemoryMib kSimGpuMemoryMib = scheduler::kSimGpuMemoryMib;
 inline constexpr MemoryMib kSimMibPerMilli = kSimGpuMemoryMib / kMilliPerGpu;
 inline constexpr TenantId kSimTenant{1};
 
+// The MIG variant: the GPUs of `models` are in MIG mode with `table`'s
+// profiles (an A100/H100-class geometry: 7 compute, 8 memory slices). The
+// ledger never hands a MIG GPU out whole, so a task there holds a MIG
+// instance: the smallest profile (ChooseMigInstance) whose memory share of
+// the card (memory_slices / 8) and compute share (MigComputePercent) cover
+// the task's GPU milli. Only sharing tasks run on MIG instances: the
+// full-card profile is above the ledger's 90% slice limit, so whole-GPU
+// tasks need GPUs out of MIG mode.
+struct SimMig {
+  std::vector<std::string> models;
+  std::vector<std::string> plain_models;  // the cluster's other GPU models
+  const gpu::MigModelTable* table = nullptr;
+  bool enabled() const { return table != nullptr && !models.empty(); }
+};
+
 // A ledger holding the trace's GPU nodes (nodes without GPUs are left out,
 // as in the reference experiment), with tie-breaks among nodes randomised
-// by `seed`.
+// by `seed`; the GPUs of `mig.models` in MIG mode.
 StatusOr<std::unique_ptr<ledger::Ledger>> BuildSimLedger(
-    const std::vector<TraceNode>& nodes, std::uint64_t seed);
+    const std::vector<TraceNode>& nodes, std::uint64_t seed,
+    const SimMig& mig = {});
 
 // Total GPU capacity of the GPU nodes, in milli-GPUs.
 std::int64_t CapacityMilli(const std::vector<TraceNode>& nodes);
 
 // The ledger request for one trace task.
 ledger::PlacementRequest ToRequest(const TracePod& pod);
+
+// The request for one trace task on the MIG GPUs of `mig`: a slice of the
+// smallest profile that covers the task (memory = profile's share of
+// kSimGpuMemoryMib, compute = its MigComputePercent), allowed only on MIG
+// models; nullopt for tasks that cannot run on a MIG instance (not a
+// sharing task, needing the full card, or constrained to models not in MIG
+// mode).
+std::optional<ledger::PlacementRequest> ToMigRequest(const TracePod& pod,
+                                                     const SimMig& mig);
+
+// The request for one trace task on the GPUs out of MIG mode (its models
+// minus the MIG ones); nullopt when it allows only MIG models. Without MIG,
+// ToRequest(pod).
+std::optional<ledger::PlacementRequest> ToPlainRequest(const TracePod& pod,
+                                                       const SimMig& mig);
 
 // The task's class for the fragmentation measure.
 scheduler::TaskClass ToTaskClass(const TracePod& pod);

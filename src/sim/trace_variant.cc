@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 namespace hf::sim {
 namespace {
@@ -189,6 +190,37 @@ StatusOr<std::vector<TracePod>> MakeVariant(const std::vector<TraceNode>& nodes,
     ConstrainModels(nodes, out, options.gpuspec_share, rng);
   }
   ScaleCpuOnly(out, options.cpu_only_scale, rng);
+  return out;
+}
+
+std::vector<TraceNode> SubsetNodes(const std::vector<TraceNode>& nodes,
+                                   double share, std::uint64_t seed) {
+  using Type = std::tuple<std::string, int, CpuMilli, MemoryMib>;
+  std::map<Type, std::vector<std::size_t>> by_type;  // name order inside
+  std::vector<std::size_t> order(nodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return nodes[a].name < nodes[b].name;
+  });
+  for (std::size_t i : order) {
+    const TraceNode& n = nodes[i];
+    by_type[{n.model, n.gpu_count, n.cpu_milli, n.memory_mib}].push_back(i);
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<bool> keep(nodes.size(), false);
+  for (auto& [type, members] : by_type) {
+    Shuffle(members, rng);
+    auto count = static_cast<std::size_t>(
+        std::llround(share * static_cast<double>(members.size())));
+    if (share > 0 && count == 0) count = 1;
+    for (std::size_t k = 0; k < std::min(count, members.size()); ++k) {
+      keep[members[k]] = true;
+    }
+  }
+  std::vector<TraceNode> out;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (keep[i]) out.push_back(nodes[i]);
+  }
   return out;
 }
 

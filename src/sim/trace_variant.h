@@ -45,6 +45,13 @@ StatusOr<std::vector<TracePod>> MakeVariant(const std::vector<TraceNode>& nodes,
                                             const std::vector<TracePod>& pods,
                                             const VariantOptions& options);
 
+// A deterministic share of the nodes, the same mix of node types: for each
+// (model, GPUs, CPU, memory) type, round(share x count) nodes (at least one
+// where share > 0), drawn with `seed`. For replays that need a smaller
+// cluster than the trace's.
+std::vector<TraceNode> SubsetNodes(const std::vector<TraceNode>& nodes,
+                                   double share, std::uint64_t seed);
+
 // The pods as CSV text in the openb columns (name, cpu_milli, memory_mib,
 // num_gpu, gpu_milli, gpu_spec, qos, creation_time, deletion_time), which
 // ParsePodCsv reads back to the same pods.

@@ -11,6 +11,7 @@
 // host memory, the 90% rule), CheckInvariants after random workloads, FGD
 // against a brute-force reference, and the factory.
 #include "scheduler/policy/artifact.h"
+#include "scheduler/policy/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -757,6 +758,18 @@ std::vector<std::pair<PlacementRequest, TaskClass>> TraceTasks() {
 // of the GPU capacity). Prints, asserts nothing; run with
 // HF_OPENB_POD_CSV=.../openb_pod_list_default.csv and
 // --gtest_also_run_disabled_tests.
+// hf-sim --policy list marks the server's default, named as the registry
+// names it.
+TEST(SimPolicyNamesTest, TheServerDefaultComesFromTheRegistry) {
+  EXPECT_EQ(SimPolicyNameOf("best-fit"), "hf-bestfit");
+  EXPECT_EQ(SimPolicyNameOf("hf-frag"), "hf-frag");
+  EXPECT_EQ(SimPolicyNameOf("no-such-policy"), "");
+  EXPECT_EQ(SimServerDefaultPolicy(), SimPolicyNameOf(kDefaultPolicyName));
+  const std::vector<std::string> names = SimPolicyNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), SimServerDefaultPolicy()),
+            names.end());
+}
+
 TEST(ArtifactPoliciesTest, DISABLED_ChooseCost) {
   std::vector<std::pair<PlacementRequest, TaskClass>> trace = TraceTasks();
   if (trace.empty()) GTEST_SKIP() << "set HF_OPENB_POD_CSV";

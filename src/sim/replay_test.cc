@@ -1,0 +1,191 @@
+// Tests for the time replay (replay.h) on tiny hand-made traces: departures
+// free room, FIFO with backfill, waiting accounting (GPU-time, waits,
+// samples), the defragmenter's evictions of preemptible tasks, and the MIG
+// variant's charging (sim_cluster.h).
+#include "sim/replay.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/experiment.h"
+#include "sim/sim_cluster.h"
+
+namespace hf::sim {
+namespace {
+
+TracePod Pod(const std::string& name, int num_gpu, int milli, CpuMilli cpu,
+             std::int64_t created, std::int64_t deleted,
+             const std::string& qos = "LS") {
+  TracePod p;
+  p.name = name;
+  p.num_gpu = num_gpu;
+  p.gpu_milli = milli;
+  p.cpu_milli = cpu;
+  p.memory_mib = 1024;
+  p.creation_time = created;
+  p.deletion_time = deleted;
+  p.qos = qos;
+  return p;
+}
+
+std::vector<TraceNode> OneGpu() { return {{"n0", 8000, 65536, 1, "G2"}}; }
+
+TEST(ReplayTest, WaitsForADepartureAndBackfillsWhatFits) {
+  // a holds the GPU 0..100; b (50 s of work) arrives at 10 and waits for
+  // it; c, CPU-only, arrives at 20 behind b and starts at once (backfill).
+  const std::vector<TracePod> pods = {Pod("a", 1, 1000, 1000, 0, 100),
+                                      Pod("b", 1, 1000, 1000, 10, 60),
+                                      Pod("c", 0, 0, 1000, 20, 30)};
+  ReplayOptions o;
+  o.sample_every_s = 50;
+  auto r = RunReplay(OneGpu(), pods, "hf-frag", o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tasks, 3);
+  EXPECT_EQ(r->started, 3);
+  EXPECT_EQ(r->never_started, 0);
+  // b waited 90 s for one GPU: 90 GPU-seconds.
+  EXPECT_NEAR(r->waiting_gpu_hours, 90.0 / 3600, 1e-9);
+  // a ran 100 s, b 50 s (from 100 to 150): 150 GPU-seconds.
+  EXPECT_NEAR(r->running_gpu_hours, 150.0 / 3600, 1e-9);
+  EXPECT_NEAR(r->waiting_share_pct, 100.0 * 90 / 240, 1e-9);
+  EXPECT_EQ(r->wait_median_s, 0);  // a and c never waited
+  EXPECT_EQ(r->wait_p99_s, 90);
+  // At 50: a runs, b waits.
+  bool seen = false;
+  for (const ReplaySample& s : r->samples) {
+    if (s.time != 50) continue;
+    seen = true;
+    EXPECT_EQ(s.waiting_tasks, 1);
+    EXPECT_EQ(s.running_milli, 1000);
+    EXPECT_EQ(s.waiting_milli, 1000);
+    EXPECT_DOUBLE_EQ(s.allocation_pct, 100);
+    EXPECT_DOUBLE_EQ(s.waiting_share_pct, 50);
+  }
+  EXPECT_TRUE(seen);
+}
+
+TEST(ReplayTest, TasksThatNeverFitAreLeftOutAndCounted) {
+  const std::vector<TracePod> pods = {Pod("a", 1, 1000, 1000, 0, 100),
+                                      Pod("huge", 2, 1000, 1000, 5, 50)};
+  auto r = RunReplay(OneGpu(), pods, "fgd", {}, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tasks, 1);
+  EXPECT_EQ(r->never_fit, 1);
+  EXPECT_EQ(r->waiting_gpu_hours, 0);
+}
+
+TEST(ReplayTest, RejectsATraceWithoutTimes) {
+  TracePod p = Pod("a", 1, 1000, 1000, 0, -1);
+  auto r = RunReplay(OneGpu(), {p}, "fgd", {}, nullptr);
+  EXPECT_FALSE(r.ok());
+}
+
+// Two 1-GPU nodes, each holding a 600-milli slice: x is BE, y is LS. A
+// whole-GPU task z then fits nowhere; the defragmenter evicts x (never y)
+// and z starts at once; x waits until z leaves its GPU.
+std::vector<TracePod> Fragmented() {
+  return {Pod("x", 1, 600, 1000, 0, 1000, "BE"),
+          Pod("y", 1, 600, 1000, 1, 500, "LS"),
+          Pod("z", 1, 1000, 1000, 10, 110, "LS")};
+}
+std::vector<TraceNode> TwoGpus() {
+  return {{"n0", 8000, 65536, 1, "G2"}, {"n1", 8000, 65536, 1, "G2"}};
+}
+
+TEST(ReplayTest, DefragmenterEvictsAPreemptibleTaskSoAWaitingOneFits) {
+  SimpleDefragmenter defrag(/*evictions_per_100=*/100);
+  auto with = RunReplay(TwoGpus(), Fragmented(), "hf-frag", {}, &defrag);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_EQ(with->evictions, 1);
+  EXPECT_EQ(with->never_started, 0);
+  // z never waited; x (600 milli) waited from 10 until z left at 110.
+  EXPECT_NEAR(with->waiting_gpu_hours, 0.6 * 100 / 3600, 1e-9);
+
+  auto without = RunReplay(TwoGpus(), Fragmented(), "hf-frag", {}, nullptr);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(without->evictions, 0);
+  // z waits from 10 until y leaves at 500.
+  EXPECT_NEAR(without->waiting_gpu_hours, 490.0 / 3600, 1e-9);
+
+  // BE not preemptible: nothing to evict.
+  ReplayOptions keep;
+  keep.be_preemptible = false;
+  auto none = RunReplay(TwoGpus(), Fragmented(), "hf-frag", keep, &defrag);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->evictions, 0);
+  EXPECT_NEAR(none->waiting_gpu_hours, 490.0 / 3600, 1e-9);
+}
+
+TEST(ReplayTest, DefragmenterKeepsToItsEvictionBudget) {
+  SimpleDefragmenter defrag(/*evictions_per_100=*/1);  // 3 tasks: 0 allowed
+  auto r = RunReplay(TwoGpus(), Fragmented(), "hf-frag", {}, &defrag);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->evictions, 0);
+}
+
+// --- the MIG variant ---
+
+SimMig A100Mig(std::vector<std::string> models,
+               std::vector<std::string> plain) {
+  SimMig mig;
+  mig.models = std::move(models);
+  mig.plain_models = std::move(plain);
+  for (const gpu::MigModelTable& t : gpu::AllMigTables()) {
+    if (t.model_key == "A100-80GB") mig.table = &t;
+  }
+  EXPECT_NE(mig.table, nullptr);
+  return mig;
+}
+
+TEST(MigVariantTest, ChargesTheSmallestProfileThatCovers) {
+  const SimMig mig = A100Mig({"G3"}, {"T4"});
+  // 100 milli: 8.2 GB and 10% -> 1g.10gb (1 of 8 memory slices, 14%).
+  auto small = ToMigRequest(Pod("s", 1, 100, 1000, 0, 1), mig);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_EQ(small->memory_mib, kSimGpuMemoryMib / 8);
+  EXPECT_EQ(small->compute_percent, 14);
+  EXPECT_EQ(small->allowed_models, std::vector<std::string>{"G3"});
+  // 460 milli: 37.7 GB fits 3g.40gb, but 46% needs 4g.40gb (57%).
+  auto mid = ToMigRequest(Pod("m", 1, 460, 1000, 0, 1), mig);
+  ASSERT_TRUE(mid.has_value());
+  EXPECT_EQ(mid->memory_mib, kSimGpuMemoryMib / 2);
+  EXPECT_EQ(mid->compute_percent, 57);
+  // Whole GPUs, the full card and other models: no MIG instance.
+  EXPECT_FALSE(ToMigRequest(Pod("w", 1, 1000, 1000, 0, 1), mig).has_value());
+  EXPECT_FALSE(ToMigRequest(Pod("f", 1, 950, 1000, 0, 1), mig).has_value());
+  TracePod t4 = Pod("t", 1, 100, 1000, 0, 1);
+  t4.gpu_spec = {"T4"};
+  EXPECT_FALSE(ToMigRequest(t4, mig).has_value());
+  // Out of MIG mode: only the other models.
+  auto plain = ToPlainRequest(Pod("p", 1, 1000, 1000, 0, 1), mig);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->allowed_models, std::vector<std::string>{"T4"});
+  TracePod g3 = Pod("g", 1, 1000, 1000, 0, 1);
+  g3.gpu_spec = {"G3"};
+  EXPECT_FALSE(ToPlainRequest(g3, mig).has_value());
+}
+
+TEST(MigVariantTest, SharingTasksHoldTheirProfileOnMigGpus) {
+  const std::vector<TraceNode> nodes = {{"mig", 64000, 262144, 1, "G3"},
+                                        {"plain", 64000, 262144, 1, "T4"}};
+  // Two 100-milli tasks: each holds a 1g.10gb (125 milli) on the MIG GPU;
+  // a whole-GPU task takes the T4.
+  const std::vector<TracePod> pods = {Pod("a", 1, 100, 1000, 0, 1),
+                                      Pod("b", 1, 100, 1000, 0, 1),
+                                      Pod("c", 1, 1000, 1000, 0, 1)};
+  ExperimentOptions o;
+  o.inflate = 0;  // exactly these tasks
+  o.mig = A100Mig({"G3"}, {"T4"});
+  std::vector<scheduler::TaskClass> classes;
+  for (const TracePod& p : pods) classes.push_back(ToTaskClass(p));
+  const auto workload = scheduler::TargetWorkload::FromTasks(classes, 1.0);
+  for (const char* policy : {"fgd", "hf-frag", "bestfit"}) {
+    auto run = RunSeed(nodes, pods, policy, 7, workload, o);
+    ASSERT_TRUE(run.ok()) << run.status().ToString();
+    EXPECT_EQ(run->placed, 3) << policy;
+    EXPECT_EQ(run->samples.back().allocated_milli, 125 + 125 + 1000) << policy;
+    EXPECT_EQ(run->samples.back().idle_milli, 2000 - 1250) << policy;
+  }
+}
+
+}  // namespace
+}  // namespace hf::sim
