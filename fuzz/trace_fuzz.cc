@@ -47,6 +47,11 @@ void CheckPods(const std::vector<hf::sim::TracePod>& pods) {
     for (const std::string& model : p.gpu_spec) {
       if (model.empty()) Fail("an empty model in gpu_spec");
     }
+    if (p.creation_time < 0) Fail("a negative creation_time");
+    if (p.deletion_time >= 0 && p.deletion_time < p.creation_time) {
+      Fail("a task deleted before it was created");
+    }
+    if (p.deletion_time < -1) Fail("a deletion_time below -1");
   }
 }
 
