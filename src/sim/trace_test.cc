@@ -39,6 +39,26 @@ TEST(TraceTest, ParsesNodes) {
   EXPECT_EQ((*nodes)[2].gpu_count, 0);
 }
 
+TEST(TraceTest, ParsesQosAndTimes) {
+  auto pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,"
+      "creation_time,deletion_time\n"
+      "p0,1000,1024,1,1000,,BE,5,20\n"
+      "p1,1000,1024,1,1000,,LS,7,\n",
+      "pods.csv");
+  ASSERT_TRUE(pods.ok()) << pods.status().ToString();
+  EXPECT_EQ((*pods)[0].qos, "BE");
+  EXPECT_EQ((*pods)[0].creation_time, 5);
+  EXPECT_EQ((*pods)[0].deletion_time, 20);
+  EXPECT_EQ((*pods)[1].qos, "LS");
+  EXPECT_EQ((*pods)[1].deletion_time, -1);  // never leaves
+  auto bad = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,"
+      "deletion_time\np0,1000,1024,0,0,30,20\n",
+      "pods.csv");
+  EXPECT_TRUE(ErrorMentions(bad.status(), "pods.csv:2: deletion_time"));
+}
+
 TEST(TraceTest, ParsesPodsWithSpecAndExtraColumns) {
   auto pods = ParsePodCsv(std::string(kPodHeader) +
                               "p0,12000,16384,1,1000,,LS,Running\n"
