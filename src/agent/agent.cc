@@ -262,6 +262,12 @@ Status Agent::Run() {
 }
 
 Status Agent::RunOnce() {
+  Status s = Cycle();
+  SnapshotMetrics();  // whatever the cycle got to, scrapes see it
+  return s;
+}
+
+Status Agent::Cycle() {
   if (!adopted_) HF_RETURN_IF_ERROR(Adopt());
   Probe();
   CheckHookProof();

@@ -50,6 +50,7 @@
 #include "hook/gpu_region.h"
 #include "hook/region.h"
 #include "hook/share_feedback.h"
+#include "metrics/metrics.h"
 #include "mps/mps_control.h"
 #include "runtime/runtime.h"
 #include "wire/node_wire.h"
@@ -122,6 +123,11 @@ class Agent {
 
   // The node report (register body) of the last probe.
   json last_report() const { return wire::ToJson(report_, true); }
+  // The agent's Prometheus series (docs/METRICS.md): per slice from its
+  // hook region (read live) and the last cycle's share feedback, per GPU
+  // from the last probe. Safe to call from any thread.
+  metrics::Families CollectMetrics() const;
+
   // Probes the GPUs and MPS now, talks to no server, and returns the report
   // (`hf-agent --probe`).
   json ProbeOnly() {
@@ -166,6 +172,9 @@ class Agent {
         runtime::Runtime* runtime, mps::MpsControl* mps, HostFacts host,
         const Clock* clock);
 
+  Status Cycle();  // RunOnce's work
+  // Copies what CollectMetrics reports out of the cycle's state.
+  void SnapshotMetrics();
   Status Adopt();
   void Probe();
   Status RegisterOrHeartbeat();
@@ -280,6 +289,29 @@ class Agent {
     std::vector<hook::SliceFeedback> last;
   };
   std::map<int, GpuShares> gpu_shares_;
+
+  // What a scrape reads (SnapshotMetrics), apart from the agent's thread.
+  struct SliceMetrics {
+    std::int64_t slice_id = 0;
+    std::shared_ptr<hook::Region> region;  // null: no hook region
+    double share_set = 0;                  // ratio, from the region
+    double share_achieved = 0;             // ratio, the last window
+    double waited_seconds = 0;             // in the GPU region's turns
+  };
+  struct GpuMetrics {
+    int index = 0;
+    bool healthy = true;
+    double total_bytes = 0;
+    std::optional<double> used_bytes;
+    double utilization = 0;
+    int mig_instances = 0;
+  };
+  mutable std::mutex metrics_mu_;
+  std::vector<SliceMetrics> slice_metrics_;  // GUARDED_BY(metrics_mu_)
+  std::vector<GpuMetrics> gpu_metrics_;      // GUARDED_BY(metrics_mu_)
+  bool metrics_mps_up_ = false;              // GUARDED_BY(metrics_mu_)
+  bool metrics_mps_present_ = false;         // GUARDED_BY(metrics_mu_)
+  std::int64_t cycles_ = 0;                  // GUARDED_BY(metrics_mu_)
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

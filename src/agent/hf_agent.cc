@@ -54,6 +54,7 @@ struct Flags {
   std::string hook_preload = "both";
   double hook_attach_grace_s = 5;
   std::string log_level = "info";
+  std::string metrics_listen;  // empty: no metrics endpoint
   bool probe = false;
 };
 
@@ -180,6 +181,11 @@ int Main(int argc, char** argv) {
       ->envname("HF_AGENT_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+  app.add_option("--metrics-listen", f.metrics_listen,
+                 "Serve Prometheus metrics at GET /metrics on this HOST:PORT "
+                 "(no token: bind it where only monitoring reaches; "
+                 "docs/METRICS.md)")
+      ->envname("HF_AGENT_METRICS_LISTEN");
   app.add_flag("--probe", f.probe,
                "Probe the GPUs once, print the node report as JSON and exit "
                "(1 when the GPU backend cannot be reached); needs no server, "
@@ -342,6 +348,23 @@ int Main(int argc, char** argv) {
     return driver->ListGpus().ok() ? 0 : 1;
   }
 
+  std::unique_ptr<hf::metrics::MetricsListener> metrics_listener;
+  if (!f.metrics_listen.empty()) {
+    auto addr = hf::metrics::ParseListen(f.metrics_listen, "metrics-listen");
+    if (!addr.ok()) return Fail("--metrics-listen " + addr.status().message());
+    hf::agent::Agent* a = agent->get();
+    metrics_listener = std::make_unique<hf::metrics::MetricsListener>([a] {
+      hf::metrics::Exposition e;
+      e.AddSource([a] { return a->CollectMetrics(); });
+      return e.Render();
+    });
+    if (auto s = metrics_listener->Start(addr->first, addr->second); !s.ok()) {
+      return Fail("--metrics-listen: " + s.message());
+    }
+    spdlog::info("metrics on http://{}:{}/metrics", addr->first,
+                 metrics_listener->port());
+  }
+
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
@@ -354,6 +377,7 @@ int Main(int argc, char** argv) {
   const hf::Status result = (*agent)->Run();
   if (result.ok()) {
     waiter.join();
+    if (metrics_listener) metrics_listener->Stop();
     return 0;
   }
   // Run gave up (a revoked token, ...): wake the signal thread (SIGTERM is

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -68,7 +69,7 @@ class RoleSet {
 };
 
 constexpr Role kAllRoles[] = {Role::kAdmin, Role::kTenantAdmin, Role::kUser,
-                              Role::kNode};
+                              Role::kNode, Role::kMetrics};
 
 std::vector<std::string> RoleSet::Names() const {
   std::vector<std::string> out;
@@ -107,6 +108,8 @@ constexpr Access kTenantAdmins{true, {Role::kAdmin, Role::kTenantAdmin}};
 constexpr Access kAdminOnly{true, {Role::kAdmin}};
 constexpr Access kAgents{true, {Role::kAdmin, Role::kNode}};
 constexpr Access kPublic{false, {}};
+// GET /metrics: cluster-wide numbers, never a tenant's to read.
+constexpr Access kMetricsReaders{true, {Role::kAdmin, Role::kMetrics}};
 
 struct Route {
   std::string method;
@@ -132,7 +135,6 @@ struct Route {
 bool LeaderOnly(std::string_view method, std::string_view path) {
   static const std::set<std::pair<std::string_view, std::string_view>> kTable =
       {
-          {"GET", "/metrics"},
           {"GET", "/api/v1/slices/stats"},
           {"POST", "/api/v1/tasks/{id}/cancel"},
           {"POST", "/api/v1/slices"},
@@ -285,6 +287,34 @@ std::string PathRegex(const std::string& path) {
   return std::regex_replace(escaped, kParam, "([^/]+)");
 }
 
+}  // namespace
+
+metrics::Exposition ServerExposition(ControlPlane* cp,
+                                     const server::Leadership* leadership) {
+  metrics::Exposition e;
+  e.AddRegistry(cp->telemetry().registry());
+  e.AddSource([cp] { return cp->CollectMetrics(); });
+  e.AddSource([leadership] {
+    metrics::FamilyBuilder leader(
+        "heteroflow_leader",
+        "1 when this instance is the leader (a lone instance always is).");
+    metrics::FamilyBuilder term("heteroflow_leader_term",
+                                "The leader lease term this instance holds "
+                                "or last saw (0 for a lone instance).");
+    leader.Add({}, leadership == nullptr || leadership->IsLeader() ? 1 : 0);
+    term.Add({}, leadership == nullptr
+                     ? 0.0
+                     : static_cast<double>(leadership->Term()));
+    metrics::Families out;
+    out.push_back(leader.Take());
+    out.push_back(term.Take());
+    return out;
+  });
+  return e;
+}
+
+namespace {
+
 std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
                                const server::Leadership* leadership) {
   std::vector<Route> r;
@@ -314,44 +344,15 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
     reply.content_type = "application/json";
     return reply;
   });
-  add("GET", "/metrics", kPublic, {}, [cpp](Ctx&) -> StatusOr<Reply> {
-    ControlPlane& cp = *cpp;
-    Caller admin;
-    admin.role = Role::kAdmin;
-    auto stats = cp.Stats(admin);
-    if (!stats.ok()) return stats.status();
-    std::string out;
-    out += "# HELP heteroflow_slices_live Live slices.\n";
-    out += "# TYPE heteroflow_slices_live gauge\n";
-    out +=
-        "heteroflow_slices_live " + std::to_string(stats->live_slices) + "\n";
-    out += "# HELP heteroflow_tasks_pending Tasks waiting to be bound.\n";
-    out += "# TYPE heteroflow_tasks_pending gauge\n";
-    out += "heteroflow_tasks_pending " + std::to_string(stats->pending_tasks) +
-           "\n";
-    out +=
-        "# HELP heteroflow_gpu_memory_accounted_mb Memory the ledger "
-        "accounts per GPU.\n";
-    out += "# TYPE heteroflow_gpu_memory_accounted_mb gauge\n";
-    for (const auto& g : stats->per_gpu) {
-      out += "heteroflow_gpu_memory_accounted_mb{node=\"" + g.node +
-             "\",gpu=\"" + std::to_string(g.index) + "\",qos=\"" + g.qos_level +
-             "\"} " + std::to_string(g.accounted_memory_mib) + "\n";
-    }
-    out +=
-        "# HELP heteroflow_gpu_memory_total_mb Physical memory per "
-        "GPU.\n";
-    out += "# TYPE heteroflow_gpu_memory_total_mb gauge\n";
-    for (const auto& g : stats->per_gpu) {
-      out += "heteroflow_gpu_memory_total_mb{node=\"" + g.node + "\",gpu=\"" +
-             std::to_string(g.index) + "\"} " +
-             std::to_string(g.total_memory_mib) + "\n";
-    }
-    Reply reply;
-    reply.text = std::move(out);
-    reply.content_type = "text/plain; version=0.0.4";
-    return reply;
-  });
+  // Every instance serves its own: its HTTP and commit series always, the
+  // ledger's series only while it holds the ledger (docs/METRICS.md).
+  add("GET", "/metrics", kMetricsReaders, {},
+      [cpp, leadership](Ctx&) -> StatusOr<Reply> {
+        Reply reply;
+        reply.text = ServerExposition(cpp, leadership).Render();
+        reply.content_type = metrics::kContentType;
+        return reply;
+      });
 
   // ---- several instances (issue 8): who is there, who leads
   add("GET", "/api/v1/cluster", kAdminOnly, {},
@@ -780,12 +781,13 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         const json& b = *body;
         if (!b.contains("role") || !b["role"].is_string()) {
           return Status::InvalidArgument(
-              "is required: admin, tenant-admin, user or node", "role");
+              "is required: admin, tenant-admin, user, node or metrics",
+              "role");
         }
         auto role = store::ParseRole(b["role"].get<std::string>());
         if (!role) {
           return Status::InvalidArgument(
-              "must be admin, tenant-admin, user or node", "role");
+              "must be admin, tenant-admin, user, node or metrics", "role");
         }
         std::optional<std::string> tenant;
         if (b.contains("tenant") && !b["tenant"].is_null()) {
@@ -1431,12 +1433,19 @@ void ApiServer::RegisterRoutes() {
   for (Route& route : BuildRoutes(cp_, *clock_, leadership_)) {
     auto handler = [this, route](const httplib::Request& req,
                                  httplib::Response& res) {
+      const auto started = std::chrono::steady_clock::now();
       if (route.leader_only && leadership_ != nullptr &&
           !leadership_->Serving()) {
         RouteToLeader(req, res);
-        return;
+      } else {
+        ServeRoute(route, *cp_, idempotency_.get(), req, res);
       }
-      ServeRoute(route, *cp_, idempotency_.get(), req, res);
+      // The route's template, never the URL: the labels stay bounded.
+      cp_->telemetry().HttpRequest(
+          route.path, route.method, res.status,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                        started)
+              .count());
     };
     const std::string pattern = PathRegex(route.path);
     if (route.method == "GET") {

@@ -17,6 +17,7 @@
 #include "api/idempotency.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "metrics/metrics.h"
 #include "server/control_plane.h"
 #include "server/leadership.h"
 
@@ -37,6 +38,12 @@ struct RouteInfo {
 
 // Every route hf-server serves.
 std::vector<RouteInfo> ServedRoutes();
+
+// What GET /metrics serves (and hf-server's --metrics-listen): the control
+// plane's series and this instance's leader state. Both pointers must
+// outlive it; `leadership` may be null (the only instance).
+metrics::Exposition ServerExposition(server::ControlPlane* cp,
+                                     const server::Leadership* leadership);
 
 // The OpenAPI document served at /api/v1/openapi.json.
 const std::string& OpenApiDocument();

@@ -142,15 +142,22 @@ Status ControlPlane::Promote() {
 }
 
 Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
-  if (fence_ == nullptr) return store_->Write(fn);
+  const auto started = std::chrono::steady_clock::now();
+  const auto timed = [&](Status s) {
+    telemetry_->StoreCommit(std::chrono::duration<double>(
+                                std::chrono::steady_clock::now() - started)
+                                .count());
+    return s;
+  };
+  if (fence_ == nullptr) return timed(store_->Write(fn));
   if (!fence_->MayAct()) {
     return Status::Unavailable(
         "this hf-server instance is not the leader; retry on the leader");
   }
-  return store_->Write([&](Txn& txn) -> Status {
+  return timed(store_->Write([&](Txn& txn) -> Status {
     HF_RETURN_IF_ERROR(fence_->CheckInTxn(txn));
     return fn(txn);
-  });
+  }));
 }
 
 void ControlPlane::Start() {
@@ -348,6 +355,7 @@ Status ControlPlane::Recover() {
             return txn.AppendHistory(h).status();
           }));
         }
+        telemetry_->SliceLive(slice);
       } else {
         ++failed;
         HF_RETURN_IF_ERROR(

@@ -38,6 +38,7 @@
 #include "scheduler/qos.h"
 #include "server/leadership.h"
 #include "server/slice_env.h"
+#include "server/telemetry.h"
 #include "store/store.h"
 #include "wire/node_wire.h"
 
@@ -420,6 +421,15 @@ class ControlPlane {
   const ControlPlaneOptions& options() const { return options_; }
   store::Store* store() const { return store_; }
 
+  // --- metrics (docs/METRICS.md) ---
+  Telemetry& telemetry() { return *telemetry_; }
+  // The series a scrape builds from the ledger and the store: per-GPU
+  // capacity, the largest slice each GPU could take, fragmentation, node
+  // heartbeat ages, stuck MIG commands, plus Telemetry::CollectState. Holds
+  // the ledger's lock only to copy the per-GPU figures. A follower (no
+  // ledger) returns only what it knows without one.
+  metrics::Families CollectMetrics();
+
  private:
   struct GpuKey {
     RowId node_id;
@@ -540,6 +550,9 @@ class ControlPlane {
   // REQUIRES: mu_.
   void ExpireApprovalsLocked();
 
+  // Pending tasks by reason class into the telemetry. REQUIRES: bind_mu_.
+  void NotePendingReasons();
+
   void SchedulerLoop();
   void GcLoop();
   void WakeScheduler();
@@ -622,6 +635,8 @@ class ControlPlane {
   std::map<RowId, PendingTask> pending_;      // GUARDED_BY(bind_mu_)
   std::atomic<std::uint64_t> generation_{1};  // bumped when capacity frees up
   std::atomic<int> pending_count_{0};
+
+  const std::unique_ptr<Telemetry> telemetry_ = std::make_unique<Telemetry>();
 
   std::thread scheduler_thread_;
   std::thread gc_thread_;

@@ -47,6 +47,7 @@ struct Flags {
   int http_threads = 128;
   double idempotency_ttl_s = 86400;
   std::string log_level = "info";
+  std::string metrics_listen;  // empty: /metrics on --listen only (token)
   // Several instances on one database (issue 8).
   std::string advertise_url;  // empty: from --listen
   std::string instance_id;    // empty: hostname:port
@@ -188,6 +189,11 @@ int Main(int argc, char** argv) {
       ->envname("HF_LEADER_LEASE")
       ->check(CLI::Range(0.3, 3600.0))
       ->capture_default_str();
+  app.add_option("--metrics-listen", f.metrics_listen,
+                 "Also serve GET /metrics on this HOST:PORT, without a token "
+                 "(for a port only the monitoring network reaches); on "
+                 "--listen it needs an admin or metrics token")
+      ->envname("HF_METRICS_LISTEN");
   app.add_option("--log-level", f.log_level,
                  "trace, debug, info, warn, error or off")
       ->envname("HF_LOG_LEVEL")
@@ -322,6 +328,26 @@ int Main(int argc, char** argv) {
                                                   std::to_string(api.port())
                                             : f.advertise_url);
   hf::server::ControlPlane* control_plane = cp->get();
+  std::unique_ptr<hf::metrics::MetricsListener> metrics_listener;
+  if (!f.metrics_listen.empty()) {
+    auto addr = hf::metrics::ParseListen(f.metrics_listen, "metrics-listen");
+    if (!addr.ok()) {
+      std::fprintf(stderr, "hf-server: --metrics-listen %s\n",
+                   addr.status().message().c_str());
+      return 2;
+    }
+    auto exposition = std::make_shared<hf::metrics::Exposition>(
+        hf::api::ServerExposition(control_plane, &leadership));
+    metrics_listener = std::make_unique<hf::metrics::MetricsListener>(
+        [exposition] { return exposition->Render(); });
+    if (auto s = metrics_listener->Start(addr->first, addr->second); !s.ok()) {
+      std::fprintf(stderr, "hf-server: --metrics-listen: %s\n",
+                   s.message().c_str());
+      return 1;
+    }
+    std::printf("hf-server metrics on http://%s:%d/metrics\n",
+                addr->first.c_str(), metrics_listener->port());
+  }
   hf::server::Leadership::Callbacks callbacks;
   callbacks.on_elected = [control_plane] { return control_plane->Promote(); };
   callbacks.on_lost = [&leadership](const std::string& why) {
@@ -356,6 +382,7 @@ int Main(int argc, char** argv) {
   // Serve returns after Stop (or on error): wake the waiter if needed.
   if (!served.ok()) ::kill(::getpid(), SIGTERM);
   waiter.join();
+  if (metrics_listener) metrics_listener->Stop();
   // Leader work stops first; then the lease is handed over, so a follower
   // takes it at once rather than after a ttl.
   (*cp)->Stop();

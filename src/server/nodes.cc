@@ -354,7 +354,9 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
     }
   }
   if (attached.empty() && unhooked.empty()) return Status::Ok();
-  return LeaderWrite([&](Txn& txn) -> Status {
+  std::vector<SliceRow> changed;  // for the telemetry, once committed
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
+    changed.clear();
     for (const auto& [id, hook] : unhooked) {
       auto current = txn.GetSlice(id);
       if (!current.ok() || current->state != store::SliceState::kAllocated) {
@@ -362,7 +364,10 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       }
       SliceRow s = *current;
       const auto erased = std::erase(s.enforcement, "hook");
-      if (erased > 0) HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      if (erased > 0) {
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+        changed.push_back(s);
+      }
       store::HistoryRow h = HistoryFor(s, "hook_lost");
       h.at = now;
       h.actor = "agent:" + node.name;
@@ -390,6 +395,7 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       if (enforcement == s.enforcement) continue;  // another report won
       s.enforcement = std::move(enforcement);
       HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      changed.push_back(s);
       store::HistoryRow h = HistoryFor(s, "hook_attached");
       h.at = now;
       h.actor = "agent:" + node.name;
@@ -414,6 +420,10 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
     }
     return Status::Ok();
   });
+  if (written.ok()) {
+    for (const SliceRow& s : changed) telemetry_->SliceLive(s);
+  }
+  return written;
 }
 
 std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
@@ -640,6 +650,7 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
     (void)ledger_->Release(restored->id);
     return written;
   }
+  telemetry_->SliceLive(row);
   {
     std::lock_guard sched(sched_mu_);
     resync_ = true;  // the task may have been pending here
@@ -838,10 +849,12 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
   store::SliceRequestRow out;
   std::vector<RowId> released;
   bool requeue = false;
+  bool repeated = false;
   std::lock_guard lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
     requeue = false;
+    repeated = false;
     auto r = txn.GetSliceRequest(id);
     if (!r.ok())
       return Status::NotFound("no slice request " + std::to_string(id));
@@ -854,6 +867,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     if (cmd.state == store::SliceRequestState::kDone ||
         cmd.state == store::SliceRequestState::kFailed) {
       out = cmd;  // repeated report: idempotent
+      repeated = true;
       return Status::Ok();
     }
     // A result after the deadline (the command is marked stuck): the
@@ -986,6 +1000,12 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     return Status::Ok();
   }));
   ApplyReleasesLocked(released);
+  if (!repeated && out.finished_at) {
+    telemetry_->MigCommandFinished(
+        out.action,
+        out.state == store::SliceRequestState::kFailed ? "failed" : "done",
+        static_cast<double>(*out.finished_at - out.created_at) / 1e3);
+  }
   if (requeue) {
     std::lock_guard sched(sched_mu_);
     resync_ = true;

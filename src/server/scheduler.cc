@@ -372,10 +372,15 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       }
       continue;
     }
-    if (d.kind == Decision::kPlaced) ++bound;
+    if (d.kind == Decision::kPlaced) {
+      ++bound;
+      telemetry_->SliceLive(d.slice);
+      telemetry_->Bound(static_cast<double>(now - d.stored.created_at) / 1e3);
+    }
     pending_.erase(d.task_id);
   }
   pending_count_.store(static_cast<int>(pending_.size()));
+  NotePendingReasons();
   if (lost_any) {
     std::lock_guard sched(sched_mu_);
     resync_ = true;

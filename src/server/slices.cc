@@ -314,6 +314,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
     BumpGeneration();
     return written;
   }
+  telemetry_->SliceLive(slice);
   return slice;
 }
 

@@ -320,6 +320,7 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
                                   const std::string& reason,
                                   std::vector<RowId>& released) {
   if (slice.state != store::SliceState::kAllocated) return Status::Ok();
+  telemetry_->NoteReleasePath(slice.id, ReleasePath(actor, reason));
   const store::Millis now = clock_->NowMillis();
   store::HistoryRow h = HistoryFor(slice, "release");
   h.at = now;
@@ -418,6 +419,7 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
     std::lock_guard lock(hook_mu_);
     for (RowId id : released) hook_usage_.erase(id);
   }
+  for (RowId id : released) telemetry_->SliceReleased(id);
   BumpGeneration();
   WakeScheduler();
 }

@@ -26,11 +26,12 @@ struct NamedValue {
   std::string_view name;
 };
 
-constexpr std::array<NamedValue<Role>, 4> kRoleNames = {{
+constexpr std::array<NamedValue<Role>, 5> kRoleNames = {{
     {Role::kAdmin, "admin"},
     {Role::kTenantAdmin, "tenant-admin"},
     {Role::kUser, "user"},
     {Role::kNode, "node"},
+    {Role::kMetrics, "metrics"},
 }};
 
 constexpr std::array<NamedValue<SliceState>, 3> kSliceStateNames = {{

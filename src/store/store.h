@@ -51,7 +51,8 @@ struct TenantRow {
   Millis created_at = 0;
 };
 
-enum class Role { kAdmin, kTenantAdmin, kUser, kNode };
+// kMetrics reads GET /metrics and nothing else (no tenant).
+enum class Role { kAdmin, kTenantAdmin, kUser, kNode, kMetrics };
 std::string_view RoleName(
     Role role);  // "admin", "tenant-admin", "user", "node"
 std::optional<Role> ParseRole(std::string_view name);
