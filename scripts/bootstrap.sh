@@ -13,6 +13,7 @@ packages=(
   # libraries (see docs/DEPENDENCIES.md)
   nlohmann-json3-dev libcpp-httplib-dev libssl-dev libsqlite3-dev
   libpq-dev libpqxx-dev libspdlog-dev libfmt-dev libcli11-dev libfccp-dev
+  prometheus-cpp-dev
   # testing and benchmarks
   libgtest-dev libgmock-dev librapidcheck-dev libbenchmark-dev strace
   # the hook's test in an older userland (a Debian bullseye root)
@@ -23,6 +24,9 @@ packages=(
   nodejs chromium
   # the PostgreSQL store's tests start a real server (initdb, pg_ctl)
   postgresql-15
+  # the metrics' end-to-end test scrapes with a real Prometheus (and
+  # promtool, in the same package)
+  prometheus
 )
 
 missing=()
