@@ -124,6 +124,7 @@ constexpr double kLoadSeconds = 3.0;
 constexpr std::chrono::seconds kDrainLimit{120};
 constexpr int kBindTasks = 20000;
 constexpr int kStatsSlices = 10000;
+constexpr int kScrapeBindTasks = 2000;
 constexpr int kFillThreads = 32;
 constexpr int kBreakdownRounds = 20;
 constexpr int kCommitFloorWrites = 300;
@@ -922,6 +923,83 @@ BENCHMARK(BM_SliceStats)
     ->ArgName("clients")
     ->Arg(1)
     ->Arg(8)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// What a Prometheus scrape of GET /metrics costs a server holding 10,000
+// live slices on 1,000 GPUs (docs/METRICS.md): the in-process render
+// (ControlPlane::CollectMetrics and prometheus-cpp's serializer), scrapes
+// over HTTP, and bind throughput with and without a client scraping
+// back to back (a scrape must not hold up binds).
+void BM_MetricsScrape(benchmark::State& state) {
+  BenchServer server(kSmallClusterNodes, /*start_scheduler=*/false);
+  (void)server.CreateDirect(kStatsSlices);
+  (void)server.BindAll();
+  const metrics::Exposition exposition =
+      api::ServerExposition(&server.cp(), nullptr);
+  std::vector<double> render_ms;
+  std::size_t bytes = 0;
+  for (int i = 0; i < kBreakdownRounds; ++i) {
+    const auto t0 = SteadyClock::now();
+    const std::string text = exposition.Render();
+    render_ms.push_back(1000 * Seconds(SteadyClock::now() - t0));
+    bytes = text.size();
+    benchmark::DoNotOptimize(text.data());
+  }
+  std::sort(render_ms.begin(), render_ms.end());
+  // Binds of kScrapeBindTasks more tasks, alone and under scrapes.
+  const auto bind_rate = [&](bool scraping) {
+    (void)server.CreateDirect(kScrapeBindTasks);
+    std::atomic<bool> stop{false};
+    std::atomic<int> scrapes{0};
+    std::thread scraper;
+    if (scraping) {
+      scraper = std::thread([&] {
+        auto client = MakeClient(server.port(), kAdminSecret);
+        while (!stop.load()) {
+          auto res = client->Get("/metrics");
+          if (res && res->status == 200) ++scrapes;
+        }
+      });
+    }
+    const auto t0 = SteadyClock::now();
+    (void)server.BindAll();
+    const double rate = kScrapeBindTasks / Seconds(SteadyClock::now() - t0);
+    stop = true;
+    if (scraper.joinable()) scraper.join();
+    return std::make_pair(rate, scrapes.load());
+  };
+  const auto [binds_alone, unused] = bind_rate(false);
+  (void)unused;
+  const auto [binds_scraped, scrapes_during] = bind_rate(true);
+  for (auto _ : state) {
+    const LoadResult r = RunLoad(
+        1, kLoadSeconds,
+        HttpClients(
+            server.port(), kAdminSecret,
+            [](httplib::Client& c) { return c.Get("/metrics"); }, 200));
+    state.SetIterationTime(r.seconds);
+    state.counters["live_slices"] = kStatsSlices + 2 * kScrapeBindTasks;
+    state.counters["response_bytes"] = static_cast<double>(bytes);
+    state.counters["render_p50_ms"] = Percentile(render_ms, 50);
+    state.counters["render_max_ms"] = render_ms.back();
+    state.counters["binds_per_s_alone"] = binds_alone;
+    state.counters["binds_per_s_scraped"] = binds_scraped;
+    state.counters["scrapes_during_binds"] = scrapes_during;
+    ReportLatency(state, r);
+    std::fprintf(stderr,
+                 "server_bench: metrics scrape, %d live slices on 1,000 GPUs: "
+                 "render p50 %.2f ms, max %.2f ms, %zu bytes; HTTP scrape p50 "
+                 "%.2f ms, p99 %.2f ms; binds %.0f/s alone, %.0f/s under %d "
+                 "scrapes\n",
+                 kStatsSlices + 2 * kScrapeBindTasks, Percentile(render_ms, 50),
+                 render_ms.back(), bytes, Percentile(r.latency_ms, 50),
+                 Percentile(r.latency_ms, 99), binds_alone, binds_scraped,
+                 scrapes_during);
+  }
+}
+BENCHMARK(BM_MetricsScrape)
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

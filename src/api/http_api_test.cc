@@ -126,7 +126,7 @@ ExpectedRoles() {
                         std::set<std::string>>{
         {{"GET", "/healthz"}, public_route},
         {{"GET", "/api/v1/openapi.json"}, public_route},
-        {{"GET", "/metrics"}, public_route},
+        {{"GET", "/metrics"}, {"admin", "metrics"}},
         {{"GET", "/api/v1/cluster"}, admin},
         {{"GET", "/api/v1/whoami"}, any},
         {{"POST", "/api/v1/tasks"}, tenant},

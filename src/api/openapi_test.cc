@@ -254,7 +254,7 @@ TEST_F(OpenApiTest, BearerSecurityWithThreePublicRoutes) {
   EXPECT_EQ(schemes["bearerAuth"]["scheme"], "bearer");
   EXPECT_EQ((*doc_)["security"], json::parse(R"([{"bearerAuth": []}])"));
 
-  const std::set<std::string> public_routes = {"/healthz", "/metrics",
+  const std::set<std::string> public_routes = {"/healthz",
                                                "/api/v1/openapi.json"};
   ForEachOperation(
       [&](const std::string& path, const std::string& method, const json& op) {

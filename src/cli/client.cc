@@ -732,7 +732,7 @@ class CommandLine {
                  ShowCreatedToken));
     create
         ->add_option("--role", token_create_.role,
-                     "admin, tenant-admin, user or node")
+                     "admin, tenant-admin, user, node or metrics")
         ->required();
     create->add_option("--tenant", token_create_.tenant, "the token's tenant");
     create->add_option("--description", token_create_.description,

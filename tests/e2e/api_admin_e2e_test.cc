@@ -500,14 +500,18 @@ TEST_F(AdminApiTest, PublicEndpointsNeedNoToken) {
   ASSERT_TRUE(HasStatus(health, 200));
   EXPECT_EQ(health.body, json({{"ok", true}}));
 
-  HttpReply metrics = http().Get("/metrics");
+  // /metrics is not public: cluster-wide numbers need an admin or metrics
+  // token (docs/METRICS.md; tests/e2e/metrics_e2e_test.cc has the rest).
+  EXPECT_EQ(http().Get("/metrics").status, 401);
+  HttpReply metrics = http().Get("/metrics", admin());
   ASSERT_TRUE(HasStatus(metrics, 200));
   EXPECT_NE(metrics.content_type.find("text/plain"), std::string::npos)
       << metrics.content_type;
-  EXPECT_NE(metrics.raw.find("# TYPE heteroflow_slices_live gauge"),
+  EXPECT_NE(metrics.raw.find("# TYPE heteroflow_slices gauge"),
             std::string::npos)
       << metrics.raw;
-  EXPECT_NE(metrics.raw.find("heteroflow_tasks_pending "), std::string::npos)
+  EXPECT_NE(metrics.raw.find("heteroflow_pending_tasks{reason=\"not_tried\"} "),
+            std::string::npos)
       << metrics.raw;
 
   HttpReply openapi = http().Get("/api/v1/openapi.json");
