@@ -11,10 +11,12 @@
 // runs `promtool check metrics` on both endpoints, checks that every family
 // served is listed in docs/METRICS.md, and that every metric the Grafana
 // dashboard (docs/grafana/heteroflow.json) queries is served.
+#include <httplib.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -169,7 +171,9 @@ class MetricsE2eTest : public ::testing::Test {
       if (a->running()) (void)a->Stop();
     }
     agents_.clear();
-    if (server_ && server_->running()) EXPECT_TRUE(server_->Stop());
+    if (server_ && server_->running()) {
+      EXPECT_TRUE(server_->Stop());
+    }
   }
 
   AgentProcess* NewAgent(const std::string& node, json gpus, int port) {
