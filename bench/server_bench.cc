@@ -984,11 +984,11 @@ void BM_MetricsScrape(benchmark::State& state) {
   (void)unused;
   const auto [binds_scraped, scrapes_during] = bind_rate(true);
   for (auto _ : state) {
-    const LoadResult r = RunLoad(
-        1, kLoadSeconds,
-        HttpClients(
-            server.port(), kAdminSecret,
-            [](httplib::Client& c) { return c.Get("/metrics"); }, 200));
+    const LoadResult r =
+        RunLoad(1, kLoadSeconds,
+                HttpClients(
+                    server.port(), kAdminSecret,
+                    [](httplib::Client& c) { return c.Get("/metrics"); }, 200));
     state.SetIterationTime(r.seconds);
     state.counters["live_slices"] = kStatsSlices + 2 * kScrapeBindTasks;
     state.counters["response_bytes"] = static_cast<double>(bytes);
@@ -1006,9 +1006,9 @@ void BM_MetricsScrape(benchmark::State& state) {
                  "%.2f ms, p99 %.2f ms; binds %.0f/s alone, %.0f/s under %d "
                  "scrapes\n",
                  kStatsSlices + 2 * kScrapeBindTasks, Percentile(render_ms, 50),
-                 Percentile(collect_ms, 50), render_ms.back(), bytes, Percentile(r.latency_ms, 50),
-                 Percentile(r.latency_ms, 99), binds_alone, binds_scraped,
-                 scrapes_during);
+                 Percentile(collect_ms, 50), render_ms.back(), bytes,
+                 Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
+                 binds_alone, binds_scraped, scrapes_during);
   }
 }
 BENCHMARK(BM_MetricsScrape)

@@ -27,8 +27,8 @@ FamilyBuilder& FamilyBuilder::Add(const Labels& labels, double value) {
 }
 
 std::vector<double> SecondsBuckets() {
-  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-          0.25,  0.5,    1,     2.5,  5,     10,   30, 60};
+  return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+          0.5,   1,      2.5,   5,    10,    30,   60};
 }
 
 void Exposition::AddRegistry(std::shared_ptr<prometheus::Registry> registry) {

@@ -11,12 +11,12 @@
 #pragma once
 
 #include <httplib.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
 
 #include <functional>
 #include <map>
 #include <memory>
-#include <prometheus/metric_family.h>
-#include <prometheus/registry.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,7 +29,8 @@ using Families = std::vector<prometheus::MetricFamily>;
 using Labels = std::map<std::string, std::string>;
 
 // The Content-Type of the text exposition format.
-inline constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+inline constexpr char kContentType[] =
+    "text/plain; version=0.0.4; charset=utf-8";
 
 // A family of gauges (or counters) built at scrape time.
 class FamilyBuilder {

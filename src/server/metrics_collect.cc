@@ -101,9 +101,9 @@ metrics::Families ControlPlane::CollectMetrics() {
       "Since each node last registered or heartbeat (counted from this "
       "server's start for a node not heard from since).");
   for (const auto& [node_id, at] : seen) {
-    heartbeat.Add({{"node", NodeName(node_id)}},
-                  static_cast<double>(std::max<store::Millis>(0, mono_now - at)) /
-                      1e3);
+    heartbeat.Add(
+        {{"node", NodeName(node_id)}},
+        static_cast<double>(std::max<store::Millis>(0, mono_now - at)) / 1e3);
   }
   int stuck = 0;
   (void)store_->Read([&](store::Txn& txn) -> Status {

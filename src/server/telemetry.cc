@@ -10,8 +10,7 @@ const char* PendingReasonClass(const std::string& r) {
   if (r.starts_with("insufficient GPU memory")) return "memory";
   if (r.starts_with("insufficient GPU compute")) return "compute";
   if (r.starts_with("not enough free whole GPUs")) return "whole_gpus";
-  if (r.starts_with("no GPU can take it now") ||
-      r.starts_with("no node has") ||
+  if (r.starts_with("no GPU can take it now") || r.starts_with("no node has") ||
       r.starts_with("the placement policy chose no GPU")) {
     return "no_fit";
   }
@@ -49,9 +48,10 @@ Telemetry::Telemetry() : registry_(std::make_shared<prometheus::Registry>()) {
                 .Add({});
   releases_ = &prometheus::BuildCounter()
                    .Name("heteroflow_slice_releases_total")
-                   .Help("Slices released, by path: terminal (the task "
-                         "ended or was cancelled), admin (an operator "
-                         "deleted it), gc (orphan or lost-node collection).")
+                   .Help(
+                       "Slices released, by path: terminal (the task "
+                       "ended or was cancelled), admin (an operator "
+                       "deleted it), gc (orphan or lost-node collection).")
                    .Register(*registry_);
   for (const char* p : kReleasePaths) {
     release_counters_[p] = &releases_->Add({{"path", p}});
@@ -63,24 +63,28 @@ Telemetry::Telemetry() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Add({}, metrics::SecondsBuckets());
   commits_ = &prometheus::BuildHistogram()
                   .Name("heteroflow_store_commit_duration_seconds")
-                  .Help("Control-plane store transactions, from the call to "
-                        "the durable commit.")
+                  .Help(
+                      "Control-plane store transactions, from the call to "
+                      "the durable commit.")
                   .Register(*registry_)
                   .Add({}, metrics::SecondsBuckets());
   mig_ = &prometheus::BuildHistogram()
               .Name("heteroflow_mig_command_duration_seconds")
-              .Help("MIG commands, from creation to the agent's result, by "
-                    "action (create, destroy) and outcome (done, failed).")
+              .Help(
+                  "MIG commands, from creation to the agent's result, by "
+                  "action (create, destroy) and outcome (done, failed).")
               .Register(*registry_);
   http_requests_ = &prometheus::BuildCounter()
                         .Name("heteroflow_http_requests_total")
-                        .Help("HTTP requests by route template, method and "
-                              "status code.")
+                        .Help(
+                            "HTTP requests by route template, method and "
+                            "status code.")
                         .Register(*registry_);
   http_seconds_ = &prometheus::BuildHistogram()
                        .Name("heteroflow_http_request_duration_seconds")
-                       .Help("HTTP request latency by route template and "
-                             "method.")
+                       .Help(
+                           "HTTP request latency by route template and "
+                           "method.")
                        .Register(*registry_);
 }
 
@@ -132,23 +136,21 @@ void Telemetry::Bound(double latency_seconds) {
 void Telemetry::StoreCommit(double seconds) { commits_->Observe(seconds); }
 
 void Telemetry::MigCommandFinished(const std::string& action,
-                                   const std::string& outcome,
-                                   double seconds) {
+                                   const std::string& outcome, double seconds) {
   mig_->Add({{"action", action}, {"outcome", outcome}},
             metrics::SecondsBuckets())
       .Observe(std::max(0.0, seconds));
 }
 
-void Telemetry::HttpRequest(const std::string& route,
-                            const std::string& method, int code,
-                            double seconds) {
+void Telemetry::HttpRequest(const std::string& route, const std::string& method,
+                            int code, double seconds) {
   http_requests_
       ->Add({{"route", route},
              {"method", method},
              {"code", std::to_string(code)}})
       .Increment();
-  http_seconds_->Add({{"route", route}, {"method", method}},
-                     metrics::SecondsBuckets())
+  http_seconds_
+      ->Add({{"route", route}, {"method", method}}, metrics::SecondsBuckets())
       .Observe(seconds);
 }
 
@@ -158,8 +160,8 @@ void Telemetry::SetPending(std::map<std::string, int> by_reason) {
 }
 
 metrics::Families Telemetry::CollectState() const {
-  metrics::FamilyBuilder slices(
-      "heteroflow_slices", "Live slices by QoS tier and enforcement.");
+  metrics::FamilyBuilder slices("heteroflow_slices",
+                                "Live slices by QoS tier and enforcement.");
   metrics::FamilyBuilder pending(
       "heteroflow_pending_tasks",
       "Tasks waiting to be bound, by the class of their pending reason.");

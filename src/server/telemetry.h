@@ -81,8 +81,8 @@ class Telemetry {
   };
   std::unordered_map<store::RowId, SliceLabels> slices_;  // GUARDED_BY(mu_)
   std::map<std::pair<std::string, std::string>, int>
-      slice_counts_;                        // GUARDED_BY(mu_)
-  std::map<std::string, int> pending_;      // GUARDED_BY(mu_)
+      slice_counts_;                    // GUARDED_BY(mu_)
+  std::map<std::string, int> pending_;  // GUARDED_BY(mu_)
   std::unordered_map<store::RowId, const char*>
       release_paths_;  // GUARDED_BY(mu_)
 };

@@ -43,8 +43,9 @@ TEST(TelemetryTest, PendingReasonClasses) {
 TEST(TelemetryTest, ReleasePaths) {
   EXPECT_STREQ(ReleasePath("gc", "orphan: task 3 is failed"), "gc");
   EXPECT_STREQ(ReleasePath("agent:n1", "task succeeded"), "terminal");
-  EXPECT_STREQ(ReleasePath("agent:n1", "task cancelled (its slice was deleted)"),
-               "admin");
+  EXPECT_STREQ(
+      ReleasePath("agent:n1", "task cancelled (its slice was deleted)"),
+      "admin");
   EXPECT_STREQ(ReleasePath("token:4", "task cancelled"), "terminal");
   EXPECT_STREQ(ReleasePath("token:4", "no longer needed"), "admin");
   EXPECT_STREQ(ReleasePath("recovery", "x"), "other");
@@ -56,8 +57,9 @@ TEST(TelemetryTest, SlicesByLabelFollowPlacementChangeAndRelease) {
   t.SliceLive(Slice(2, "bronze", {}));
   t.SliceLive(Slice(3, "silver", {"hook", "mps"}));
   std::string text = Render(t);
-  EXPECT_NE(text.find("heteroflow_slices{enforcement=\"none\",qos=\"bronze\"} 2"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("heteroflow_slices{enforcement=\"none\",qos=\"bronze\"} 2"),
+      std::string::npos)
       << text;
   EXPECT_NE(
       text.find("heteroflow_slices{enforcement=\"hook+mps\",qos=\"silver\"} 1"),
@@ -69,8 +71,9 @@ TEST(TelemetryTest, SlicesByLabelFollowPlacementChangeAndRelease) {
   t.SliceReleased(2);
   t.SliceReleased(2);  // a second release of the same slice counts once
   text = Render(t);
-  EXPECT_NE(text.find("heteroflow_slices{enforcement=\"hook\",qos=\"bronze\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("heteroflow_slices{enforcement=\"hook\",qos=\"bronze\"} 1"),
+      std::string::npos)
       << text;
   EXPECT_EQ(text.find("enforcement=\"none\",qos=\"bronze\""), std::string::npos)
       << text;
@@ -84,8 +87,9 @@ TEST(TelemetryTest, SlicesByLabelFollowPlacementChangeAndRelease) {
   t.SetPending({{"memory", 4}});
   text = Render(t);
   EXPECT_NE(text.find("heteroflow_binds_total 1"), std::string::npos) << text;
-  EXPECT_NE(text.find("heteroflow_scheduling_latency_seconds_bucket{le=\"0.5\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("heteroflow_scheduling_latency_seconds_bucket{le=\"0.5\"} 1"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("heteroflow_pending_tasks{reason=\"memory\"} 4"),
             std::string::npos)

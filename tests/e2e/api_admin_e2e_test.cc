@@ -2,7 +2,8 @@
 // docs/API.md "Identity", "Tenants, groups, tokens", "Operations") through
 // the real hf-server binary: authentication failures, role checks, whoami,
 // tenants, groups, tokens (secret shown once, revocation), and the public
-// endpoints (/healthz, /metrics, /api/v1/openapi.json, the console at /).
+// endpoints (/healthz, /api/v1/openapi.json, the console at /; /metrics
+// needs a token).
 //
 // One server is shared by the suite; each test makes its own tenants.
 #include <unistd.h>

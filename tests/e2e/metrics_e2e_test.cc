@@ -69,9 +69,8 @@ std::pair<int, std::string> PromtoolCheck(const std::string& text,
   const fs::path in = dir / "promtool-input.txt";
   const fs::path out = dir / "promtool-output.txt";
   std::ofstream(in) << text;
-  const std::string cmd = std::string(HF_PROMTOOL_PATH) +
-                          " check metrics < " + in.string() + " > " +
-                          out.string() + " 2>&1";
+  const std::string cmd = std::string(HF_PROMTOOL_PATH) + " check metrics < " +
+                          in.string() + " > " + out.string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(out)};
 }
@@ -120,8 +119,8 @@ class PrometheusProcess {
   // An instant query's result vector; null when Prometheus refused it.
   json Query(const std::string& promql) const {
     httplib::Client c("127.0.0.1", port_);
-    auto r = c.Get("/api/v1/query",
-                   httplib::Params{{"query", promql}}, httplib::Headers{});
+    auto r = c.Get("/api/v1/query", httplib::Params{{"query", promql}},
+                   httplib::Headers{});
     if (!r || r->status != 200) return nullptr;
     json j = json::parse(r->body, nullptr, false);
     if (!j.is_object() || j.value("status", "") != "success") return nullptr;
@@ -148,14 +147,17 @@ class PrometheusProcess {
 class MetricsE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* path : {HF_PROMETHEUS_PATH, HF_PROMTOOL_PATH,
-                             HF_HOOK_PATH, HF_PROBE_PATH, HF_AGENT_PATH}) {
+    for (const char* path : {HF_PROMETHEUS_PATH, HF_PROMTOOL_PATH, HF_HOOK_PATH,
+                             HF_PROBE_PATH, HF_AGENT_PATH}) {
       ASSERT_TRUE(fs::exists(path)) << path << " is missing (run "
                                     << "scripts/bootstrap.sh)";
     }
     server_metrics_port_ = PickFreePort();
     ServerOptions options;
-    options.flags = {"--gc-interval", "1", "--node-lost-after", "2",
+    options.flags = {"--gc-interval",
+                     "1",
+                     "--node-lost-after",
+                     "2",
                      "--metrics-listen",
                      "127.0.0.1:" + std::to_string(server_metrics_port_)};
     server_ = std::make_unique<ServerProcess>(options);
@@ -183,8 +185,7 @@ class MetricsE2eTest : public ::testing::Test {
     options.token = CreateNodeToken(*api_, node);
     options.flags = {"--hook-library", HF_HOOK_PATH, "--metrics-listen",
                      "127.0.0.1:" + std::to_string(port)};
-    agents_.push_back(
-        std::make_unique<AgentProcess>(server_->url(), options));
+    agents_.push_back(std::make_unique<AgentProcess>(server_->url(), options));
     return agents_.back().get();
   }
 
@@ -268,15 +269,14 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
   ASSERT_TRUE(WaitFor([&] { return NodeUp("hooked"); }, kTimeout)) << Logs();
   const std::string probe = std::string(HF_PROBE_PATH) +
                             " --resolve procaddr fill 256; exec sleep 300";
-  json t = api_->CreateTask(
-      {{"name", "filler"},
-       {"command", {"/bin/sh", "-c", probe}},
-       {"gpu_memory_mb", 1024},
-       {"gpu_compute_ratio", 0.5},
-       {"env",
-        {{"LD_LIBRARY_PATH", HF_FAKE_CUDA_DIR},
-         {"HF_FAKE_CUDA_MEMORY_MB", "16384"}}}},
-      quota_user);
+  json t = api_->CreateTask({{"name", "filler"},
+                             {"command", {"/bin/sh", "-c", probe}},
+                             {"gpu_memory_mb", 1024},
+                             {"gpu_compute_ratio", 0.5},
+                             {"env",
+                              {{"LD_LIBRARY_PATH", HF_FAKE_CUDA_DIR},
+                               {"HF_FAKE_CUDA_MEMORY_MB", "16384"}}}},
+                            quota_user);
   ASSERT_TRUE(t.is_object()) << Logs();
   const std::int64_t filler = t["id"].get<std::int64_t>();
   t = api_->WaitTask(
@@ -313,9 +313,9 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
   ASSERT_EQ(t.value("node_id", ""), "doomed") << t.dump();
   const std::int64_t gc_slice = t["slice_id"].get<std::int64_t>();
   ASSERT_TRUE(doomed->Stop());
-  HttpReply cancel = api_->http().Post(
-      "/api/v1/tasks/" + std::to_string(sleeper) + "/cancel", json::object(),
-      lost_user);
+  HttpReply cancel =
+      api_->http().Post("/api/v1/tasks/" + std::to_string(sleeper) + "/cancel",
+                        json::object(), lost_user);
   ASSERT_EQ(cancel.status, 200) << cancel.Describe();
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -352,8 +352,7 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
           return v >= min;
         },
         kTimeout, milliseconds(250));
-    EXPECT_TRUE(ok) << q << " = " << v << " (want >= " << min << ")"
-                    << Logs();
+    EXPECT_TRUE(ok) << q << " = " << v << " (want >= " << min << ")" << Logs();
     return v;
   };
   // Every target is up, the token-scraped server too.
@@ -390,11 +389,10 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
   // The GC release, and binds.
   value_at_least("max(heteroflow_slice_releases_total{path=\"gc\"})", 1);
   value_at_least("max(heteroflow_binds_total)", 3);
-  value_at_least(
-      "max(heteroflow_scheduling_latency_seconds_count)", 3);
+  value_at_least("max(heteroflow_scheduling_latency_seconds_count)", 3);
   // Slices by tier and enforcement: the quota slice is hooked bronze.
-  value_at_least(
-      "max(heteroflow_slices{qos=\"bronze\",enforcement=\"hook\"})", 1);
+  value_at_least("max(heteroflow_slices{qos=\"bronze\",enforcement=\"hook\"})",
+                 1);
   value_at_least("max(heteroflow_slices{qos=\"gold\"})", 1);
   // Per GPU: the P100 holds the 1 GiB slice of 16 GiB.
   value_at_least(
@@ -419,8 +417,7 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
                  2);
 
   // --- promtool on both endpoints
-  const std::string server_text =
-      Scrape(server_->port(), metrics_token);
+  const std::string server_text = Scrape(server_->port(), metrics_token);
   const std::string agent_text = Scrape(hooked_port);
   for (const auto& [name, text] :
        {std::pair<std::string, std::string>{"server", server_text},
@@ -446,13 +443,12 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
         << f << " is served but not in docs/METRICS.md";
     EXPECT_TRUE(std::regex_match(f, kUnit)) << f;
   }
-  for (const char* contract :
-       {"heteroflow_slices", "heteroflow_pending_tasks",
-        "heteroflow_gpu_memory_total_bytes",
-        "heteroflow_gpu_memory_accounted_bytes",
-        "heteroflow_slice_memory_used_bytes",
-        "heteroflow_slice_quota_oom_total",
-        "heteroflow_slice_physical_oom_total"}) {
+  for (const char* contract : {"heteroflow_slices", "heteroflow_pending_tasks",
+                               "heteroflow_gpu_memory_total_bytes",
+                               "heteroflow_gpu_memory_accounted_bytes",
+                               "heteroflow_slice_memory_used_bytes",
+                               "heteroflow_slice_quota_oom_total",
+                               "heteroflow_slice_physical_oom_total"}) {
     EXPECT_TRUE(served.contains(contract)) << contract;
   }
 
@@ -481,8 +477,7 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
       std::string n = it->str();
       for (const char* suffix : {"_bucket", "_count", "_sum"}) {
         const std::string sfx = suffix;
-        if (n.size() > sfx.size() && n.ends_with(sfx) &&
-            !served.contains(n)) {
+        if (n.size() > sfx.size() && n.ends_with(sfx) && !served.contains(n)) {
           n = n.substr(0, n.size() - sfx.size());
         }
       }
@@ -492,8 +487,8 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
           << "), which neither binary serves";
     }
     // The query itself is valid PromQL: Prometheus evaluates it.
-    std::string q = std::regex_replace(e, std::regex(R"(\$__rate_interval)"),
-                                       "1m");
+    std::string q =
+        std::regex_replace(e, std::regex(R"(\$__rate_interval)"), "1m");
     q = std::regex_replace(q, std::regex(R"(\$[a-z_]+)"), ".*");
     EXPECT_TRUE(prometheus_->Query(q).is_array()) << q;
   }
