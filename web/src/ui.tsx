@@ -2,7 +2,7 @@
 // vocabulary (one place for what each tier promises), small components.
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { ApiError } from "./api";
+import { ApiError, type Slice } from "./api";
 
 /** Loads `fn` now and every `everyMs` (0: once); `reload` reloads now. */
 export function usePoll<T>(fn: () => Promise<T>, deps: unknown[], everyMs = 0) {
@@ -156,5 +156,64 @@ export function KeyValues({ entries, label }: { entries: Record<string, string>;
         ))}
       </tbody>
     </Table>
+  );
+}
+
+/** One measurement of a slice's hook report, kept by SliceUsage. */
+interface UsageSample {
+  at: string;
+  used: number;
+}
+
+/**
+ * A slice's measured usage (the hook's report the agent sends with each
+ * heartbeat): memory used, peak and quota, the quota's and the driver's
+ * OOMs, and a small chart of the memory used over the reports this page
+ * has seen (kept while the page is open; the last 120).
+ */
+export function SliceUsage({ slice }: { slice: Slice }) {
+  const samples = useRef<UsageSample[]>([]);
+  const h = slice.hook;
+  if (h) {
+    const last = samples.current[samples.current.length - 1];
+    if (!last || last.at !== h.reported_at) {
+      samples.current = [...samples.current, { at: h.reported_at, used: h.used_bytes }].slice(-120);
+    }
+  }
+  if (!h) return <p class="muted" data-testid="slice-usage">No usage reported yet (the hook reports once a process of the task uses the GPU).</p>;
+  const points = samples.current;
+  const cap = Math.max(h.quota_bytes ?? 0, h.peak_bytes, 1);
+  const w = 240;
+  const ht = 48;
+  const path = points
+    .map((p, i) => {
+      const x = points.length > 1 ? (i / (points.length - 1)) * w : w;
+      const y = ht - (p.used / cap) * ht;
+      return `${i === 0 ? "M" : "L"}${x.toFixed(1)},${y.toFixed(1)}`;
+    })
+    .join(" ");
+  return (
+    <div data-testid="slice-usage">
+      <dl class="fields">
+        <dt>Memory used</dt>
+        <dd data-testid="usage-used">{fmtBytes(h.used_bytes)}</dd>
+        <dt>Peak</dt>
+        <dd>{fmtBytes(h.peak_bytes)}</dd>
+        <dt>Quota</dt>
+        <dd>{h.quota_bytes === null ? "no cap" : fmtBytes(h.quota_bytes)}</dd>
+        <dt>Refused by the quota</dt>
+        <dd data-testid="usage-quota-ooms">{h.quota_ooms}</dd>
+        <dt>Refused by the GPU</dt>
+        <dd data-testid="usage-physical-ooms">{h.physical_ooms}</dd>
+        <dt>Processes</dt>
+        <dd>{h.processes}</dd>
+        <dt>Measured</dt>
+        <dd>{fmtTime(h.reported_at)}</dd>
+      </dl>
+      <svg width={w} height={ht} viewBox={`0 0 ${w} ${ht}`} role="img" aria-label={`Memory used over the last ${points.length} reports, up to ${fmtBytes(cap)}`}>
+        <rect x="0" y="0" width={w} height={ht} fill="none" stroke="currentColor" stroke-opacity="0.2" />
+        {points.length > 0 && <path d={path} fill="none" stroke="currentColor" stroke-width="1.5" />}
+      </svg>
+    </div>
   );
 }

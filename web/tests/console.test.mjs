@@ -184,6 +184,12 @@ test("a slice task created through the form is allocated with its GPU's tier", a
   // The GPU's card shows the same tier.
   const card = page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`);
   assert.equal((await card.locator(".tier").textContent()).trim(), expected);
+  // The task's page has the slice's usage section; this node runs no hook,
+  // so nothing is measured yet and the page says so.
+  await go(page, `#/tasks/${id}`);
+  const usage = page.locator("[data-testid=slice-usage]");
+  await usage.waitFor();
+  assert.match(await usage.textContent(), /No usage reported yet/);
   await context.close();
   assert.deepEqual(errors, []);
 });

@@ -156,7 +156,11 @@ export function SlicesPage({ who }: { who: WhoAmI }) {
                   {enforcementText(s.enforcement, s.kind)}
                   <EnforcementNote note={s.enforcement_note} />
                 </td>
-                <td data-label="measured">{s.hook ? `${fmtBytes(s.hook.used_bytes)} (peak ${fmtBytes(s.hook.peak_bytes)})` : "—"}</td>
+                <td data-label="measured">
+                  {s.hook
+                    ? `${fmtBytes(s.hook.used_bytes)} (peak ${fmtBytes(s.hook.peak_bytes)}${s.hook.quota_ooms ? `; ${s.hook.quota_ooms} refused by the quota` : ""}${s.hook.physical_ooms ? `; ${s.hook.physical_ooms} by the GPU` : ""})`
+                    : "—"}
+                </td>
                 <td data-label="state">{s.state}</td>
                 <td data-label="created" class="nowrap">{fmtTime(s.created_at)}</td>
               </tr>

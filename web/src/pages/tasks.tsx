@@ -4,7 +4,7 @@
 import { useState } from "preact/hooks";
 import { api, ApiError, type GpuComputeMode, type List, type Slice, type Task, type WhoAmI } from "../api";
 import { computeError, gpuCountError, memoryError, nameError, parseEnv } from "../validate";
-import { EnforcementNote, enforcementText, ErrorNote, fmtMb, fmtTime, KeyValues, Page, Status, Table, Tier, usePoll } from "../ui";
+import { EnforcementNote, enforcementText, ErrorNote, fmtMb, fmtTime, KeyValues, Page, SliceUsage, Status, Table, Tier, usePoll } from "../ui";
 
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
@@ -338,6 +338,7 @@ export function TaskDetail({ id }: { id: number }) {
   const slice = usePoll(
     async () => (task.data?.slice_id ? api<Slice>("GET", `/slices/${task.data.slice_id}`).catch(() => null) : null),
     [task.data?.slice_id],
+    3000,
   );
   const [actionError, setActionError] = useState<string | null>(null);
   const t = task.data;
@@ -424,6 +425,14 @@ export function TaskDetail({ id }: { id: number }) {
               <dd>{fmtTime(t.updated_at)}</dd>
             </dl>
           </div>
+          {slice.data && (
+            <>
+              <h2>Usage</h2>
+              <div class="card">
+                <SliceUsage slice={slice.data} />
+              </div>
+            </>
+          )}
           <h2>Environment</h2>
           <KeyValues entries={t.env} label="Environment" />
           <h2>Labels</h2>
