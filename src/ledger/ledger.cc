@@ -134,6 +134,13 @@ StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
 
 Ledger::Ledger(LedgerOptions options) { state_.options = options; }
 
+std::unique_ptr<Ledger> Ledger::Snapshot() const {
+  std::unique_ptr<Ledger> copy(new Ledger(state_.options));
+  std::lock_guard lock(mu_);
+  copy->state_ = state_;
+  return copy;
+}
+
 // ---------------------------------------------------------------- inventory
 
 StatusOr<NodeId> Ledger::AddNode(const NodeSpec& spec) {

@@ -145,6 +145,13 @@ class Ledger {
   // in the store must never be handed out again).
   void AdvanceSliceIdPast(SliceId id);
 
+  // --- snapshots ---
+  // An independent copy of the whole ledger, taken under the lock: what-if
+  // work (the defragmentation planner, src/scheduler/defrag.h) places and
+  // releases on the copy, with every admission rule re-checked there, and
+  // the original never changes.
+  std::unique_ptr<Ledger> Snapshot() const;
+
   // --- reads ---
   std::optional<Allocation> GetAllocation(SliceId id) const;
   std::vector<Allocation> Allocations() const;  // ascending id
