@@ -364,6 +364,26 @@ StatusOr<server::SliceCreate> ParseSliceCreate(const json& body) {
   return s;
 }
 
+StatusOr<server::DefragPlanCreate> ParseDefragPlanCreate(const json& body) {
+  HF_RETURN_IF_ERROR(
+      CheckFields(body, {"node_id", "goal_memory_mb", "max_moves"}));
+  server::DefragPlanCreate d;
+  auto node = GetString(body, "node_id", false);
+  if (!node.ok()) return node.status();
+  HF_RETURN_IF_ERROR(CheckIdentifier(*node, "node_id"));
+  if (!node->empty()) d.node = *node;
+  auto goal = GetInt(body, "goal_memory_mb");
+  if (!goal.ok()) return goal.status();
+  if (*goal && **goal < 1) {
+    return Wrong("goal_memory_mb", "must be a positive number of MiB");
+  }
+  d.goal_memory_mib = *goal;
+  auto moves = GetIntIn(body, "max_moves", 1, 64, "max_moves");
+  if (!moves.ok()) return moves.status();
+  if (*moves) d.max_moves = static_cast<int>(**moves);
+  return d;
+}
+
 StatusOr<server::SliceResizeRequest> ParseSliceResize(const json& body) {
   HF_RETURN_IF_ERROR(CheckFields(body, {"memory_mb", "reason"}));
   HF_RETURN_IF_ERROR(CheckStrings(body, 1024, ""));

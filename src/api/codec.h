@@ -43,6 +43,8 @@ StatusOr<int> RatioToPercentField(const json& value, const std::string& field);
 StatusOr<server::TaskCreate> ParseTaskCreate(const json& body,
                                              const Limits& limits = {});
 StatusOr<server::SliceCreate> ParseSliceCreate(const json& body);
+// POST /api/v1/defrag/plans: every field optional.
+StatusOr<server::DefragPlanCreate> ParseDefragPlanCreate(const json& body);
 // PATCH /api/v1/slices/{id}: {"memory_mb", "reason"}.
 StatusOr<server::SliceResizeRequest> ParseSliceResize(const json& body);
 StatusOr<server::NodeReport> ParseNodeReport(const json& body,

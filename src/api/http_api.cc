@@ -147,6 +147,9 @@ bool LeaderOnly(std::string_view method, std::string_view path) {
           {"DELETE", "/api/v1/groups/{name}"},
           {"POST", "/api/v1/sharing-approvals"},
           {"DELETE", "/api/v1/sharing-approvals/{id}"},
+          {"POST", "/api/v1/defrag/plans"},
+          {"POST", "/api/v1/defrag/plans/{id}/apply"},
+          {"POST", "/api/v1/defrag/plans/{id}/cancel"},
           {"POST", "/api/v1/nodes/register"},
           {"POST", "/api/v1/nodes/{node}/heartbeat"},
           {"GET", "/api/v1/nodes/{node}/assignments"},
@@ -902,6 +905,61 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         auto row = cp.RevokeApproval(c.caller, *id);
         if (!row.ok()) return row.status();
         return Ok(ApprovalJson(cp, *row, clock.NowMillis()));
+      });
+
+  // ---- defragmentation plans (SPEC.md section 10)
+  add("POST", "/api/v1/defrag/plans", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        json body = json::object();
+        if (!c.req.body.empty()) {
+          auto parsed = Body(c);
+          if (!parsed.ok()) return parsed.status();
+          body = std::move(*parsed);
+        }
+        auto request = ParseDefragPlanCreate(body);
+        if (!request.ok()) return request.status();
+        auto plan = cp.ProposeDefrag(c.caller, *request);
+        if (!plan.ok()) return plan.status();
+        return Ok(std::move(*plan), 201);
+      });
+  add("GET", "/api/v1/defrag/plans", kAdminOnly, {"limit", "cursor"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto rows = cp.ListDefrag(c.caller);
+        if (!rows.ok()) return rows.status();
+        auto page = PagedList(
+            c.req, *rows, [](const json& p) { return p["id"].get<RowId>(); },
+            [](const json& p) { return p; });
+        if (!page.ok()) return page.status();
+        return Ok(std::move(*page));
+      });
+  add("GET", "/api/v1/defrag/plans/{id}", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no plan '" + c.params[0] + "'");
+        auto plan = cp.GetDefrag(c.caller, *id);
+        if (!plan.ok()) return plan.status();
+        return Ok(std::move(*plan));
+      });
+  add("POST", "/api/v1/defrag/plans/{id}/apply", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no plan '" + c.params[0] + "'");
+        auto plan = cp.ApplyDefrag(c.caller, *id);
+        if (!plan.ok()) return plan.status();
+        return Ok(std::move(*plan), 202);
+      });
+  add("POST", "/api/v1/defrag/plans/{id}/cancel", kAdminOnly, {},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no plan '" + c.params[0] + "'");
+        auto plan = cp.CancelDefrag(c.caller, *id);
+        if (!plan.ok()) return plan.status();
+        return Ok(std::move(*plan));
       });
 
   // ---- nodes and agents

@@ -167,6 +167,7 @@ void ControlPlane::Start() {
   stop_ = false;
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   gc_thread_ = std::thread([this] { GcLoop(); });
+  defrag_thread_ = std::thread([this] { DefragLoop(); });
 }
 
 void ControlPlane::Stop() {
@@ -179,6 +180,7 @@ void ControlPlane::Stop() {
   gc_cv_.notify_all();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (gc_thread_.joinable()) gc_thread_.join();
+  if (defrag_thread_.joinable()) defrag_thread_.join();
   std::lock_guard lock(sched_mu_);
   started_ = false;
 }

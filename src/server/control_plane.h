@@ -30,6 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/clock.h"
 #include "common/gpu_compute_mode.h"
 #include "common/status.h"
@@ -69,6 +71,10 @@ struct ControlPlaneOptions {
   // Measures node silence; never jumps with the wall clock. Null: the
   // process's steady clock. Must outlive the ControlPlane.
   const Clock* monotonic_clock = nullptr;
+  // Defragmentation plans (SPEC.md section 10): how often applying plans
+  // advance, and how long a proposed plan may wait before it expires.
+  std::int64_t defrag_tick_ms = 200;
+  std::int64_t defrag_plan_ttl_ms = 900'000;
   // Tests: places with this policy instead of `policy` (which must still
   // name a registered one). Must outlive the ControlPlane.
   const ledger::PlacementPolicy* policy_for_testing = nullptr;
@@ -246,6 +252,13 @@ struct ApprovalCreate {
   std::optional<std::int64_t> ttl_s;
 };
 
+// A validated POST /api/v1/defrag/plans.
+struct DefragPlanCreate {
+  std::optional<std::string> node;  // the API's node_id (a node name)
+  std::optional<std::int64_t> goal_memory_mib;
+  int max_moves = 8;
+};
+
 // A piece of a task's log (GET /api/v1/tasks/{id}/logs).
 struct TaskLog {
   std::int64_t offset = 0;
@@ -363,6 +376,25 @@ class ControlPlane {
   std::optional<HookUsage> SliceHookUsage(RowId id);
   StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
       const Caller& caller, const store::SliceRequestFilter& f);
+
+  // --- defragmentation plans (admin; SPEC.md section 10, server/defrag.cc)
+  // Plans are JSON documents in the API's shape (docs/API.md,
+  // "Defragmentation"), stored durably with their moves' states.
+  // Computes a plan on a snapshot of the ledger; never applies it.
+  StatusOr<nlohmann::json> ProposeDefrag(const Caller& caller,
+                                         const DefragPlanCreate& request);
+  // Starts applying a proposed plan, move by move (DefragTickOnce).
+  // FailedPrecondition (409) when the cluster no longer matches the plan's
+  // snapshot or the plan is too old: the plan becomes `expired`.
+  StatusOr<nlohmann::json> ApplyDefrag(const Caller& caller, RowId id);
+  // A proposed plan is cancelled at once; an applying one after the move
+  // in flight (if any) has landed its task on the target.
+  StatusOr<nlohmann::json> CancelDefrag(const Caller& caller, RowId id);
+  StatusOr<std::vector<nlohmann::json>> ListDefrag(const Caller& caller);
+  StatusOr<nlohmann::json> GetDefrag(const Caller& caller, RowId id);
+  // Advances every applying plan by at most one step; the defrag thread
+  // calls it every defrag_tick_ms.
+  Status DefragTickOnce();
 
   // --- nodes and agents ---
   // Takes the node's capabilities and GPUs from the report, unless an
@@ -555,6 +587,19 @@ class ControlPlane {
 
   void SchedulerLoop();
   void GcLoop();
+  void DefragLoop();
+  // Defragmentation internals (server/defrag.cc). REQUIRES: mu_ held.
+  std::string ClusterFingerprintLocked();
+  StatusOr<nlohmann::json> LoadPlanInTxn(store::Txn& txn, RowId id);
+  Status SavePlanInTxn(store::Txn& txn, const nlohmann::json& plan);
+  Status AdvancePlanLocked(RowId id);
+  // ReportTaskStates: `task` (stopped on its node) has a move in flight
+  // whose source was `slice`: it is bound to the move's reserved target
+  // (`rebind`), or the reservation is released (the task ended). Returns
+  // true when the task was bound to the target. REQUIRES: mu_ held.
+  StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
+                               RowId slice, bool rebind,
+                               std::vector<RowId>& released);
   void WakeScheduler();
   void BumpGeneration();
 
@@ -640,6 +685,7 @@ class ControlPlane {
 
   std::thread scheduler_thread_;
   std::thread gc_thread_;
+  std::thread defrag_thread_;
   bool started_ = false;
 };
 

@@ -767,7 +767,16 @@ StatusOr<int> ControlPlane::ReportTaskStates(
           return slice.status();
         }
       }
-      if (rebind) {
+      // A defragmentation move stopped it: bound to its reserved target.
+      bool landed = false;
+      if (task.slice_id) {
+        auto moved = LandMoveInTxn(txn, task, *task.slice_id, rebind, released);
+        if (!moved.ok()) return moved.status();
+        landed = *moved;
+      }
+      if (landed) {
+        // `task` is bound to the move's target now (LandMoveInTxn).
+      } else if (rebind) {
         const std::string old = std::to_string(task.slice_id.value_or(0));
         task.state = TaskState::kPending;
         task.slice_id.reset();

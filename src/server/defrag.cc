@@ -1,0 +1,665 @@
+// Defragmentation plans (SPEC.md section 10): proposed on a snapshot of the
+// ledger by the pure planner (scheduler/defrag.h), stored durably, applied
+// move by move.
+//
+// A plan and its moves are one JSON document in the store's meta table
+// ("defrag_plan/<id>"), written in the same transaction as every slice and
+// task change of a step, so a crash leaves the plan's record and the
+// cluster in step. A move goes through these states, each step one commit:
+//   pending  -> moving: the target is reserved (a slice pinned to the
+//               target GPU, charged by the ledger, owned by no task yet)
+//               and the source slice is marked releasing, so the source
+//               node stops the task (it is in its `cancel` list);
+//   moving   -> moved: the node reports the task stopped
+//               (ReportTaskStates -> LandMoveInTxn): the source slice is
+//               released and the task bound to the reserved slice with a
+//               fresh env, `scheduled` for the target node to start;
+//   moved    -> done: the task runs on the target (or ended there).
+// A task is thus always bound to exactly one slice (its source or its
+// target) and is never released without a place: a task that ends on its
+// own while it moves gives its reservation back (move `skipped`). A gold
+// (MIG) slice is a partition: the reservation writes the target's MIG
+// create command, the source's release its destroy command (the MIG
+// channel), and the task starts when its new partition exists.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "scheduler/defrag.h"
+#include "server/control_plane.h"
+#include "server/internal.h"
+
+namespace hf::server {
+
+using nlohmann::json;
+using store::Millis;
+using store::SliceRow;
+using store::TaskRow;
+using store::Txn;
+
+namespace {
+
+constexpr std::string_view kPlanIndexKey = "defrag_plans";
+constexpr std::string_view kPlanNextIdKey = "defrag_next_plan_id";
+// A move waits this long for its task to run on the target before the
+// move counts as done anyway (the task is bound there, `scheduled`).
+constexpr Millis kMoveStartWaitMs = 120'000;
+
+std::string PlanKey(RowId id) { return "defrag_plan/" + std::to_string(id); }
+std::string TaskMoveKey(RowId task) {
+  return "defrag_task/" + std::to_string(task);
+}
+
+bool Final(const std::string& state) {
+  return state == "applied" || state == "cancelled" || state == "failed" ||
+         state == "expired";
+}
+
+bool MoveOpen(const std::string& state) {
+  return state == "pending" || state == "moving" || state == "moved";
+}
+
+// The plan as the API shows it (internal fields dropped).
+json Render(json plan) {
+  plan.erase("snapshot");
+  return plan;
+}
+
+StatusOr<json> ParseJson(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Internal("unreadable defrag record");
+  return j;
+}
+
+}  // namespace
+
+StatusOr<json> ControlPlane::LoadPlanInTxn(Txn& txn, RowId id) {
+  auto text = txn.GetMeta(PlanKey(id));
+  if (!text.ok()) return text.status();
+  if (!text->has_value() || (*text)->empty()) {
+    return Status::NotFound("no defrag plan " + std::to_string(id));
+  }
+  return ParseJson(**text);
+}
+
+Status ControlPlane::SavePlanInTxn(Txn& txn, const json& plan) {
+  return txn.SetMeta(PlanKey(plan["id"].get<RowId>()), plan.dump());
+}
+
+std::string ControlPlane::ClusterFingerprintLocked() {
+  // Every live allocation and every GPU's health and capacity: a plan is
+  // valid only on the cluster it was computed on.
+  std::ostringstream out;
+  for (const ledger::Allocation& a : ledger_->Allocations()) {
+    out << a.id.value() << ':' << a.memory_mib << ':' << a.compute_percent;
+    for (GpuId g : a.gpus) out << ':' << g.value();
+    out << ';';
+  }
+  ledger_->Read([&](const ledger::ClusterView& view) {
+    for (std::size_t i = 0; i < view.gpu_slot_count(); ++i) {
+      const ledger::GpuRecord& g = view.gpu(GpuId(i));
+      if (!g.live) continue;
+      out << 'g' << i << ':' << g.healthy() << ':' << g.spec.memory_mib << ':'
+          << (g.mig != nullptr) << ';';
+    }
+  });
+  return Sha256Hex(out.str());
+}
+
+StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
+                                           const DefragPlanCreate& request) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  if (request.max_moves < 1 || request.max_moves > 64) {
+    return Status::InvalidArgument("must be 1..64", "max_moves");
+  }
+  if (request.goal_memory_mib && *request.goal_memory_mib < 1) {
+    return Status::InvalidArgument("must be a positive number of MiB",
+                                   "goal_memory_mb");
+  }
+  // The movable slices: slices of preemptible tasks bound to them.
+  struct Bound {
+    SliceRow slice;
+    TaskRow task;
+  };
+  std::vector<Bound> bound;
+  std::optional<RowId> node_row;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    bound.clear();
+    if (request.node) {
+      auto n = txn.FindNode(*request.node);
+      if (!n.ok()) {
+        return Status::InvalidArgument("no node '" + *request.node + "'",
+                                       "node_id");
+      }
+      node_row = n->id;
+    }
+    store::SliceFilter f;
+    f.state = store::SliceState::kAllocated;
+    return ForEachSlice(txn, f, [&](SliceRow& s) -> Status {
+      if (!s.task_id || s.whole || s.gpu_indices.size() != 1) {
+        return Status::Ok();
+      }
+      auto t = txn.GetTask(*s.task_id);
+      if (!t.ok()) return Status::Ok();
+      if (!t->preemptible || t->slice_id != s.id || t->cancel_requested ||
+          (t->state != store::TaskState::kRunning &&
+           t->state != store::TaskState::kScheduled)) {
+        return Status::Ok();
+      }
+      bound.push_back({s, *t});
+      return Status::Ok();
+    });
+  }));
+
+  std::lock_guard lock(mu_);
+  scheduler::DefragRequest dr;
+  dr.max_moves = request.max_moves;
+  dr.goal_memory_mib = request.goal_memory_mib;
+  if (node_row) {
+    auto it = ledger_nodes_.find(*node_row);
+    if (it == ledger_nodes_.end()) {
+      return Status::InvalidArgument(
+          "node '" + *request.node + "' has no GPUs known", "node_id");
+    }
+    dr.node = it->second;
+  }
+  for (const Bound& b : bound) {
+    scheduler::MovableSlice m;
+    m.task_id = static_cast<std::uint64_t>(b.task.id);
+    m.request.tenant = TenantId(b.task.tenant_id);
+    m.request.kind = ledger::RequestKind::kSlice;
+    m.request.memory_mib = b.task.memory_mib;
+    if (b.task.compute_percent) {
+      m.request.compute_percent = *b.task.compute_percent;
+    }
+    m.request.allowed_models = AllowedModelsLocked(b.task.gpu_type);
+    dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
+  }
+  for (const auto& [key, gpu] : ledger_gpus_) {
+    if (!MigBlockedLocked(gpu).empty() || FencedLocked(key)) {
+      dr.excluded_targets.push_back(gpu);
+    }
+  }
+  auto plan = scheduler::PlanDefrag(*ledger_, dr, PolicyLocked());
+  if (!plan.ok()) return plan.status();
+
+  auto where = [&](NodeId node, GpuId gpu) {
+    const GpuKey& key = gpu_keys_.at(gpu);
+    (void)node;
+    return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
+  };
+  auto room = [&](const scheduler::RoomSummary& r) {
+    json gpus = json::array();
+    for (const scheduler::GpuRoom& g : r.gpus) {
+      json j = where(g.node, g.gpu);
+      j["total_memory_mb"] = g.total_memory_mib;
+      j["free_memory_mb"] = g.free_memory_mib;
+      j["largest_slice_mb"] = g.largest_slice_mib;
+      gpus.push_back(std::move(j));
+    }
+    return json{{"fragmentation", r.fragmentation},
+                {"free_memory_mb", r.free_memory_mib},
+                {"largest_slice_mb", r.largest_slice_mib},
+                {"gpus", std::move(gpus)}};
+  };
+  const Millis now = clock_->NowMillis();
+  json out = {{"state", "proposed"},
+              {"node_id", request.node ? json(*request.node) : json(nullptr)},
+              {"goal_memory_mb", request.goal_memory_mib
+                                     ? json(*request.goal_memory_mib)
+                                     : json(nullptr)},
+              {"max_moves", request.max_moves},
+              {"created_by", caller.Actor()},
+              {"created_at", now},
+              {"updated_at", now},
+              {"expires_at", now + options_.defrag_plan_ttl_ms},
+              {"message", ""},
+              {"cancel_requested", false},
+              {"snapshot", ClusterFingerprintLocked()},
+              {"before", room(plan->before)},
+              {"after", room(plan->after)}};
+  json moves = json::array();
+  for (const scheduler::DefragMove& m : plan->moves) {
+    moves.push_back({{"slice_id", static_cast<RowId>(m.slice.value())},
+                     {"task_id", static_cast<RowId>(m.task_id)},
+                     {"from", where(m.from_node, m.from_gpu)},
+                     {"to", where(m.to_node, m.to_gpu)},
+                     {"state", "pending"},
+                     {"target_slice_id", nullptr},
+                     {"message", ""}});
+  }
+  out["moves"] = std::move(moves);
+  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+    auto next = txn.GetMeta(kPlanNextIdKey);
+    if (!next.ok()) return next.status();
+    RowId id = 1;
+    if (next->has_value()) id = std::stoll(**next);
+    HF_RETURN_IF_ERROR(txn.SetMeta(kPlanNextIdKey, std::to_string(id + 1)));
+    auto index = txn.GetMeta(kPlanIndexKey);
+    if (!index.ok()) return index.status();
+    json ids = json::array();
+    if (index->has_value()) {
+      auto parsed = ParseJson(**index);
+      if (parsed.ok() && parsed->is_array()) ids = *parsed;
+    }
+    ids.push_back(id);
+    HF_RETURN_IF_ERROR(txn.SetMeta(kPlanIndexKey, ids.dump()));
+    out["id"] = id;
+    return SavePlanInTxn(txn, out);
+  }));
+  spdlog::info("defrag: plan {} proposed with {} move(s)", out["id"].get<RowId>(),
+               out["moves"].size());
+  return Render(out);
+}
+
+StatusOr<json> ControlPlane::GetDefrag(const Caller& caller, RowId id) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  json out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto plan = LoadPlanInTxn(txn, id);
+    if (!plan.ok()) return plan.status();
+    out = std::move(*plan);
+    return Status::Ok();
+  }));
+  return Render(out);
+}
+
+StatusOr<std::vector<json>> ControlPlane::ListDefrag(const Caller& caller) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  std::vector<json> out;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    out.clear();
+    auto index = txn.GetMeta(kPlanIndexKey);
+    if (!index.ok()) return index.status();
+    if (!index->has_value()) return Status::Ok();
+    auto ids = ParseJson(**index);
+    if (!ids.ok()) return ids.status();
+    for (const json& id : *ids) {
+      auto plan = LoadPlanInTxn(txn, id.get<RowId>());
+      if (plan.ok()) out.push_back(Render(std::move(*plan)));
+    }
+    return Status::Ok();
+  }));
+  return out;
+}
+
+StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  std::lock_guard lock(mu_);
+  const std::string fingerprint = ClusterFingerprintLocked();
+  json out;
+  bool expired = false;
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    expired = false;
+    auto plan = LoadPlanInTxn(txn, id);
+    if (!plan.ok()) return plan.status();
+    out = std::move(*plan);
+    const std::string state = out["state"].get<std::string>();
+    if (state != "proposed") {
+      return Status::FailedPrecondition("plan " + std::to_string(id) + " is " +
+                                        state + "; only a proposed plan applies");
+    }
+    const Millis now = clock_->NowMillis();
+    out["updated_at"] = now;
+    if (out["snapshot"].get<std::string>() != fingerprint ||
+        now >= out["expires_at"].get<Millis>()) {
+      expired = true;
+      out["state"] = "expired";
+      out["message"] = now >= out["expires_at"].get<Millis>()
+                           ? "the plan is older than its expiry"
+                           : "the cluster changed since the plan was computed";
+      for (json& m : out["moves"]) m["state"] = "cancelled";
+      return SavePlanInTxn(txn, out);
+    }
+    out["state"] = "applying";
+    store::HistoryRow h;
+    h.at = now;
+    h.op = "defrag_apply";
+    h.actor = caller.Actor();
+    h.reason = "defrag plan " + std::to_string(id) + ": applying " +
+               std::to_string(out["moves"].size()) + " move(s)";
+    HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+    return SavePlanInTxn(txn, out);
+  }));
+  if (expired) {
+    return Status::FailedPrecondition(
+        "plan " + std::to_string(id) + " is expired: " +
+        out["message"].get<std::string>() + "; propose a new one");
+  }
+  return Render(out);
+}
+
+StatusOr<json> ControlPlane::CancelDefrag(const Caller& caller, RowId id) {
+  HF_RETURN_IF_ERROR(RequireAdmin(caller));
+  std::lock_guard lock(mu_);
+  json out;
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    auto plan = LoadPlanInTxn(txn, id);
+    if (!plan.ok()) return plan.status();
+    out = std::move(*plan);
+    const std::string state = out["state"].get<std::string>();
+    if (Final(state)) {
+      return Status::FailedPrecondition("plan " + std::to_string(id) +
+                                        " is " + state + " already");
+    }
+    const Millis now = clock_->NowMillis();
+    out["updated_at"] = now;
+    out["cancel_requested"] = true;
+    bool in_flight = false;
+    for (json& m : out["moves"]) {
+      const std::string ms = m["state"].get<std::string>();
+      if (ms == "moving" || ms == "moved") in_flight = true;
+    }
+    if (!in_flight) {
+      // Nothing moving: every task is at its source or its target now.
+      for (json& m : out["moves"]) {
+        if (m["state"] == "pending") m["state"] = "cancelled";
+      }
+      out["state"] = "cancelled";
+      out["message"] = "cancelled by " + caller.Actor();
+    } else {
+      out["message"] = "cancel requested by " + caller.Actor() +
+                       "; the move in flight finishes first";
+    }
+    store::HistoryRow h;
+    h.at = now;
+    h.op = "defrag_cancel";
+    h.actor = caller.Actor();
+    h.reason = "defrag plan " + std::to_string(id) + ": " +
+               out["message"].get<std::string>();
+    HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+    return SavePlanInTxn(txn, out);
+  }));
+  return Render(out);
+}
+
+Status ControlPlane::DefragTickOnce() {
+  std::vector<RowId> applying;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    applying.clear();
+    auto index = txn.GetMeta(kPlanIndexKey);
+    if (!index.ok()) return index.status();
+    if (!index->has_value()) return Status::Ok();
+    auto ids = ParseJson(**index);
+    if (!ids.ok()) return ids.status();
+    for (const json& id : *ids) {
+      auto plan = LoadPlanInTxn(txn, id.get<RowId>());
+      if (plan.ok() && (*plan)["state"] == "applying") {
+        applying.push_back(id.get<RowId>());
+      }
+    }
+    return Status::Ok();
+  }));
+  Status first = Status::Ok();
+  for (RowId id : applying) {
+    std::lock_guard lock(mu_);
+    Status s = AdvancePlanLocked(id);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+Status ControlPlane::AdvancePlanLocked(RowId id) {
+  std::optional<ledger::Allocation> reserved;  // undone if the write fails
+  std::vector<RowId> released;
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
+    if (reserved) {
+      (void)ledger_->Release(reserved->id);
+      reserved.reset();
+    }
+    released.clear();
+    auto loaded = LoadPlanInTxn(txn, id);
+    if (!loaded.ok()) return loaded.status();
+    json plan = std::move(*loaded);
+    if (plan["state"] != "applying") return Status::Ok();
+    const Millis now = clock_->NowMillis();
+    json* current = nullptr;
+    for (json& m : plan["moves"]) {
+      if (MoveOpen(m["state"].get<std::string>())) {
+        current = &m;
+        break;
+      }
+    }
+    auto finish = [&](const std::string& state, const std::string& message) {
+      for (json& m : plan["moves"]) {
+        if (m["state"] == "pending") m["state"] = "cancelled";
+      }
+      plan["state"] = state;
+      if (!message.empty()) plan["message"] = message;
+      plan["updated_at"] = now;
+      store::HistoryRow h;
+      h.at = now;
+      h.op = "defrag_" + state;
+      h.actor = "defrag";
+      h.reason = "defrag plan " + std::to_string(id) + " " + state +
+                 (message.empty() ? "" : ": " + message);
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+      return SavePlanInTxn(txn, plan);
+    };
+    if (current == nullptr) {
+      const bool skipped_all = std::all_of(
+          plan["moves"].begin(), plan["moves"].end(),
+          [](const json& m) { return m["state"] != "done"; });
+      if (plan["cancel_requested"].get<bool>()) return finish("cancelled", "");
+      return finish("applied", skipped_all ? "no task needed to move" : "");
+    }
+    json& m = *current;
+    const std::string ms = m["state"].get<std::string>();
+    const RowId task_id = m["task_id"].get<RowId>();
+    if (ms == "moving") return Status::Ok();  // the source node stops it
+    if (ms == "moved") {
+      auto t = txn.GetTask(task_id);
+      const bool started =
+          !t.ok() || t->state == store::TaskState::kRunning ||
+          store::IsTerminal(t->state) ||
+          t->slice_id != m["target_slice_id"].get<RowId>();
+      const bool waited =
+          now - m.value("moved_at", now) >= kMoveStartWaitMs;
+      if (!started && !waited) return Status::Ok();
+      m["state"] = "done";
+      if (!started) m["message"] = "bound on the target, not running yet";
+      plan["updated_at"] = now;
+      return SavePlanInTxn(txn, plan);
+    }
+    // A pending move: cancelled plans stop here.
+    if (plan["cancel_requested"].get<bool>()) return finish("cancelled", "");
+    const RowId source_id = m["slice_id"].get<RowId>();
+    auto fail = [&](const std::string& why) {
+      m["state"] = "failed";
+      m["message"] = why;
+      return finish("failed", "move of task " + std::to_string(task_id) +
+                                  ": " + why);
+    };
+    auto t = txn.GetTask(task_id);
+    auto s = txn.GetSlice(source_id);
+    if (!t.ok() || !s.ok()) return fail("its task or slice is gone");
+    TaskRow task = *t;
+    SliceRow source = *s;
+    if (task.slice_id != source.id ||
+        source.state != store::SliceState::kAllocated ||
+        task.cancel_requested ||
+        (task.state != store::TaskState::kRunning &&
+         task.state != store::TaskState::kScheduled)) {
+      return fail("the task is no longer bound to slice " +
+                  std::to_string(source_id));
+    }
+    auto node = txn.FindNode(m["to"]["node_id"].get<std::string>());
+    if (!node.ok()) return fail("the target node is gone");
+    const int to_index = m["to"]["gpu_index"].get<int>();
+    auto lnode = ledger_nodes_.find(node->id);
+    auto lgpu = ledger_gpus_.find(GpuKey{node->id, to_index});
+    if (lnode == ledger_nodes_.end() || lgpu == ledger_gpus_.end()) {
+      return fail("the target GPU is gone");
+    }
+    // Reserve the target: the ledger re-checks it like any placement.
+    ledger::PlacementRequest r;
+    r.tenant = TenantId(task.tenant_id);
+    r.kind = ledger::RequestKind::kSlice;
+    r.memory_mib = task.memory_mib;
+    if (task.compute_percent) r.compute_percent = *task.compute_percent;
+    r.allowed_models = AllowedModelsLocked(task.gpu_type);
+    r.pinned_node = lnode->second;
+    r.pinned_gpu = lgpu->second;
+    ledger::PlacementResult placed = PlaceLocked(r);
+    if (!placed.placed()) {
+      return fail("the target no longer takes it: " + placed.message);
+    }
+    reserved = placed.allocation;
+    const ledger::Allocation& a = placed.allocation;
+    SliceRow target;
+    target.id = static_cast<RowId>(a.id.value());
+    target.tenant_id = task.tenant_id;
+    target.node_id = node->id;
+    target.gpu_indices = {to_index};
+    target.memory_mib = a.memory_mib;
+    target.compute_percent = a.compute_percent;
+    target.compute_defaulted = a.compute_defaulted;
+    target.mig_profile = a.mig_profile;
+    target.mig_start = a.mig_start;
+    const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
+    target.qos_level = std::string(scheduler::QosLevelName(qos.level));
+    target.enforcement = qos.enforcement;
+    target.origin = "defrag";
+    target.created_at = now;
+    HF_RETURN_IF_ERROR(txn.InsertSlice(target));
+    store::HistoryRow h = HistoryFor(target, "allocate");
+    h.task_id = task.id;
+    h.at = now;
+    h.actor = "defrag";
+    h.reason = "defrag plan " + std::to_string(id) + ": target reserved for task " +
+               std::to_string(task.id) + " (from slice " +
+               std::to_string(source.id) + ")";
+    HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+    if (qos.level == scheduler::QosLevel::kGold) {
+      store::SliceRequestRow cmd;
+      cmd.node_id = target.node_id;
+      cmd.slice_id = target.id;
+      cmd.task_id = task.id;
+      cmd.action = "create";
+      cmd.gpu_index = to_index;
+      cmd.gpu_uuid = GpuUuid(target.node_id, to_index);
+      cmd.profile = a.mig_profile;
+      cmd.mig_start = a.mig_start;
+      cmd.created_at = now;
+      cmd.deadline_at = now + options_.mig_command_deadline_ms;
+      HF_RETURN_IF_ERROR(txn.InsertSliceRequest(cmd).status());
+    }
+    // Stop the task at its source: its node finds it in `cancel`.
+    source.state = store::SliceState::kReleasing;
+    HF_RETURN_IF_ERROR(txn.UpdateSlice(source));
+    store::HistoryRow stop = HistoryFor(source, "release_requested");
+    stop.at = now;
+    stop.actor = "defrag";
+    stop.reason = "defrag plan " + std::to_string(id) + ": moving task " +
+                  std::to_string(task.id) + " to slice " +
+                  std::to_string(target.id) + "; released once its node has "
+                  "stopped it";
+    HF_RETURN_IF_ERROR(txn.AppendHistory(stop).status());
+    HF_RETURN_IF_ERROR(txn.SetMeta(
+        TaskMoveKey(task.id),
+        json{{"plan", id}, {"source", source.id}, {"target", target.id}}
+            .dump()));
+    m["state"] = "moving";
+    m["target_slice_id"] = target.id;
+    plan["updated_at"] = now;
+    return SavePlanInTxn(txn, plan);
+  });
+  if (!written.ok() && reserved) {
+    (void)ledger_->Release(reserved->id);
+    BumpGeneration();
+  }
+  ApplyReleasesLocked(released);
+  return written;
+}
+
+StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task,
+                                           RowId slice, bool rebind,
+                                           std::vector<RowId>& released) {
+  auto marker = txn.GetMeta(TaskMoveKey(task.id));
+  if (!marker.ok()) return marker.status();
+  if (!marker->has_value() || (*marker)->empty()) return false;
+  auto move = ParseJson(**marker);
+  if (!move.ok()) return move.status();
+  if ((*move)["source"].get<RowId>() != slice) return false;
+  const RowId plan_id = (*move)["plan"].get<RowId>();
+  const RowId target_id = (*move)["target"].get<RowId>();
+  HF_RETURN_IF_ERROR(txn.SetMeta(TaskMoveKey(task.id), ""));
+  auto plan = LoadPlanInTxn(txn, plan_id);
+  if (!plan.ok()) return plan.status();
+  const Millis now = clock_->NowMillis();
+  json* m = nullptr;
+  for (json& each : (*plan)["moves"]) {
+    if (each["task_id"].get<RowId>() == task.id &&
+        each["state"] == "moving") {
+      m = &each;
+    }
+  }
+  auto t = txn.GetSlice(target_id);
+  if (!t.ok()) return t.status();
+  SliceRow target = *t;
+  if (!rebind || target.state != store::SliceState::kAllocated) {
+    // The task ended (or was cancelled) while it moved: the reservation
+    // goes back; the task keeps its end.
+    HF_RETURN_IF_ERROR(ReleaseInTxn(
+        txn, target, "defrag",
+        "defrag plan " + std::to_string(plan_id) + ": task " +
+            std::to_string(task.id) + " ended while it moved",
+        released));
+    if (m != nullptr) {
+      (*m)["state"] = "skipped";
+      (*m)["message"] = "the task ended while it moved";
+    }
+    (*plan)["updated_at"] = now;
+    HF_RETURN_IF_ERROR(SavePlanInTxn(txn, *plan));
+    return false;
+  }
+  target.task_id = task.id;
+  HF_RETURN_IF_ERROR(txn.UpdateSlice(target));
+  task.state = store::TaskState::kScheduled;
+  task.slice_id = target.id;
+  task.node_id = target.node_id;
+  task.gpu_indices = target.gpu_indices;
+  task.pending_reason.clear();
+  task.exit_code.reset();
+  task.message = "moved by defrag plan " + std::to_string(plan_id);
+  std::erase_if(task.labels, [](const auto& kv) {
+    return kv.first.starts_with("heteroflow.");
+  });
+  if (!target.mig_device_id.empty()) {
+    task.labels["heteroflow.mig_device_id"] = target.mig_device_id;
+  }
+  ApplySliceEnv(SliceEnvFor(target, task), task.env);
+  store::HistoryRow h = HistoryFor(target, "defrag_move");
+  h.at = now;
+  h.actor = "defrag";
+  h.reason = "defrag plan " + std::to_string(plan_id) + ": task " +
+             std::to_string(task.id) + " moved from slice " +
+             std::to_string(slice) + " to slice " + std::to_string(target.id);
+  HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+  if (m != nullptr) {
+    (*m)["state"] = "moved";
+    (*m)["moved_at"] = now;
+  }
+  (*plan)["updated_at"] = now;
+  HF_RETURN_IF_ERROR(SavePlanInTxn(txn, *plan));
+  return true;
+}
+
+void ControlPlane::DefragLoop() {
+  for (;;) {
+    {
+      std::unique_lock lock(sched_mu_);
+      gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.defrag_tick_ms),
+                      [&] { return stop_; });
+      if (stop_) return;
+    }
+    Status s = DefragTickOnce();
+    if (!s.ok()) spdlog::warn("defrag: {}", s.ToString());
+  }
+}
+
+}  // namespace hf::server

@@ -1,0 +1,374 @@
+// End-to-end tests of defragmentation plans (SPEC.md section 10) with the
+// REAL hf-server and the REAL hf-agent on the simulated GPU backend: a plan
+// is proposed on a fragmented node, applied move by move (each task stopped
+// on its source GPU and started again on its target with a fresh env),
+// cancelled in the middle, and carried through a SIGKILL of the server in
+// the middle. After each, every task runs exactly once, at its source or
+// its target, bound to one live slice, and the slices the server holds are
+// exactly the tasks' (no reservation leaks, nothing counted twice, no GPU
+// over its memory).
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/agent_harness.h"
+
+namespace hf::e2e {
+namespace {
+
+constexpr milliseconds kTimeout{60'000};
+constexpr std::int64_t kGpuMb = 15360;  // a T4
+constexpr std::int64_t kTaskMb = 3072;  // five per GPU
+
+class DefragE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.flags = {"--gc-interval", "1"};
+    server_ = std::make_unique<ServerProcess>(options);
+    ASSERT_TRUE(server_->Start());
+    api_ = std::make_unique<Api>(*server_);
+    tenant_ = api_->NewTenant("defrag");
+    user_ = api_->CreateToken("user", tenant_);
+    AgentProcessOptions a;
+    a.node_id = "n1";
+    a.inventory = SimInventory("n1", json::array({T4(), T4()}));
+    a.token = CreateNodeToken(*api_, "n1");
+    agent_ = std::make_unique<AgentProcess>(server_->url(), a);
+    ASSERT_TRUE(agent_->Start());
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return api_->http().Get("/api/v1/nodes/n1", api_->admin()).status ==
+                 200;
+        },
+        milliseconds(20'000)))
+        << agent_->Log();
+  }
+
+  void TearDown() override {
+    if (agent_ && agent_->running()) {
+      EXPECT_TRUE(agent_->Stop());
+    }
+    if (server_ && server_->running()) {
+      EXPECT_TRUE(server_->Stop());
+    }
+  }
+
+  std::int64_t Start(bool preemptible) {
+    json t = api_->CreateTask({{"name", "long"},
+                               {"command", "sleep 600"},
+                               {"gpu_memory_mb", kTaskMb},
+                               {"gpu_compute_ratio", 0.1},
+                               {"preemptible", preemptible}},
+                              user_);
+    EXPECT_TRUE(t.is_object());
+    const std::int64_t id = t.value("id", std::int64_t{0});
+    json running = api_->WaitTask(
+        id, user_, [](const json& x) { return x["status"] == "running"; },
+        kTimeout);
+    EXPECT_EQ(running["status"], "running") << running.dump();
+    return id;
+  }
+
+  void Cancel(std::int64_t id) {
+    HttpReply r = api_->http().Post(
+        "/api/v1/tasks/" + std::to_string(id) + "/cancel", json::object(),
+        user_);
+    ASSERT_EQ(r.status, 200) << r.Describe();
+    json done = api_->WaitTask(
+        id, user_, [](const json& x) { return x["status"] == "cancelled"; },
+        kTimeout);
+    ASSERT_EQ(done["status"], "cancelled");
+  }
+
+  // GPU 0 keeps 2 tasks (9216 MB free), GPU 1 keeps 3 (6144 MB free): the
+  // largest allocatable slice is 9216 MB although 15360 MB are free.
+  // Returns the tasks still running.
+  std::vector<std::int64_t> Fragment() {
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < 10; ++i) ids.push_back(Start(/*preemptible=*/true));
+    std::map<int, std::vector<std::int64_t>> by_gpu;
+    for (std::int64_t id : ids) {
+      json t = api_->GetTask(id, user_);
+      by_gpu[t["gpu_indices"][0].get<int>()].push_back(id);
+    }
+    EXPECT_EQ(by_gpu[0].size(), 5u);
+    EXPECT_EQ(by_gpu[1].size(), 5u);
+    std::vector<std::int64_t> kept;
+    for (std::size_t i = 0; i < by_gpu[0].size(); ++i) {
+      if (i < 3) {
+        Cancel(by_gpu[0][i]);
+      } else {
+        kept.push_back(by_gpu[0][i]);
+      }
+    }
+    for (std::size_t i = 0; i < by_gpu[1].size(); ++i) {
+      if (i < 2) {
+        Cancel(by_gpu[1][i]);
+      } else {
+        kept.push_back(by_gpu[1][i]);
+      }
+    }
+    // Released slices leave the ledger when the node reports the stops.
+    EXPECT_TRUE(WaitFor([&] { return LiveSlices().size() == kept.size(); },
+                        kTimeout));
+    return kept;
+  }
+
+  std::vector<json> LiveSlices() const {
+    std::vector<json> out;
+    for (const json& s : api_->ListAll("/api/v1/slices", api_->admin())) {
+      if (s["state"] == "allocated" || s["state"] == "releasing") {
+        out.push_back(s);
+      }
+    }
+    return out;
+  }
+
+  json Plan(const json& body) {
+    HttpReply r = api_->http().Post("/api/v1/defrag/plans", body, api_->admin());
+    EXPECT_EQ(r.status, 201) << r.Describe();
+    return r.body;
+  }
+
+  json GetPlan(std::int64_t id) const {
+    HttpReply r = api_->http().Get("/api/v1/defrag/plans/" + std::to_string(id),
+                                   api_->admin());
+    EXPECT_EQ(r.status, 200) << r.Describe();
+    return r.body;
+  }
+
+  json WaitPlan(std::int64_t id, const std::function<bool(const json&)>& pred,
+                milliseconds timeout = kTimeout) const {
+    json last;
+    WaitFor(
+        [&] {
+          last = GetPlan(id);
+          return pred(last);
+        },
+        timeout, milliseconds(20));
+    return last;
+  }
+
+  // Every task runs exactly once, bound to one live slice on GPU `source`
+  // or `target` of its moves; the server's live slices are exactly the
+  // tasks' slices; no GPU holds more than its memory.
+  void ExpectConsistent(const std::vector<std::int64_t>& tasks,
+                        const json& plan) {
+    std::map<std::int64_t, std::set<int>> allowed;
+    for (std::int64_t id : tasks) {
+      allowed[id].insert(api_->GetTask(id, user_)["gpu_indices"][0].get<int>());
+    }
+    for (const json& m : plan["moves"]) {
+      const std::int64_t id = m["task_id"].get<std::int64_t>();
+      allowed[id].insert(m["from"]["gpu_index"].get<int>());
+      allowed[id].insert(m["to"]["gpu_index"].get<int>());
+    }
+    std::set<std::int64_t> bound_slices;
+    for (std::int64_t id : tasks) {
+      json t = api_->WaitTask(
+          id, user_, [](const json& x) { return x["status"] == "running"; },
+          kTimeout);
+      ASSERT_EQ(t["status"], "running") << t.dump();
+      const int gpu = t["gpu_indices"][0].get<int>();
+      EXPECT_TRUE(allowed[id].contains(gpu)) << t.dump();
+      json s = api_->GetSlice(t["slice_id"].get<std::int64_t>(), api_->admin());
+      EXPECT_EQ(s["state"], "allocated") << s.dump();
+      EXPECT_EQ(s["task_id"], id) << s.dump();
+      EXPECT_EQ(s["gpu_index"], gpu);
+      bound_slices.insert(s["id"].get<std::int64_t>());
+      // The task's process runs on this node (one per task id).
+      EXPECT_TRUE(agent_->WaitTaskPid(id, milliseconds(20'000)).has_value())
+          << "task " << id << " has no process";
+    }
+    // No reservation left behind, no slice counted twice.
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          std::set<std::int64_t> live;
+          for (const json& s : LiveSlices()) {
+            live.insert(s["id"].get<std::int64_t>());
+          }
+          return live == bound_slices;
+        },
+        kTimeout));
+    std::map<int, std::int64_t> used;
+    for (const json& s : LiveSlices()) {
+      used[s["gpu_index"].get<int>()] += s["memory_mb"].get<std::int64_t>();
+    }
+    for (const auto& [gpu, mb] : used) EXPECT_LE(mb, kGpuMb) << "GPU " << gpu;
+    // The history records every move.
+    int moved = 0;
+    for (const json& m : plan["moves"]) moved += m["state"] == "done";
+    int recorded = 0;
+    for (const json& h : api_->ListAll("/api/v1/history", api_->admin())) {
+      recorded += h["op"] == "defrag_move";
+    }
+    EXPECT_GE(recorded, moved);
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<Api> api_;
+  std::unique_ptr<AgentProcess> agent_;
+  std::string tenant_;
+  std::string user_;
+};
+
+TEST_F(DefragE2eTest, ProposesOnASnapshotAndAppliesMoveByMove) {
+  std::vector<std::int64_t> tasks = Fragment();
+  // A tenant may not plan; bad input names its field.
+  const std::string tenant_admin = api_->CreateToken("tenant-admin", tenant_);
+  EXPECT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans", {{"max_moves", "x"}}, tenant_admin)
+                .status,
+            403);
+  HttpReply bad = api_->http().Post("/api/v1/defrag/plans", {{"max_moves", 0}},
+                                    api_->admin());
+  EXPECT_EQ(bad.status, 400) << bad.Describe();
+  EXPECT_EQ(bad.body.value("field", ""), "max_moves");
+  bad = api_->http().Post("/api/v1/defrag/plans", {{"node_id", "nowhere"}},
+                          api_->admin());
+  EXPECT_EQ(bad.status, 400) << bad.Describe();
+  EXPECT_EQ(bad.body.value("field", ""), "node_id");
+
+  json plan = Plan({{"node_id", "n1"}, {"goal_memory_mb", kGpuMb}});
+  ASSERT_EQ(plan["state"], "proposed") << plan.dump();
+  ASSERT_EQ(plan["moves"].size(), 2u) << plan.dump();
+  EXPECT_EQ(plan["before"]["largest_slice_mb"], 9216);
+  EXPECT_EQ(plan["after"]["largest_slice_mb"], kGpuMb);
+  EXPECT_GT(plan["before"]["fragmentation"].get<double>(), 0.3);
+  EXPECT_DOUBLE_EQ(plan["after"]["fragmentation"].get<double>(), 0.0);
+  for (const json& m : plan["moves"]) {
+    EXPECT_EQ(m["from"]["gpu_index"], 0);
+    EXPECT_EQ(m["to"]["gpu_index"], 1);
+  }
+  // Proposing applies nothing.
+  const std::int64_t moved_task = plan["moves"][0]["task_id"];
+  const std::string env_before =
+      api_->GetTask(moved_task, user_)["env"].dump();
+  EXPECT_EQ(api_->GetTask(moved_task, user_)["gpu_indices"][0], 0);
+
+  const std::int64_t id = plan["id"];
+  HttpReply applied = api_->http().Post(
+      "/api/v1/defrag/plans/" + std::to_string(id) + "/apply", json::object(),
+      api_->admin());
+  ASSERT_EQ(applied.status, 202) << applied.Describe();
+  json done = WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
+  ASSERT_EQ(done["state"], "applied") << done.dump();
+  for (const json& m : done["moves"]) EXPECT_EQ(m["state"], "done");
+  ExpectConsistent(tasks, done);
+  json t = api_->GetTask(moved_task, user_);
+  EXPECT_EQ(t["gpu_indices"][0], 1);
+  EXPECT_NE(t["env"].dump(), env_before);  // a fresh env for the new slice
+  // GPU 0 is empty: a slice of the whole card fits now.
+  json big = api_->CreateTask({{"name", "big"},
+                               {"command", "sleep 600"},
+                               {"gpu_memory_mb", kGpuMb}},
+                              user_);
+  json placed = api_->WaitNotPending(big["id"].get<std::int64_t>(), user_,
+                                     kTimeout);
+  EXPECT_EQ(placed["gpu_indices"][0], 0) << placed.dump();
+
+  // An applied plan applies no more; the list shows it.
+  EXPECT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans/" + std::to_string(id) + "/apply",
+                      json::object(), api_->admin())
+                .status,
+            409);
+  json list = api_->ListAll("/api/v1/defrag/plans", api_->admin());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["state"], "applied");
+}
+
+TEST_F(DefragE2eTest, APlanOnAChangedClusterExpires) {
+  std::vector<std::int64_t> tasks = Fragment();
+  json plan = Plan({{"node_id", "n1"}});
+  ASSERT_EQ(plan["state"], "proposed") << plan.dump();
+  // The cluster changes: one more task lands.
+  Start(/*preemptible=*/false);
+  HttpReply r = api_->http().Post("/api/v1/defrag/plans/" +
+                                      plan["id"].dump() + "/apply",
+                                  json::object(), api_->admin());
+  EXPECT_EQ(r.status, 409) << r.Describe();
+  EXPECT_EQ(GetPlan(plan["id"])["state"], "expired");
+  // Nothing moved.
+  for (std::int64_t id : tasks) {
+    EXPECT_EQ(api_->GetTask(id, user_)["message"], "") << id;
+  }
+}
+
+TEST_F(DefragE2eTest, NonPreemptibleTasksNeverMove) {
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(Start(/*preemptible=*/false));
+  // 4 x 3072 on GPU 0; GPU 1 empty; cancel two: 9216 free on GPU 0.
+  Cancel(ids[0]);
+  Cancel(ids[1]);
+  Start(/*preemptible=*/false);  // lands on GPU 0 (best fit)
+  HttpReply r = api_->http().Post("/api/v1/defrag/plans",
+                                  {{"goal_memory_mb", kGpuMb}}, api_->admin());
+  EXPECT_EQ(r.status, 409) << r.Describe();
+}
+
+TEST_F(DefragE2eTest, CancelMidPlanLeavesEveryTaskAtItsSourceOrTarget) {
+  std::vector<std::int64_t> tasks = Fragment();
+  json plan = Plan({{"node_id", "n1"}, {"goal_memory_mb", kGpuMb}});
+  ASSERT_EQ(plan["moves"].size(), 2u) << plan.dump();
+  const std::int64_t id = plan["id"];
+  ASSERT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans/" + std::to_string(id) + "/apply",
+                      json::object(), api_->admin())
+                .status,
+            202);
+  // The first move is under way: cancel.
+  json started = WaitPlan(
+      id, [](const json& p) { return p["moves"][0]["state"] != "pending"; });
+  ASSERT_NE(started["moves"][0]["state"], "pending");
+  HttpReply c = api_->http().Post(
+      "/api/v1/defrag/plans/" + std::to_string(id) + "/cancel", json::object(),
+      api_->admin());
+  ASSERT_EQ(c.status, 200) << c.Describe();
+  json done = WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
+  ASSERT_EQ(done["state"], "cancelled") << done.dump();
+  // The move in flight landed; the next never started.
+  EXPECT_EQ(done["moves"][0]["state"], "done") << done.dump();
+  EXPECT_EQ(done["moves"][1]["state"], "cancelled") << done.dump();
+  ExpectConsistent(tasks, done);
+  const std::int64_t unmoved = done["moves"][1]["task_id"];
+  EXPECT_EQ(api_->GetTask(unmoved, user_)["gpu_indices"][0], 0);
+  // A cancelled plan cannot be cancelled or applied again.
+  EXPECT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans/" + std::to_string(id) + "/cancel",
+                      json::object(), api_->admin())
+                .status,
+            409);
+}
+
+TEST_F(DefragE2eTest, ServerKilledMidPlanResumesWithoutLosingATask) {
+  std::vector<std::int64_t> tasks = Fragment();
+  json plan = Plan({{"node_id", "n1"}, {"goal_memory_mb", kGpuMb}});
+  ASSERT_EQ(plan["moves"].size(), 2u) << plan.dump();
+  const std::int64_t id = plan["id"];
+  ASSERT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans/" + std::to_string(id) + "/apply",
+                      json::object(), api_->admin())
+                .status,
+            202);
+  // Kill -9 while the first move is in flight (target reserved, task being
+  // stopped at its source).
+  json mid = WaitPlan(
+      id, [](const json& p) { return p["moves"][0]["state"] != "pending"; });
+  ASSERT_EQ(mid["state"], "applying") << mid.dump();
+  ASSERT_TRUE(server_->Kill());
+  ASSERT_TRUE(server_->Start()) << server_->Log();
+  json done = WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
+  ASSERT_EQ(done["state"], "applied") << done.dump() << server_->Log();
+  for (const json& m : done["moves"]) EXPECT_EQ(m["state"], "done");
+  ExpectConsistent(tasks, done);
+  for (const json& m : done["moves"]) {
+    EXPECT_EQ(api_->GetTask(m["task_id"], user_)["gpu_indices"][0], 1);
+  }
+}
+
+}  // namespace
+}  // namespace hf::e2e
