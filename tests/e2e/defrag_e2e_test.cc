@@ -202,7 +202,7 @@ class DefragE2eTest : public ::testing::Test {
     int moved = 0;
     for (const json& m : plan["moves"]) moved += m["state"] == "done";
     int recorded = 0;
-    for (const json& h : api_->ListAll("/api/v1/history", api_->admin())) {
+    for (const json& h : api_->ListAll("/api/v1/slices/history", api_->admin())) {
       recorded += h["op"] == "defrag_move";
     }
     EXPECT_GE(recorded, moved);
@@ -261,10 +261,11 @@ TEST_F(DefragE2eTest, ProposesOnASnapshotAndAppliesMoveByMove) {
   json t = api_->GetTask(moved_task, user_);
   EXPECT_EQ(t["gpu_indices"][0], 1);
   EXPECT_NE(t["env"].dump(), env_before);  // a fresh env for the new slice
-  // GPU 0 is empty: a slice of the whole card fits now.
+  // GPU 0 is empty: the largest slice admission allows (90% of the card)
+  // fits now, and only there.
   json big = api_->CreateTask({{"name", "big"},
                                {"command", "sleep 600"},
-                               {"gpu_memory_mb", kGpuMb}},
+                               {"gpu_memory_mb", kGpuMb * 9 / 10}},
                               user_);
   json placed = api_->WaitNotPending(big["id"].get<std::int64_t>(), user_,
                                      kTimeout);
