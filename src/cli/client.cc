@@ -302,6 +302,7 @@ class CommandLine {
     AddGroups();
     AddTokens();
     AddApprovals();
+    AddDefrag();
     AddSliceRequests();
   }
   CommandLine(const CommandLine&) = delete;
@@ -815,6 +816,60 @@ class CommandLine {
           approval_id_, "approval id");
   }
 
+  void AddDefrag() {
+    CLI::App* defrag = Group(
+        "defrag", "defragmentation plans: move preemptible tasks (admin)");
+    CLI::App* plan = Leaf(
+        defrag, "plan", "propose a plan (applies nothing)",
+        ShowAction(
+            [this]() -> StatusOr<Request> {
+              Json body = Json::object();
+              SetIfGiven(body, "node_id", defrag_node_);
+              SetIfGiven(body, "goal_memory_mb", defrag_goal_mb_);
+              SetIfGiven(body, "max_moves", defrag_max_moves_);
+              return WithBody("POST", ApiPath({"defrag", "plans"}), body);
+            },
+            OneRow(Resource::kDefragPlan)));
+    plan->add_option("--node", defrag_node_, "make room on this node only");
+    plan->add_option("--goal-mb", defrag_goal_mb_,
+                     "make room for a slice of this many MiB");
+    plan->add_option("--max-moves", defrag_max_moves_,
+                     "at most this many moves (1..64, default 8)");
+    AddPageOptions(
+        Leaf(defrag, "list", "list plans",
+             ListAction(Resource::kDefragPlan, "plans", defrag_page_,
+                        [this] {
+                          Request request = Get(ApiPath({"defrag", "plans"}));
+                          ApplyPage(defrag_page_, request);
+                          return request;
+                        })),
+        defrag_page_);
+    AddId(Leaf(defrag, "show", "one plan with its moves",
+               ShowAction(
+                   [this]() -> StatusOr<Request> {
+                     return Get(ApiPath(
+                         {"defrag", "plans", std::to_string(defrag_id_)}));
+                   },
+                   OneRow(Resource::kDefragPlan))),
+          defrag_id_, "plan id");
+    for (const char* verb : {"apply", "cancel"}) {
+      const std::string what = verb;
+      AddId(Leaf(defrag, what,
+                 what == "apply" ? "apply a proposed plan, move by move"
+                                 : "cancel a plan (after the move in flight)",
+                 ShowAction(
+                     [this, what]() -> StatusOr<Request> {
+                       return WithBody("POST",
+                                       ApiPath({"defrag", "plans",
+                                                std::to_string(defrag_id_),
+                                                what}),
+                                       Json::object());
+                     },
+                     OneRow(Resource::kDefragPlan))),
+            defrag_id_, "plan id");
+    }
+  }
+
   void AddSliceRequests() {
     CLI::App* requests =
         Group("slice-requests", "the MIG command channel (admin)");
@@ -863,6 +918,11 @@ class CommandLine {
   std::int64_t token_id_ = 0;
   ApprovalCreateOptions approval_create_;
   PageOptions approval_page_;
+  PageOptions defrag_page_;
+  std::int64_t defrag_id_ = 0;
+  std::optional<std::string> defrag_node_;
+  std::optional<std::int64_t> defrag_goal_mb_;
+  std::optional<int> defrag_max_moves_;
   std::int64_t approval_id_ = 0;
   SliceRequestListOptions slice_request_list_;
 };

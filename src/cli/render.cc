@@ -1,6 +1,7 @@
 #include "cli/render.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <functional>
 #include <vector>
@@ -105,6 +106,34 @@ std::string WholeGpus(const Json& task) {
 }
 
 // "4" or "4 (1 lost)": a node's GPUs and how many are not healthy.
+// A plan's room before/after: "9216MB frag 0.40".
+std::function<std::string(const Json&)> PlanRoom(std::string key) {
+  return [key](const Json& plan) {
+    const auto it = plan.find(key);
+    if (it == plan.end() || !it->is_object()) return std::string(kNone);
+    const Json& room = *it;
+    if (!room.contains("largest_slice_mb") || !room.contains("fragmentation")) {
+      return std::string(kNone);
+    }
+    char frag[32];
+    std::snprintf(frag, sizeof frag, "%.2f",
+                  room["fragmentation"].is_number()
+                      ? room["fragmentation"].get<double>()
+                      : 0.0);
+    return CellText(room, "largest_slice_mb") + "MB frag " + frag;
+  };
+}
+
+// "2/3": moves done out of all.
+std::string PlanMoves(const Json& plan) {
+  const auto it = plan.find("moves");
+  if (it == plan.end() || !it->is_array()) return std::string(kNone);
+  const auto done = std::count_if(it->begin(), it->end(), [](const Json& m) {
+    return m.is_object() && m.value("state", "") == "done";
+  });
+  return std::to_string(done) + "/" + std::to_string(it->size());
+}
+
 std::string NodeGpus(const Json& node) {
   const auto it = node.find("gpus");
   if (it == node.end() || !it->is_array()) return std::string(kNone);
@@ -238,6 +267,15 @@ std::vector<Column> ColumnsFor(Resource resource) {
               Field("REVOKED", "revoked_at"),
               Field("BY", "created_by"),
               Field("REASON", "reason")};
+    case Resource::kDefragPlan:
+      return {Field("ID", "id"),
+              Field("STATE", "state"),
+              Field("NODE", "node_id"),
+              Suffixed("GOAL", "goal_memory_mb", "MB"),
+              {"MOVES_DONE", PlanMoves},
+              {"BEFORE", PlanRoom("before")},
+              {"AFTER", PlanRoom("after")},
+              Field("MESSAGE", "message")};
     case Resource::kSliceRequest:
       return {Field("ID", "id"),
               Field("NODE", "node_id"),

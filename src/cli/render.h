@@ -35,6 +35,7 @@ enum class Resource {
   kToken,
   kSliceRequest,
   kApproval,
+  kDefragPlan,
 };
 
 // The text of `object[key]` for a table cell: "-" when the key is missing,

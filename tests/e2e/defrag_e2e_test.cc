@@ -7,7 +7,10 @@
 // its target, bound to one live slice, and the slices the server holds are
 // exactly the tasks' (no reservation leaks, nothing counted twice, no GPU
 // over its memory).
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -115,6 +118,20 @@ class DefragE2eTest : public ::testing::Test {
     EXPECT_TRUE(WaitFor([&] { return LiveSlices().size() == kept.size(); },
                         kTimeout));
     return kept;
+  }
+
+  // Runs hfctl with the admin token; returns its exit code and stdout.
+  std::pair<int, std::string> Hfctl(const std::string& args) const {
+    const std::string cmd = std::string(HFCTL_PATH) + " --server " +
+                            server_->url() + " --token " +
+                            server_->admin_token() + " " + args + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    if (pipe == nullptr) return {-1, ""};
+    std::string out;
+    char buf[4096];
+    while (std::size_t n = fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
   }
 
   std::vector<json> LiveSlices() const {
@@ -280,6 +297,22 @@ TEST_F(DefragE2eTest, ProposesOnASnapshotAndAppliesMoveByMove) {
   json list = api_->ListAll("/api/v1/defrag/plans", api_->admin());
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0]["state"], "applied");
+
+  // hfctl: list, show, and a refused cancel of an applied plan.
+  auto [rc, table] = Hfctl("defrag list");
+  EXPECT_EQ(rc, 0) << table;
+  EXPECT_NE(table.find("applied"), std::string::npos) << table;
+  EXPECT_NE(table.find("2/2"), std::string::npos) << table;
+  auto [show_rc, shown] = Hfctl("-o json defrag show " + std::to_string(id));
+  ASSERT_EQ(show_rc, 0) << shown;
+  json parsed = json::parse(shown, nullptr, false);
+  ASSERT_TRUE(parsed.is_object()) << shown;
+  EXPECT_EQ(parsed["state"], "applied");
+  auto [cancel_rc, refused] = Hfctl("defrag cancel " + std::to_string(id));
+  EXPECT_NE(cancel_rc, 0) << refused;
+  // hfctl proposes: nothing left to gain on GPU 0 for a 1 GiB slice.
+  auto [plan_rc, planned] = Hfctl("defrag plan --node n1 --goal-mb 1024");
+  EXPECT_NE(plan_rc, 0) << planned;
 }
 
 TEST_F(DefragE2eTest, APlanOnAChangedClusterExpires) {
