@@ -75,6 +75,12 @@ struct ControlPlaneOptions {
   // advance, and how long a proposed plan may wait before it expires.
   std::int64_t defrag_tick_ms = 200;
   std::int64_t defrag_plan_ttl_ms = 900'000;
+  // Automatic mode (off by default): when a node's fragmentation is at
+  // least the threshold and a pending task would fit there after a plan,
+  // the leader proposes and applies one, at most one per interval.
+  bool defrag_auto = false;
+  double defrag_auto_threshold = 0.5;
+  std::int64_t defrag_auto_interval_ms = 60'000;
   // Tests: places with this policy instead of `policy` (which must still
   // name a registered one). Must outlive the ControlPlane.
   const ledger::PlacementPolicy* policy_for_testing = nullptr;
@@ -257,6 +263,7 @@ struct DefragPlanCreate {
   std::optional<std::string> node;  // the API's node_id (a node name)
   std::optional<std::int64_t> goal_memory_mib;
   int max_moves = 8;
+  bool automatic = false;  // proposed by automatic mode, not a person
 };
 
 // A piece of a task's log (GET /api/v1/tasks/{id}/logs).
@@ -395,6 +402,10 @@ class ControlPlane {
   // Advances every applying plan by at most one step; the defrag thread
   // calls it every defrag_tick_ms.
   Status DefragTickOnce();
+  // Automatic mode's pass (ControlPlaneOptions::defrag_auto): proposes and
+  // applies at most one plan for a pending task. Returns the plan's id, or
+  // 0 when none was needed or found.
+  StatusOr<RowId> DefragAutoOnce();
 
   // --- nodes and agents ---
   // Takes the node's capabilities and GPUs from the report, unless an

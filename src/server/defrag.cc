@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -213,7 +214,8 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
                                      ? json(*request.goal_memory_mib)
                                      : json(nullptr)},
               {"max_moves", request.max_moves},
-              {"created_by", caller.Actor()},
+              {"created_by", request.automatic ? std::string("defrag-auto")
+                                                : caller.Actor()},
               {"created_at", now},
               {"updated_at", now},
               {"expires_at", now + options_.defrag_plan_ttl_ms},
@@ -649,7 +651,84 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task,
   return true;
 }
 
+StatusOr<RowId> ControlPlane::DefragAutoOnce() {
+  // One plan at a time.
+  bool busy = false;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto index = txn.GetMeta(kPlanIndexKey);
+    if (!index.ok()) return index.status();
+    busy = false;
+    if (!index->has_value()) return Status::Ok();
+    auto ids = ParseJson(**index);
+    if (!ids.ok()) return ids.status();
+    for (const json& id : *ids) {
+      auto plan = LoadPlanInTxn(txn, id.get<RowId>());
+      if (plan.ok() && (*plan)["state"] == "applying") busy = true;
+    }
+    return Status::Ok();
+  }));
+  if (busy) return RowId{0};
+  std::vector<TaskRow> pending;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    store::TaskFilter f;
+    f.state = store::TaskState::kPending;
+    f.limit = 50;
+    auto rows = txn.ListTasks(f);
+    if (!rows.ok()) return rows.status();
+    pending.clear();
+    for (TaskRow& t : *rows) {
+      if (t.gpu_required == 0 && t.memory_mib && !t.cancel_requested) {
+        pending.push_back(std::move(t));
+      }
+    }
+    return Status::Ok();
+  }));
+  if (pending.empty()) return RowId{0};
+  // Nodes past the threshold, with their free memory and largest room.
+  struct NodeRoom {
+    std::string name;
+    scheduler::RoomSummary room;
+  };
+  std::vector<NodeRoom> fragmented;
+  {
+    std::lock_guard lock(mu_);
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      for (const auto& [row, node] : ledger_nodes_) {
+        scheduler::RoomSummary room = scheduler::MeasureRoom(view, node);
+        if (room.fragmentation >= options_.defrag_auto_threshold) {
+          fragmented.push_back({NodeName(row), std::move(room)});
+        }
+      }
+    });
+  }
+  Caller leader;
+  leader.role = store::Role::kAdmin;
+  for (const TaskRow& task : pending) {
+    for (const NodeRoom& n : fragmented) {
+      if (n.room.largest_slice_mib >= *task.memory_mib ||
+          n.room.free_memory_mib < *task.memory_mib) {
+        continue;  // fits already, or never will here
+      }
+      DefragPlanCreate request;
+      request.node = n.name;
+      request.goal_memory_mib = *task.memory_mib;
+      request.automatic = true;
+      auto plan = ProposeDefrag(leader, request);
+      if (!plan.ok()) continue;
+      const RowId id = (*plan)["id"].get<RowId>();
+      auto applied = ApplyDefrag(leader, id);
+      if (!applied.ok()) return applied.status();
+      spdlog::info(
+          "defrag: automatic plan {} on node {} for pending task {} ({} MiB)",
+          id, n.name, task.id, *task.memory_mib);
+      return id;
+    }
+  }
+  return RowId{0};
+}
+
 void ControlPlane::DefragLoop() {
+  Millis last_auto = std::numeric_limits<Millis>::min() / 2;
   for (;;) {
     {
       std::unique_lock lock(sched_mu_);
@@ -659,6 +738,15 @@ void ControlPlane::DefragLoop() {
     }
     Status s = DefragTickOnce();
     if (!s.ok()) spdlog::warn("defrag: {}", s.ToString());
+    const Millis now = monotonic_->NowMillis();
+    if (options_.defrag_auto &&
+        now - last_auto >= options_.defrag_auto_interval_ms) {
+      auto id = DefragAutoOnce();
+      if (!id.ok()) {
+        spdlog::warn("defrag (automatic): {}", id.status().ToString());
+      }
+      if (!id.ok() || *id != 0) last_auto = now;  // the rate limit
+    }
   }
 }
 

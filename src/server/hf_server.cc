@@ -40,6 +40,9 @@ struct Flags {
   std::string policy = "best-fit";
   int default_compute_percent = 50;
   double gc_interval_s = 60;
+  bool defrag_auto = false;
+  double defrag_auto_threshold = 0.5;
+  double defrag_auto_interval_s = 60;
   double gc_min_age_s = 60;
   double mig_command_deadline_s = 120;
   double node_lost_after_s = 600;
@@ -129,6 +132,21 @@ int Main(int argc, char** argv) {
                  "Compute accounted for a slice without gpu_compute_ratio")
       ->envname("HF_DEFAULT_COMPUTE_PERCENT")
       ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  app.add_flag("--defrag-auto", f.defrag_auto,
+               "Automatic defragmentation: when a node's fragmentation "
+               "passes --defrag-auto-threshold and a pending task would fit "
+               "after a plan, propose and apply one")
+      ->envname("HF_DEFRAG_AUTO");
+  app.add_option("--defrag-auto-threshold", f.defrag_auto_threshold,
+                 "Fragmentation (0..1) from which automatic mode acts")
+      ->envname("HF_DEFRAG_AUTO_THRESHOLD")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--defrag-auto-interval", f.defrag_auto_interval_s,
+                 "Seconds at least between two automatic plans")
+      ->envname("HF_DEFRAG_AUTO_INTERVAL")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--gc-interval", f.gc_interval_s,
                  "Seconds between orphan-GC passes")
@@ -288,6 +306,10 @@ int Main(int argc, char** argv) {
   options.policy = f.policy;
   options.default_compute_percent = f.default_compute_percent;
   options.gc_interval_ms = static_cast<std::int64_t>(f.gc_interval_s * 1000);
+  options.defrag_auto = f.defrag_auto;
+  options.defrag_auto_threshold = f.defrag_auto_threshold;
+  options.defrag_auto_interval_ms =
+      static_cast<std::int64_t>(f.defrag_auto_interval_s * 1000);
   options.gc_min_age_ms = static_cast<std::int64_t>(f.gc_min_age_s * 1000);
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);

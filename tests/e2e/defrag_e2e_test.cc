@@ -29,7 +29,7 @@ class DefragE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ServerOptions options;
-    options.flags = {"--gc-interval", "1"};
+    options.flags = ServerFlags();
     server_ = std::make_unique<ServerProcess>(options);
     ASSERT_TRUE(server_->Start());
     api_ = std::make_unique<Api>(*server_);
@@ -48,6 +48,10 @@ class DefragE2eTest : public ::testing::Test {
         },
         milliseconds(20'000)))
         << agent_->Log();
+  }
+
+  virtual std::vector<std::string> ServerFlags() const {
+    return {"--gc-interval", "1"};
   }
 
   void TearDown() override {
@@ -402,6 +406,44 @@ TEST_F(DefragE2eTest, ServerKilledMidPlanResumesWithoutLosingATask) {
   for (const json& m : done["moves"]) {
     EXPECT_EQ(api_->GetTask(m["task_id"], user_)["gpu_indices"][0], 1);
   }
+}
+
+// Automatic mode: a pending task that fits no GPU although the node has the
+// free memory makes the leader propose and apply a plan on its own.
+class DefragAutoE2eTest : public DefragE2eTest {
+ protected:
+  std::vector<std::string> ServerFlags() const override {
+    return {"--gc-interval", "1", "--defrag-auto", "--defrag-auto-threshold",
+            "0.3", "--defrag-auto-interval", "1"};
+  }
+};
+
+TEST_F(DefragAutoE2eTest, APendingTaskThatWouldFitGetsAPlanApplied) {
+  std::vector<std::int64_t> tasks = Fragment();
+  // Nothing is pending: no plan.
+  EXPECT_TRUE(api_->ListAll("/api/v1/defrag/plans", api_->admin()).empty());
+  // 12288 MB fits no GPU (9216 and 6144 MB free), but GPU 0 has it after
+  // one move.
+  json big = api_->CreateTask({{"name", "big"},
+                               {"command", "sleep 600"},
+                               {"gpu_memory_mb", 12288}},
+                              user_);
+  const std::int64_t big_id = big["id"];
+  json placed = api_->WaitTask(
+      big_id, user_, [](const json& t) { return t["status"] == "running"; },
+      kTimeout);
+  ASSERT_EQ(placed["status"], "running") << placed.dump();
+  EXPECT_EQ(placed["gpu_indices"][0], 0);
+  json plans = api_->ListAll("/api/v1/defrag/plans", api_->admin());
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0]["created_by"], "defrag-auto");
+  EXPECT_EQ(plans[0]["goal_memory_mb"], 12288);
+  json done = WaitPlan(plans[0]["id"],
+                       [](const json& p) { return p["state"] != "applying"; });
+  EXPECT_EQ(done["state"], "applied") << done.dump();
+  ASSERT_EQ(done["moves"].size(), 1u);
+  tasks.push_back(big_id);
+  ExpectConsistent(tasks, done);
 }
 
 }  // namespace
