@@ -271,3 +271,45 @@ export interface SliceRequest {
   claimed_at: string | null;
   finished_at: string | null;
 }
+
+export interface DefragPlace {
+  node_id: string;
+  gpu_index: number;
+}
+
+export interface DefragMove {
+  slice_id: number;
+  task_id: number;
+  from: DefragPlace;
+  to: DefragPlace;
+  state: string;
+  target_slice_id: number | null;
+  message: string;
+}
+
+export interface DefragGpuRoom extends DefragPlace {
+  total_memory_mb: number;
+  free_memory_mb: number;
+  largest_slice_mb: number;
+}
+
+export interface DefragRoom {
+  fragmentation: number;
+  free_memory_mb: number;
+  largest_slice_mb: number;
+  gpus: DefragGpuRoom[];
+}
+
+export interface DefragPlan {
+  id: number;
+  state: "proposed" | "applying" | "applied" | "cancelled" | "failed" | "expired";
+  node_id: string | null;
+  goal_memory_mb: number | null;
+  max_moves: number;
+  moves: DefragMove[];
+  before: DefragRoom;
+  after: DefragRoom;
+  cancel_requested: boolean;
+  message: string;
+  created_by: string;
+}

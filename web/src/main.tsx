@@ -11,6 +11,7 @@ import { NodesPage } from "./pages/nodes";
 import { StatsPage } from "./pages/stats";
 import { HistoryPage } from "./pages/history";
 import { AdminPage } from "./pages/admin";
+import { DefragPage } from "./pages/defrag";
 import "./style.css";
 
 function useHash(): string {
@@ -83,6 +84,7 @@ const NAV: { href: string; label: string; admin?: boolean }[] = [
   { href: "#/nodes", label: "Nodes", admin: true },
   { href: "#/stats", label: "Stats" },
   { href: "#/history", label: "History" },
+  { href: "#/defrag", label: "Defrag", admin: true },
   { href: "#/admin", label: "Admin", admin: true },
 ];
 
@@ -97,7 +99,8 @@ function Route({ hash, who }: { hash: string; who: WhoAmI }) {
   if (path === "/stats") return <StatsPage who={who} />;
   if (path === "/history") return <HistoryPage />;
   if (path === "/admin" && isAdmin) return <AdminPage />;
-  if (path === "/nodes" || path === "/admin")
+  if (path === "/defrag" && isAdmin) return <DefragPage />;
+  if (path === "/nodes" || path === "/admin" || path === "/defrag")
     return (
       <Page title="Not available">
         <p>This page is for platform admins.</p>
