@@ -235,7 +235,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
                      {"message", ""}});
   }
   out["moves"] = std::move(moves);
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     auto next = txn.GetMeta(kPlanNextIdKey);
     if (!next.ok()) return next.status();
     RowId id = 1;
