@@ -415,6 +415,7 @@ const PAGES = [
   ["stats", "#/stats"],
   ["history", "#/history"],
   ["admin", "#/admin"],
+  ["defrag", "#/defrag"],
 ];
 
 test("every page renders without console errors at 1366x768 and 390x844", async () => {
@@ -427,6 +428,7 @@ test("every page renders without console errors at 1366x768 and 390x844", async 
     if (name === "history") await desk.page.waitForSelector("tr[data-history-id]");
     if (name === "nodes") await desk.page.waitForSelector("[data-node=local]");
     if (name === "admin") await desk.page.waitForSelector("text=MIG commands");
+    if (name === "defrag") await desk.page.waitForSelector("text=Propose a plan");
     assert.ok((await desk.page.textContent("#page-title")).length > 0, name);
     await screenshot(desk.page, name);
   }
