@@ -1,4 +1,5 @@
-// Agent: the node agent's loop (SPEC.md sections 2, 3, 8, 9). Each cycle it
+// Agent: the node agent's loop (docs/CONTRACT.md sections 2, 3, 8, 9). Each
+// cycle it
 //   1. probes the GPUs afresh (GpuDriver) and supervises the MPS control
 //      daemon (MpsControl::Ensure), deriving mig_capable / mps_capable;
 //   2. registers, then heartbeats with the tasks it runs (the server's
@@ -19,7 +20,7 @@
 // process attached, and only while the agent proves every process of the
 // task that uses the GPU attached: HookProof, which also measures into the
 // region the memory the hook does not count) and sets the quota the
-// server's heartbeat reply names (dynamic quota, SPEC.md section 13)
+// server's heartbeat reply names (dynamic quota, docs/CONTRACT.md section 13)
 // without restarting the task.
 // Nothing important lives only in memory: tasks are found again through the
 // runtime after a restart (Runtime::Adopt), their regions are reopened

@@ -1,5 +1,5 @@
-// hf-agent: the HeteroFlow node agent (SPEC.md sections 2, 3, 8, 9). Parses
-// the command line (flags, HF_AGENT_* environment variables, an optional
+// hf-agent: the HeteroFlow node agent (docs/CONTRACT.md sections 2, 3, 8, 9).
+// Parses the command line (flags, HF_AGENT_* environment variables, an optional
 // config file), opens the GPU backend (NVML or a simulated inventory), the
 // task runtime (processes or Docker) and the MPS control, then runs the
 // agent loop until SIGTERM or SIGINT. Stopping the agent never stops tasks

@@ -1151,7 +1151,8 @@ json StatsJson(const server::SliceStats& s) {
   j["nodes"] = std::move(node_list);
   j["gpus"] = std::move(gpus);
   if (s.cluster_scope) {
-    // "Enough memory in total, nothing fits" made visible (SPEC.md 10).
+    // "Enough memory in total, nothing fits" made visible (docs/CONTRACT.md
+    // section 10).
     j["fragmentation"] = {
         {"largest_placeable_slice_mb", s.largest_placeable_slice_mib},
         {"free_memory_mb", free_sum},

@@ -869,7 +869,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         return Ok(json{{"size", *size}});
       });
 
-  // ---- cross-tenant sharing approvals (SPEC.md section 7)
+  // ---- cross-tenant sharing approvals (docs/CONTRACT.md section 7)
   add("POST", "/api/v1/sharing-approvals", kAdminOnly, {},
       [cpp, &clock](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
@@ -907,7 +907,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         return Ok(ApprovalJson(cp, *row, clock.NowMillis()));
       });
 
-  // ---- defragmentation plans (SPEC.md section 10)
+  // ---- defragmentation plans (docs/CONTRACT.md section 10)
   add("POST", "/api/v1/defrag/plans", kAdminOnly, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;

@@ -1,5 +1,5 @@
-// A task's lifecycle state (SPEC.md section 4), as the store keeps it and
-// the API and agents name it.
+// A task's lifecycle state (docs/CONTRACT.md section 4), as the store keeps it
+// and the API and agents name it.
 #pragma once
 
 #include <optional>

@@ -1,5 +1,5 @@
 // GpuDriver: the hardware seam between the node agent and the GPUs it runs
-// tasks on (SPEC.md sections 3, 8). Two implementations: NvmlGpuDriver
+// tasks on (docs/CONTRACT.md sections 3, 8). Two implementations: NvmlGpuDriver
 // (nvml_driver.h; the real cards through libnvidia-ml.so.1, loaded with
 // dlopen) and SimGpuDriver (sim_driver.h; an inventory file, for machines
 // without GPUs and for tests, with injectable faults).
@@ -8,7 +8,7 @@
 // hardware says now, never a cached belief. Indices are the driver's own
 // (NVML's device index), which is what CUDA_VISIBLE_DEVICES and the server's
 // `gpu_index` mean; the UUID is the stable identity and is checked before
-// any MIG change (guard against index/UUID drift, SPEC.md section 8).
+// any MIG change (guard against index/UUID drift, docs/CONTRACT.md section 8).
 //
 // Thread-safety: implementations are safe to call from several threads.
 #pragma once

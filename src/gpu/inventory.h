@@ -91,8 +91,8 @@ struct InventoryGpu {
   GpuFaults faults;
 };
 
-// Whether the node can run the MPS control daemon (SPEC.md section 9). The
-// agent's MPS layer reads this to decide whether a start succeeds.
+// Whether the node can run the MPS control daemon (docs/CONTRACT.md section 9).
+// The agent's MPS layer reads this to decide whether a start succeeds.
 struct MpsBehaviour {
   bool daemon_can_start = true;
   // What a failed start reports when daemon_can_start is false.

@@ -1,9 +1,9 @@
 // The MIG profile tables: for each MIG-capable NVIDIA GPU model, the GPU
 // instance profiles it offers, their size in compute and memory slices, and
-// the memory slots where each may legally start (SPEC.md section 8). This is
-// the one place these facts live: the simulated GPU driver builds its MIG
-// behaviour from these tables and the scheduler picks profiles from them, so
-// the two can never disagree about what a card can do.
+// the memory slots where each may legally start (docs/CONTRACT.md section 8).
+// This is the one place these facts live: the simulated GPU driver builds its
+// MIG behaviour from these tables and the scheduler picks profiles from them,
+// so the two can never disagree about what a card can do.
 //
 // Sources are NVIDIA's MIG User Guide and published `nvidia-smi mig -lgip` /
 // `-lgipp` listings; mig_profiles.cc cites them above each table and says

@@ -33,7 +33,8 @@
 namespace hf::ledger {
 
 struct LedgerOptions {
-  // Compute accounted for a slice without a compute ratio (SPEC.md 5.2).
+  // Compute accounted for a slice without a compute ratio (docs/CONTRACT.md
+  // section 5, rule 2).
   ComputePercent default_compute_percent = 50;
   // 0: ties among equal GPUs go to the lowest node id. Otherwise nodes get a
   // pseudo-random tie-break rank derived from the seed (the simulator's
@@ -53,8 +54,8 @@ struct ClusterState {
 
   std::unordered_map<TenantId, GroupId> tenant_group;
   std::unordered_map<GroupId, int> groups;  // defined groups -> member count
-  // Cross-tenant sharing approvals (SPEC.md section 7): per unordered pair
-  // (lower id first), how many approvals are active; per tenant, how many
+  // Cross-tenant sharing approvals (docs/CONTRACT.md section 7): per unordered
+  // pair (lower id first), how many approvals are active; per tenant, how many
   // pairs it is in (a tenant with none never leaves the indexed fast path).
   std::map<std::pair<TenantId, TenantId>, int> approved_pairs;
   std::unordered_map<TenantId, int> approval_pairs_of;

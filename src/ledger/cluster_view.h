@@ -143,7 +143,7 @@ class ClusterView {
   // undefined group, or unknown, shares with nobody but itself).
   SharingKey SharingKeyOf(TenantId tenant) const;
   // True when an active admin approval lets `a` and `b` share GPUs although
-  // they are not in one shared group (SPEC.md section 7). Pairwise: an
+  // they are not in one shared group (docs/CONTRACT.md section 7). Pairwise: an
   // approval of a-b and one of b-c do not let a and c share.
   bool SharingApproved(TenantId a, TenantId b) const;
   // True when `tenant` has at least one active approval.
@@ -181,8 +181,8 @@ class ClusterView {
     return request.pinned_node.has_value() && *request.pinned_node != node.id;
   }
 
-  // --- the admission rules, one place for each (SPEC.md section 5) ---
-  // The first reason `gpu` cannot take the slice `request` now, or nullopt.
+  // --- the admission rules, one place for each (docs/CONTRACT.md section 5)
+  // --- The first reason `gpu` cannot take the slice `request` now, or nullopt.
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
                                          const PlacementRequest& request) const;
   // The same, with the requester's SharingKeyOf(request.tenant) computed once

@@ -1,12 +1,12 @@
 // Ledger: the single owner of GPU accounting. It holds the nodes, GPUs,
 // tenants, shared groups and live allocations, and it alone changes them.
 //
-// Every mutation re-checks the admission rules of SPEC.md section 5, so no
-// sequence of calls can oversell a GPU: memory and compute accounted on a GPU
-// never exceed its capacity, and tenants outside one shared group never share
-// a GPU. Placement asks a PlacementPolicy where to go; failures say why, with
-// per-reason counts, and tell "never fits in this cluster" (kInfeasible) from
-// "retry later" (kRetryLater).
+// Every mutation re-checks the admission rules of docs/CONTRACT.md section 5,
+// so no sequence of calls can oversell a GPU: memory and compute accounted on a
+// GPU never exceed its capacity, and tenants outside one shared group never
+// share a GPU. Placement asks a PlacementPolicy where to go; failures say why,
+// with per-reason counts, and tell "never fits in this cluster" (kInfeasible)
+// from "retry later" (kRetryLater).
 //
 // Thread-safety: all public methods are thread-safe (one internal mutex).
 // ClusterViews handed to callbacks are valid only inside the callback.
@@ -96,7 +96,7 @@ class Ledger {
   // with nullopt.
   Status SetTenantGroup(TenantId tenant, std::optional<GroupId> group);
   // An admin approval lets two tenants outside one shared group share GPUs
-  // (SPEC.md section 7). Counted: approving a pair twice needs two
+  // (docs/CONTRACT.md section 7). Counted: approving a pair twice needs two
   // withdrawals. Withdrawing closes GPUs they share to new slices of
   // tenants without approval, like removing a group; nothing is released.
   // InvalidArgument for the same tenant twice; NotFound on withdrawing a
@@ -111,9 +111,9 @@ class Ledger {
   // Returns exactly the allocation's quota. NotFound for an unknown id.
   Status Release(SliceId id);
   // Changes a live slice's accounted memory to `memory_mib` in place (the
-  // dynamic quota of SPEC.md section 13); returns the updated allocation.
-  // Lowering always succeeds. Raising takes the difference from the GPU's
-  // free memory and, like admission, needs a healthy GPU and a slice no
+  // dynamic quota of docs/CONTRACT.md section 13); returns the updated
+  // allocation. Lowering always succeeds. Raising takes the difference from the
+  // GPU's free memory and, like admission, needs a healthy GPU and a slice no
   // larger than 90% of the largest GPU; FailedPrecondition (naming the free
   // memory) otherwise, and nothing changes. InvalidArgument (field
   // "memory_mb") below kMinSliceMemoryMib; NotFound for an unknown id;

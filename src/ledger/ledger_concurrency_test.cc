@@ -1,5 +1,5 @@
-// Concurrency tests of the slice ledger (SPEC.md section 5: "no GPU is ever
-// oversold"), meant to run under ThreadSanitizer (label tsan).
+// Concurrency tests of the slice ledger (docs/CONTRACT.md section 5: "no GPU is
+// ever oversold"), meant to run under ThreadSanitizer (label tsan).
 //
 // ManyThreadsNeverOversell: worker threads place and release slices and whole
 // GPUs on one Ledger at the same time -- releasing each other's allocations

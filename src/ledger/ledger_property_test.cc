@@ -1,15 +1,15 @@
-// Property tests of the slice ledger (SPEC.md section 5).
+// Property tests of the slice ledger (docs/CONTRACT.md section 5).
 //
 // Long random sequences of ledger operations -- slice and whole-GPU
 // placements, releases (of live, already released and never issued ids),
 // GPU_LOST / healthy, MIG capability changes, adding and removing GPUs and
 // nodes, shared tenant groups being defined and removed, tenants joining and
 // leaving them, restores of released allocations, resizes of live slices
-// (the dynamic quota of SPEC.md section 13) and malformed requests --
+// (the dynamic quota of docs/CONTRACT.md section 13) and malformed requests --
 // are applied to the real Ledger (with scheduler::BestFitPolicy) and to a
-// small, independent reference model written from SPEC.md's rules (plain
-// structs and linear scans; it never calls ClusterView::CheckSlice or the
-// LinearScanBestFitPolicy). After every step the test checks:
+// small, independent reference model written from docs/CONTRACT.md's rules
+// (plain structs and linear scans; it never calls ClusterView::CheckSlice or
+// the LinearScanBestFitPolicy). After every step the test checks:
 // - Ledger::CheckInvariants() is OK;
 // - per GPU, accounted memory and compute never exceed capacity and equal
 //   the sum of the live allocations (ClusterView and Ledger::Allocations());
@@ -275,8 +275,9 @@ rc::Gen<std::vector<NodeInit>> GenInventory(const Profile& profile) {
 
 // ------------------------------------------------------------ the reference
 
-// Plain records and linear scans, from SPEC.md section 5 and the Ledger API
-// documentation. GPUs and nodes are keyed by the ids the ledger returned.
+// Plain records and linear scans, from docs/CONTRACT.md section 5 and the
+// Ledger API documentation. GPUs and nodes are keyed by the ids the ledger
+// returned.
 struct RefGpu {
   NodeId node;
   std::string uuid;
@@ -416,8 +417,8 @@ class Reference {
     return seeded_ ? nodes.at(n).rank : n.value();
   }
 
-  // Rules 2-4 of SPEC.md 5 plus capacity, models and node resources: can
-  // GPU `g` take the slice `r` now?
+  // Rules 2-4 of docs/CONTRACT.md section 5 plus capacity, models and node
+  // resources: can GPU `g` take the slice `r` now?
   bool SliceFits(const RefGpu& g, const PlacementRequest& r) const {
     if (!g.live || g.lost) return false;
     if (!ModelOk(r, g.model)) return false;
@@ -1303,7 +1304,7 @@ class Runner {
     ref_.member.erase(t);
   }
 
-  // Admin approvals between two tenants, counted (SPEC.md section 7).
+  // Admin approvals between two tenants, counted (docs/CONTRACT.md section 7).
   void ApproveSharing(const Op& op) {
     const TenantId x = Tenant(op.a);
     const TenantId y = Tenant(op.b);
@@ -1439,7 +1440,7 @@ class Runner {
     released_.erase(released_.begin() + static_cast<long>(index));
   }
 
-  // Changes a live slice's memory (dynamic quota, SPEC.md section 13):
+  // Changes a live slice's memory (dynamic quota, docs/CONTRACT.md section 13):
   // lowering always works; raising needs a healthy GPU, the 90% rule and
   // the difference free on the GPU; whole GPUs and unknown ids are refused;
   // a refusal changes nothing.

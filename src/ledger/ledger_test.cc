@@ -1,10 +1,10 @@
-// Unit tests for Ledger (SPEC.md section 5): every admission rule (capacity,
-// the 90%-of-the-largest-GPU limit, compute with its configurable default,
-// tenancy and shared groups, health, whole GPUs, allowed models, node CPU and
-// host memory), Best-Fit and its tie-breaks, Release, Restore, inventory
-// changes, request validation, the per-reason failure counts and messages, the
-// retry-later / infeasible verdicts, and the re-check of a faulty policy's
-// choice. Every fixture test ends with CheckInvariants().
+// Unit tests for Ledger (docs/CONTRACT.md section 5): every admission rule
+// (capacity, the 90%-of-the-largest-GPU limit, compute with its configurable
+// default, tenancy and shared groups, health, whole GPUs, allowed models, node
+// CPU and host memory), Best-Fit and its tie-breaks, Release, Restore,
+// inventory changes, request validation, the per-reason failure counts and
+// messages, the retry-later / infeasible verdicts, and the re-check of a faulty
+// policy's choice. Every fixture test ends with CheckInvariants().
 #include "ledger/ledger.h"
 
 #include <gtest/gtest.h>

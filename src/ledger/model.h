@@ -16,7 +16,7 @@
 
 namespace hf::ledger {
 
-// The smallest slice memory the platform accepts (SPEC.md section 4).
+// The smallest slice memory the platform accepts (docs/CONTRACT.md section 4).
 inline constexpr MemoryMib kMinSliceMemoryMib = 32;
 
 enum class GpuHealth { kOk, kLost };

@@ -1,5 +1,6 @@
 // MpsControl: the seam between the node agent and the CUDA MPS control
-// daemon that backs silver slices (SPEC.md sections 3 and 9, docs/MPS.md).
+// daemon that backs silver slices (docs/CONTRACT.md sections 3 and 9,
+// docs/MPS.md).
 //
 // Two implementations: ProcessMpsControl (process_mps_control.h; runs the
 // real `nvidia-cuda-mps-control`, or the fake in src/mps/testing/) and
@@ -76,8 +77,9 @@ class MpsControl {
   virtual Status Stop() = 0;
 };
 
-// mps_capable (SPEC.md section 3): the daemon answers now and the GPU has
-// compute capability 7.0 or newer (Volta: the first with the client limits).
+// mps_capable (docs/CONTRACT.md section 3): the daemon answers now and the GPU
+// has compute capability 7.0 or newer (Volta: the first with the client
+// limits).
 bool MpsCapable(bool daemon_alive, int cc_major);
 
 // What the agent knows about the daemon at one moment.

@@ -1,4 +1,4 @@
-// The defragmentation planner (SPEC.md section 10, docs/PLACEMENT.md
+// The defragmentation planner (docs/CONTRACT.md section 10, docs/PLACEMENT.md
 // "Defragmentation"): a pure function from a ledger snapshot to a list of
 // moves that frees a larger contiguous slice somewhere.
 //

@@ -1,6 +1,6 @@
 // QoS derivation: the one function that turns a GPU's probed capabilities
-// into the tier a slice gets (SPEC.md section 3), and says that a grant of
-// whole GPUs is exclusive rather than a slice of any tier. The main
+// into the tier a slice gets (docs/CONTRACT.md section 3), and says that a
+// grant of whole GPUs is exclusive rather than a slice of any tier. The main
 // scheduling path and the compensation path both call it; QoS is derived,
 // never requested.
 //

@@ -1,5 +1,5 @@
-// Tests for QoS derivation (SPEC.md section 3): gold when MIG mode is on,
-// else silver when MPS is usable on compute capability >= 7.0, else bronze;
+// Tests for QoS derivation (docs/CONTRACT.md section 3): gold when MIG mode is
+// on, else silver when MPS is usable on compute capability >= 7.0, else bronze;
 // a containerized node is forced to bronze; non-NVIDIA GPUs are bronze with no
 // run-time enforcement; the enforcement list of each case; SupportsMpsLimits;
 // QosLevelName.

@@ -1,5 +1,5 @@
-// Cross-tenant sharing approvals (SPEC.md section 7): an admin lets two
-// tenants outside one shared group share GPUs, with a reason and an expiry.
+// Cross-tenant sharing approvals (docs/CONTRACT.md section 7): an admin lets
+// two tenants outside one shared group share GPUs, with a reason and an expiry.
 // The record is the truth; the ledger counts the approvals that are in force
 // (ControlPlane::applied_approvals_), and an approval stops counting the
 // moment it expires or is revoked. Slices already sharing a GPU stay (they

@@ -197,10 +197,10 @@ Status ControlPlane::EnsureDefaultTenant() {
   });
 }
 
-// Restart recovery (SPEC.md section 5): the inventory, the tenancy and every
-// live slice go back into the ledger; tenants are normalised (a slice whose
-// tenant is gone belongs to its task's tenant, else `default`); the slice-id
-// counter moves past the highest id ever stored.
+// Restart recovery (docs/CONTRACT.md section 5): the inventory, the tenancy and
+// every live slice go back into the ledger; tenants are normalised (a slice
+// whose tenant is gone belongs to its task's tenant, else `default`); the
+// slice-id counter moves past the highest id ever stored.
 Status ControlPlane::Recover() {
   std::vector<GroupRow> groups;
   std::vector<TenantRow> tenants;

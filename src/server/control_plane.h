@@ -1,5 +1,5 @@
-// The control plane's core (SPEC.md sections 2-8): tenants, tokens, tasks,
-// the scheduler's bind, releases, orphan GC, restart recovery, the
+// The control plane's core (docs/CONTRACT.md sections 2-8): tenants, tokens,
+// tasks, the scheduler's bind, releases, orphan GC, restart recovery, the
 // compensation path and the MIG command channel, on top of the ledger and
 // the store. The HTTP layer (src/api) parses requests into the structs
 // below and renders what these methods return; it holds no state.
@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
@@ -29,8 +30,6 @@
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/clock.h"
 #include "common/gpu_compute_mode.h"
@@ -71,8 +70,8 @@ struct ControlPlaneOptions {
   // Measures node silence; never jumps with the wall clock. Null: the
   // process's steady clock. Must outlive the ControlPlane.
   const Clock* monotonic_clock = nullptr;
-  // Defragmentation plans (SPEC.md section 10): how often applying plans
-  // advance, and how long a proposed plan may wait before it expires.
+  // Defragmentation plans (docs/CONTRACT.md section 10): how often applying
+  // plans advance, and how long a proposed plan may wait before it expires.
   std::int64_t defrag_tick_ms = 200;
   std::int64_t defrag_plan_ttl_ms = 900'000;
   // Automatic mode (off by default): when a node's fragmentation is at
@@ -114,7 +113,7 @@ void TrimToPage(Page<T>& page, int limit) {
 }
 
 // A validated POST /api/v1/tasks (src/api does the JSON-level checks; the
-// rules of SPEC.md section 4 on the values are checked again here, in
+// rules of docs/CONTRACT.md section 4 on the values are checked again here, in
 // `ValidateTaskCreate`, so no path can skip them).
 struct TaskCreate {
   std::string name;
@@ -136,7 +135,7 @@ struct TaskCreate {
   std::function<Status(store::Txn&, const store::TaskRow&)> in_txn;
 };
 
-// The one function holding the value rules of SPEC.md section 4.
+// The one function holding the value rules of docs/CONTRACT.md section 4.
 Status ValidateTaskCreate(const TaskCreate& task);
 
 struct TaskQuery {
@@ -191,7 +190,7 @@ struct AppliedNodeReport {
   std::optional<ReportNumber> newer_applied;
 };
 
-// PATCH /api/v1/slices/{id} (dynamic quota, SPEC.md section 13).
+// PATCH /api/v1/slices/{id} (dynamic quota, docs/CONTRACT.md section 13).
 struct SliceResizeRequest {
   std::int64_t memory_mib = 0;
   std::string reason;
@@ -304,8 +303,8 @@ class ControlPlane {
   void Start();
   void Stop();
   // This instance won the leader lease: rebuilds the ledger from the store
-  // (restart recovery, SPEC.md section 5), then Start(). Nothing is bound
-  // before the rebuild is complete. REQUIRES: created with
+  // (restart recovery, docs/CONTRACT.md section 5), then Start(). Nothing is
+  // bound before the rebuild is complete. REQUIRES: created with
   // options.defer_recovery; called at most once (a demoted leader exits).
   Status Promote();
 
@@ -343,7 +342,7 @@ class ControlPlane {
   StatusOr<std::vector<store::TokenRow>> ListTokens(const Caller& caller);
   StatusOr<store::TokenRow> RevokeToken(const Caller& caller, RowId id);
 
-  // --- cross-tenant sharing approvals (admin; SPEC.md section 7) ---
+  // --- cross-tenant sharing approvals (admin; docs/CONTRACT.md section 7) ---
   StatusOr<store::ApprovalRow> CreateApproval(const Caller& caller,
                                               const ApprovalCreate& request);
   StatusOr<std::vector<store::ApprovalRow>> ListApprovals(const Caller& caller);
@@ -384,8 +383,8 @@ class ControlPlane {
   StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
       const Caller& caller, const store::SliceRequestFilter& f);
 
-  // --- defragmentation plans (admin; SPEC.md section 10, server/defrag.cc)
-  // Plans are JSON documents in the API's shape (docs/API.md,
+  // --- defragmentation plans (admin; docs/CONTRACT.md section 10,
+  // server/defrag.cc) Plans are JSON documents in the API's shape (docs/API.md,
   // "Defragmentation"), stored durably with their moves' states.
   // Computes a plan on a snapshot of the ledger; never applies it.
   StatusOr<nlohmann::json> ProposeDefrag(const Caller& caller,

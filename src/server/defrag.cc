@@ -1,6 +1,6 @@
-// Defragmentation plans (SPEC.md section 10): proposed on a snapshot of the
-// ledger by the pure planner (scheduler/defrag.h), stored durably, applied
-// move by move.
+// Defragmentation plans (docs/CONTRACT.md section 10): proposed on a snapshot
+// of the ledger by the pure planner (scheduler/defrag.h), stored durably,
+// applied move by move.
 //
 // A plan and its moves are one JSON document in the store's meta table
 // ("defrag_plan/<id>"), written in the same transaction as every slice and
@@ -21,6 +21,8 @@
 // (MIG) slice is a partition: the reservation writes the target's MIG
 // create command, the source's release its destroy command (the MIG
 // channel), and the task starts when its new partition exists.
+#include "scheduler/defrag.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -30,7 +32,6 @@
 #include <set>
 #include <sstream>
 
-#include "scheduler/defrag.h"
 #include "server/control_plane.h"
 #include "server/internal.h"
 
@@ -214,8 +215,8 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
                                      ? json(*request.goal_memory_mib)
                                      : json(nullptr)},
               {"max_moves", request.max_moves},
-              {"created_by", request.automatic ? std::string("defrag-auto")
-                                                : caller.Actor()},
+              {"created_by",
+               request.automatic ? std::string("defrag-auto") : caller.Actor()},
               {"created_at", now},
               {"updated_at", now},
               {"expires_at", now + options_.defrag_plan_ttl_ms},
@@ -253,8 +254,8 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     out["id"] = id;
     return SavePlanInTxn(txn, out);
   }));
-  spdlog::info("defrag: plan {} proposed with {} move(s)", out["id"].get<RowId>(),
-               out["moves"].size());
+  spdlog::info("defrag: plan {} proposed with {} move(s)",
+               out["id"].get<RowId>(), out["moves"].size());
   return Render(out);
 }
 
@@ -303,7 +304,8 @@ StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
     const std::string state = out["state"].get<std::string>();
     if (state != "proposed") {
       return Status::FailedPrecondition("plan " + std::to_string(id) + " is " +
-                                        state + "; only a proposed plan applies");
+                                        state +
+                                        "; only a proposed plan applies");
     }
     const Millis now = clock_->NowMillis();
     out["updated_at"] = now;
@@ -345,8 +347,8 @@ StatusOr<json> ControlPlane::CancelDefrag(const Caller& caller, RowId id) {
     out = std::move(*plan);
     const std::string state = out["state"].get<std::string>();
     if (Final(state)) {
-      return Status::FailedPrecondition("plan " + std::to_string(id) +
-                                        " is " + state + " already");
+      return Status::FailedPrecondition("plan " + std::to_string(id) + " is " +
+                                        state + " already");
     }
     const Millis now = clock_->NowMillis();
     out["updated_at"] = now;
@@ -443,9 +445,9 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
       return SavePlanInTxn(txn, plan);
     };
     if (current == nullptr) {
-      const bool skipped_all = std::all_of(
-          plan["moves"].begin(), plan["moves"].end(),
-          [](const json& m) { return m["state"] != "done"; });
+      const bool skipped_all =
+          std::all_of(plan["moves"].begin(), plan["moves"].end(),
+                      [](const json& m) { return m["state"] != "done"; });
       if (plan["cancel_requested"].get<bool>()) return finish("cancelled", "");
       return finish("applied", skipped_all ? "no task needed to move" : "");
     }
@@ -455,12 +457,10 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     if (ms == "moving") return Status::Ok();  // the source node stops it
     if (ms == "moved") {
       auto t = txn.GetTask(task_id);
-      const bool started =
-          !t.ok() || t->state == store::TaskState::kRunning ||
-          store::IsTerminal(t->state) ||
-          t->slice_id != m["target_slice_id"].get<RowId>();
-      const bool waited =
-          now - m.value("moved_at", now) >= kMoveStartWaitMs;
+      const bool started = !t.ok() || t->state == store::TaskState::kRunning ||
+                           store::IsTerminal(t->state) ||
+                           t->slice_id != m["target_slice_id"].get<RowId>();
+      const bool waited = now - m.value("moved_at", now) >= kMoveStartWaitMs;
       if (!started && !waited) return Status::Ok();
       m["state"] = "done";
       if (!started) m["message"] = "bound on the target, not running yet";
@@ -473,8 +473,8 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     auto fail = [&](const std::string& why) {
       m["state"] = "failed";
       m["message"] = why;
-      return finish("failed", "move of task " + std::to_string(task_id) +
-                                  ": " + why);
+      return finish("failed",
+                    "move of task " + std::to_string(task_id) + ": " + why);
     };
     auto t = txn.GetTask(task_id);
     auto s = txn.GetSlice(source_id);
@@ -532,9 +532,9 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     h.task_id = task.id;
     h.at = now;
     h.actor = "defrag";
-    h.reason = "defrag plan " + std::to_string(id) + ": target reserved for task " +
-               std::to_string(task.id) + " (from slice " +
-               std::to_string(source.id) + ")";
+    h.reason = "defrag plan " + std::to_string(id) +
+               ": target reserved for task " + std::to_string(task.id) +
+               " (from slice " + std::to_string(source.id) + ")";
     HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
     if (qos.level == scheduler::QosLevel::kGold) {
       store::SliceRequestRow cmd;
@@ -558,7 +558,8 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     stop.actor = "defrag";
     stop.reason = "defrag plan " + std::to_string(id) + ": moving task " +
                   std::to_string(task.id) + " to slice " +
-                  std::to_string(target.id) + "; released once its node has "
+                  std::to_string(target.id) +
+                  "; released once its node has "
                   "stopped it";
     HF_RETURN_IF_ERROR(txn.AppendHistory(stop).status());
     HF_RETURN_IF_ERROR(txn.SetMeta(
@@ -578,8 +579,8 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
   return written;
 }
 
-StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task,
-                                           RowId slice, bool rebind,
+StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
+                                           bool rebind,
                                            std::vector<RowId>& released) {
   auto marker = txn.GetMeta(TaskMoveKey(task.id));
   if (!marker.ok()) return marker.status();
@@ -595,8 +596,7 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task,
   const Millis now = clock_->NowMillis();
   json* m = nullptr;
   for (json& each : (*plan)["moves"]) {
-    if (each["task_id"].get<RowId>() == task.id &&
-        each["state"] == "moving") {
+    if (each["task_id"].get<RowId>() == task.id && each["state"] == "moving") {
       m = &each;
     }
   }
@@ -606,11 +606,11 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task,
   if (!rebind || target.state != store::SliceState::kAllocated) {
     // The task ended (or was cancelled) while it moved: the reservation
     // goes back; the task keeps its end.
-    HF_RETURN_IF_ERROR(ReleaseInTxn(
-        txn, target, "defrag",
-        "defrag plan " + std::to_string(plan_id) + ": task " +
-            std::to_string(task.id) + " ended while it moved",
-        released));
+    HF_RETURN_IF_ERROR(ReleaseInTxn(txn, target, "defrag",
+                                    "defrag plan " + std::to_string(plan_id) +
+                                        ": task " + std::to_string(task.id) +
+                                        " ended while it moved",
+                                    released));
     if (m != nullptr) {
       (*m)["state"] = "skipped";
       (*m)["message"] = "the task ended while it moved";

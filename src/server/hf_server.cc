@@ -1,5 +1,5 @@
-// hf-server: the HeteroFlow control plane (SPEC.md section 2). Parses the
-// command line (flags, HF_* environment variables, an optional config
+// hf-server: the HeteroFlow control plane (docs/CONTRACT.md section 2). Parses
+// the command line (flags, HF_* environment variables, an optional config
 // file), opens the store, rebuilds the ledger, bootstraps the admin token,
 // then serves the REST API until SIGTERM or SIGINT, and shuts down
 // gracefully: in-flight requests finish, the scheduler and GC stop, the

@@ -49,6 +49,24 @@ std::optional<Lease> DecodeLease(std::string_view text) {
   return lease;
 }
 
+namespace {
+
+// The stored lease, decoded (nullopt when absent or not a lease).
+StatusOr<std::optional<Lease>> ReadLease(Txn& txn) {
+  auto raw = ReadLeaseRaw(txn);
+  if (!raw.ok()) return raw.status();
+  if (!raw->has_value()) return std::optional<Lease>();
+  return DecodeLease(**raw);
+}
+
+// The lease names instance `id` in term `term`.
+bool HeldBy(const std::optional<Lease>& lease, const std::string& id,
+            std::int64_t term) {
+  return lease && lease->id == id && lease->term == term;
+}
+
+}  // namespace
+
 StatusOr<ClusterInfo> ReadCluster(store::Store& store) {
   ClusterInfo out;
   HF_RETURN_IF_ERROR(store.Read([&](Txn& txn) -> Status {
@@ -139,8 +157,7 @@ Status Leadership::CheckInTxn(Txn& txn) const {
   if (!raw.ok()) return raw.status();
   std::optional<Lease> lease;
   if (raw->has_value()) lease = DecodeLease(**raw);
-  if (!lease || lease->id != options_.instance_id || lease->term != term ||
-      lease->released) {
+  if (!HeldBy(lease, options_.instance_id, term) || lease->released) {
     return Status::Unavailable(
         "fenced: the leader lease no longer names instance " +
         options_.instance_id + " in term " + std::to_string(term) +
@@ -198,18 +215,16 @@ Status Leadership::Renew() {
   }
   Lease renewed;
   Status written = store_->Write([&](Txn& txn) -> Status {
-    auto raw = ReadLeaseRaw(txn);
-    if (!raw.ok()) return raw.status();
-    std::optional<Lease> lease;
-    if (raw->has_value()) lease = DecodeLease(**raw);
-    if (!lease || lease->id != options_.instance_id || lease->term != term) {
+    auto lease = ReadLease(txn);
+    if (!lease.ok()) return lease.status();
+    if (!HeldBy(*lease, options_.instance_id, term)) {
       return Status::FailedPrecondition(
           "the lease was taken over" +
-          (lease ? " by " + lease->id + " (term " +
-                       std::to_string(lease->term) + ")"
-                 : std::string()));
+          (*lease ? " by " + (*lease)->id + " (term " +
+                        std::to_string((*lease)->term) + ")"
+                  : std::string()));
     }
-    renewed = *lease;
+    renewed = **lease;
     renewed.renewal += 1;
     return txn.SetMeta(kLeaseKey, EncodeLease(renewed));
   });
@@ -422,16 +437,15 @@ Status Leadership::Resign() {
     serving_.store(false);
   }
   Status written = store_->Write([&](Txn& txn) -> Status {
-    auto raw = ReadLeaseRaw(txn);
-    if (!raw.ok()) return raw.status();
-    std::optional<Lease> lease;
-    if (raw->has_value()) lease = DecodeLease(**raw);
-    if (!lease || lease->id != options_.instance_id || lease->term != term) {
+    auto lease = ReadLease(txn);
+    if (!lease.ok()) return lease.status();
+    if (!HeldBy(*lease, options_.instance_id, term)) {
       return Status::Ok();  // already taken over: nothing to hand on
     }
-    lease->released = true;
-    lease->renewal += 1;
-    return txn.SetMeta(kLeaseKey, EncodeLease(*lease));
+    Lease released = **lease;
+    released.released = true;
+    released.renewal += 1;
+    return txn.SetMeta(kLeaseKey, EncodeLease(released));
   });
   if (written.ok()) {
     spdlog::info("leadership: instance {} handed the lease over (term {})",

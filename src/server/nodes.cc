@@ -1,7 +1,7 @@
-// ControlPlane: the agent side (SPEC.md sections 3, 5, 8): registration and
-// heartbeats (capabilities and health taken afresh every time), the
-// compensation path, assignments, task-state reports and the MIG command
-// channel.
+// ControlPlane: the agent side (docs/CONTRACT.md sections 3, 5, 8):
+// registration and heartbeats (capabilities and health taken afresh every
+// time), the compensation path, assignments, task-state reports and the MIG
+// command channel.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -540,8 +540,8 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
   return Status::Ok();
 }
 
-// The compensation path (SPEC.md section 5): a task the agent runs that
-// holds no live slice gets a ledger-only slice pinned to the GPU it really
+// The compensation path (docs/CONTRACT.md section 5): a task the agent runs
+// that holds no live slice gets a ledger-only slice pinned to the GPU it really
 // uses. Env injection is too late then; the slice is recorded so the ledger
 // tells the truth.
 Status ControlPlane::CompensateLocked(const NodeRow& node,
@@ -694,7 +694,8 @@ StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
           if (state != TaskState::kScheduled) continue;
           auto qos = t.env.find("HETEROFLOW_SLICE_QOS");
           const bool gold = qos != t.env.end() && qos->second == "gold";
-          // A gold task is held until its MIG device exists (SPEC.md 8).
+          // A gold task is held until its MIG device exists (docs/CONTRACT.md
+          // section 8).
           if (gold && !t.labels.contains("heteroflow.mig_device_id")) continue;
           out.run.push_back(std::move(t));
         }

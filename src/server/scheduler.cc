@@ -1,5 +1,5 @@
-// ControlPlane: the scheduler's bind (SPEC.md section 5) and its loop, the
-// orphan GC and the stuck-command watchdog.
+// ControlPlane: the scheduler's bind (docs/CONTRACT.md section 5) and its loop,
+// the orphan GC and the stuck-command watchdog.
 //
 // A bind pass takes a batch of pending tasks, places each in the ledger
 // (under mu_), and persists the whole batch in one store transaction: per

@@ -1,9 +1,9 @@
-// The environment variables that tie a task to its slice (SPEC.md sections 3,
-// 5 and 9). This is the one place that decides them: the scheduler's bind,
-// a re-bind after a rollback, and the MIG device hand-over all call
-// `ApplySliceEnv`, which strips every variable of an older slice before it
-// injects the new set, so the GPU a task is pinned to and the limits it gets
-// always name the same slice.
+// The environment variables that tie a task to its slice (docs/CONTRACT.md
+// sections 3, 5 and 9). This is the one place that decides them: the
+// scheduler's bind, a re-bind after a rollback, and the MIG device hand-over
+// all call `ApplySliceEnv`, which strips every variable of an older slice
+// before it injects the new set, so the GPU a task is pinned to and the limits
+// it gets always name the same slice.
 //
 // Thread-safety: pure functions.
 #pragma once

@@ -1,5 +1,5 @@
-// ControlPlane: the slices API (SPEC.md section 6): reads narrowed to the
-// caller's tenant, stats from the ledger, the history log, operator
+// ControlPlane: the slices API (docs/CONTRACT.md section 6): reads narrowed to
+// the caller's tenant, stats from the ledger, the history log, operator
 // reservations and DELETE, the MIG command rows, and the ledger-vs-store
 // check used by tests and the crash test.
 #include <spdlog/spdlog.h>

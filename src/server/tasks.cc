@@ -1,4 +1,4 @@
-// ControlPlane: the task API (SPEC.md section 4) and task releases.
+// ControlPlane: the task API (docs/CONTRACT.md section 4) and task releases.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

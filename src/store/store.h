@@ -184,7 +184,7 @@ struct HistoryRow {
 };
 
 // An admin's approval for two tenants outside one shared group to share GPUs
-// (SPEC.md section 7): with a reason and an expiry, revocable.
+// (docs/CONTRACT.md section 7): with a reason and an expiry, revocable.
 struct ApprovalRow {
   RowId id = 0;
   RowId tenant_a = 0;  // the lower tenant id of the pair

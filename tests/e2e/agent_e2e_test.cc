@@ -1,7 +1,7 @@
 // End-to-end tests of the REAL hf-agent against the REAL hf-server (issue 5;
-// SPEC.md sections 2, 3, 5, 8 and 9): every test starts its own server and
-// one agent on the simulated GPU backend with an inventory written here, and
-// watches what the agent does only through the server's API (and, where the
+// docs/CONTRACT.md sections 2, 3, 5, 8 and 9): every test starts its own server
+// and one agent on the simulated GPU backend with an inventory written here,
+// and watches what the agent does only through the server's API (and, where the
 // API cannot tell, the processes the agent leaves on this machine):
 //   - registration: GPUs and their capabilities (gold, silver, bronze) come
 //     from the inventory, afresh on every heartbeat; no MPS daemon, or a
@@ -822,9 +822,9 @@ TEST_F(AgentE2eTest, StoppedAgentExitsCleanlyAndTasksRunOn) {
   EXPECT_EQ(TaskLog(id), "done\n");
 }
 
-// SPEC.md section 9: a slice bound as silver while the MPS daemon was up is
-// never run without its MPS limits. The agent is stopped, a silver task is
-// bound on the server's last word, and the agent comes back on a node whose
+// docs/CONTRACT.md section 9: a slice bound as silver while the MPS daemon was
+// up is never run without its MPS limits. The agent is stopped, a silver task
+// is bound on the server's last word, and the agent comes back on a node whose
 // daemon cannot start: the task fails with the reason, nothing runs as
 // bronze, and the node no longer says silver.
 TEST_F(AgentE2eTest, SilverPromisedButTheMpsDaemonIsDownFailsTheTask) {

@@ -1,4 +1,4 @@
-// End-to-end tests of identity and administration (SPEC.md section 7,
+// End-to-end tests of identity and administration (docs/CONTRACT.md section 7,
 // docs/API.md "Identity", "Tenants, groups, tokens", "Operations") through
 // the real hf-server binary: authentication failures, role checks, whoami,
 // tenants, groups, tokens (secret shown once, revocation), and the public

@@ -1,4 +1,4 @@
-// End-to-end tests of the agent side (SPEC.md sections 3, 5 and 8;
+// End-to-end tests of the agent side (docs/CONTRACT.md sections 3, 5 and 8;
 // docs/API.md "Nodes and agents", "MIG command channel") through the real
 // hf-server binary, with simulated agents speaking HTTP: registration and
 // its validation, capabilities and health taken afresh from heartbeats, the
@@ -386,7 +386,7 @@ TEST_F(AgentFlowTest, RunningTaskWithoutSliceGetsACompensationSlice) {
 
 // The hook is listed in a slice's enforcement only once the agent reports
 // it attached; the reported usage is shown on the slice; PATCH changes the
-// quota (SPEC.md section 13) and the next heartbeat reply names it.
+// quota (docs/CONTRACT.md section 13) and the next heartbeat reply names it.
 TEST_F(AgentFlowTest, HookReportsAndDynamicQuota) {
   SimNode node(*api_, "n1", {SimGpu{.index = 0}, MigGpu(1)});
   node.hook_available = true;
@@ -908,9 +908,9 @@ TEST_F(AgentFlowTest, CancelBeforeMigCreateCompletesLeavesNoUnnamedDestroy) {
   EXPECT_EQ(api_->GetSlice(slice_id, user_)["state"], "released");
 }
 
-// SPEC.md section 8: profiles come from the per-model table and only legal
-// placements count. An A100 80GB holds at most seven 1g.10gb instances, so
-// the ledger must not admit an eighth small gold slice: its create command
+// docs/CONTRACT.md section 8: profiles come from the per-model table and only
+// legal placements count. An A100 80GB holds at most seven 1g.10gb instances,
+// so the ledger must not admit an eighth small gold slice: its create command
 // could never succeed (and a failed create puts the task straight back on
 // the same GPU).
 TEST_F(AgentFlowTest, GoldSlicesAreAdmittedOnlyWhereAPartitionFits) {

@@ -1,6 +1,6 @@
 // End-to-end tests of the slices API, tenant isolation, orphan GC and
-// restart recovery (SPEC.md sections 5, 6 and 7) through the real hf-server
-// binary. Each test starts its own server: placement and the ledger's
+// restart recovery (docs/CONTRACT.md sections 5, 6 and 7) through the real
+// hf-server binary. Each test starts its own server: placement and the ledger's
 // totals are what these tests look at, so no other test may add GPUs or
 // slices.
 #include <map>

@@ -1,7 +1,7 @@
-// End-to-end tests of the tasks API (SPEC.md section 4, docs/API.md "Tasks")
-// through the real hf-server binary: request validation, limits, listing
-// and paging, get, cancel, and binding (env injection, whole GPUs, pending
-// reasons, retry when capacity frees up).
+// End-to-end tests of the tasks API (docs/CONTRACT.md section 4, docs/API.md
+// "Tasks") through the real hf-server binary: request validation, limits,
+// listing and paging, get, cancel, and binding (env injection, whole GPUs,
+// pending reasons, retry when capacity frees up).
 //
 // Validation tests share one server with no nodes (tasks stay pending);
 // placement tests start a fresh server each, so no other test's GPUs or
@@ -595,8 +595,8 @@ TEST_F(TaskPlacementTest, QosTiersFollowTheGpuAndTheNode) {
   EXPECT_EQ(requests.body["items"], json::array()) << requests.raw;
 }
 
-// SPEC.md section 3: memory, UUID, model and compute capability are taken
-// from every heartbeat, like the capability bits. A card swapped at the
+// docs/CONTRACT.md section 3: memory, UUID, model and compute capability are
+// taken from every heartbeat, like the capability bits. A card swapped at the
 // same index (40 GB replaced by 80 GB) must be seen as the new card: its
 // memory admits the task and the task is pinned to the new UUID.
 TEST_F(TaskPlacementTest, GpuReplacedAtTheSameIndexIsSeenAfresh) {

@@ -1,5 +1,5 @@
-// End-to-end tests of defragmentation plans (SPEC.md section 10) with the
-// REAL hf-server and the REAL hf-agent on the simulated GPU backend: a plan
+// End-to-end tests of defragmentation plans (docs/CONTRACT.md section 10) with
+// the REAL hf-server and the REAL hf-agent on the simulated GPU backend: a plan
 // is proposed on a fragmented node, applied move by move (each task stopped
 // on its source GPU and started again on its target with a fresh env),
 // cancelled in the middle, and carried through a SIGKILL of the server in
@@ -80,9 +80,9 @@ class DefragE2eTest : public ::testing::Test {
   }
 
   void Cancel(std::int64_t id) {
-    HttpReply r = api_->http().Post(
-        "/api/v1/tasks/" + std::to_string(id) + "/cancel", json::object(),
-        user_);
+    HttpReply r =
+        api_->http().Post("/api/v1/tasks/" + std::to_string(id) + "/cancel",
+                          json::object(), user_);
     ASSERT_EQ(r.status, 200) << r.Describe();
     json done = api_->WaitTask(
         id, user_, [](const json& x) { return x["status"] == "cancelled"; },
@@ -119,8 +119,8 @@ class DefragE2eTest : public ::testing::Test {
       }
     }
     // Released slices leave the ledger when the node reports the stops.
-    EXPECT_TRUE(WaitFor([&] { return LiveSlices().size() == kept.size(); },
-                        kTimeout));
+    EXPECT_TRUE(
+        WaitFor([&] { return LiveSlices().size() == kept.size(); }, kTimeout));
     return kept;
   }
 
@@ -149,7 +149,8 @@ class DefragE2eTest : public ::testing::Test {
   }
 
   json Plan(const json& body) {
-    HttpReply r = api_->http().Post("/api/v1/defrag/plans", body, api_->admin());
+    HttpReply r =
+        api_->http().Post("/api/v1/defrag/plans", body, api_->admin());
     EXPECT_EQ(r.status, 201) << r.Describe();
     return r.body;
   }
@@ -223,7 +224,8 @@ class DefragE2eTest : public ::testing::Test {
     int moved = 0;
     for (const json& m : plan["moves"]) moved += m["state"] == "done";
     int recorded = 0;
-    for (const json& h : api_->ListAll("/api/v1/slices/history", api_->admin())) {
+    for (const json& h :
+         api_->ListAll("/api/v1/slices/history", api_->admin())) {
       recorded += h["op"] == "defrag_move";
     }
     EXPECT_GE(recorded, moved);
@@ -240,10 +242,11 @@ TEST_F(DefragE2eTest, ProposesOnASnapshotAndAppliesMoveByMove) {
   std::vector<std::int64_t> tasks = Fragment();
   // A tenant may not plan; bad input names its field.
   const std::string tenant_admin = api_->CreateToken("tenant-admin", tenant_);
-  EXPECT_EQ(api_->http()
-                .Post("/api/v1/defrag/plans", {{"max_moves", "x"}}, tenant_admin)
-                .status,
-            403);
+  EXPECT_EQ(
+      api_->http()
+          .Post("/api/v1/defrag/plans", {{"max_moves", "x"}}, tenant_admin)
+          .status,
+      403);
   HttpReply bad = api_->http().Post("/api/v1/defrag/plans", {{"max_moves", 0}},
                                     api_->admin());
   EXPECT_EQ(bad.status, 400) << bad.Describe();
@@ -266,16 +269,16 @@ TEST_F(DefragE2eTest, ProposesOnASnapshotAndAppliesMoveByMove) {
   }
   // Proposing applies nothing.
   const std::int64_t moved_task = plan["moves"][0]["task_id"];
-  const std::string env_before =
-      api_->GetTask(moved_task, user_)["env"].dump();
+  const std::string env_before = api_->GetTask(moved_task, user_)["env"].dump();
   EXPECT_EQ(api_->GetTask(moved_task, user_)["gpu_indices"][0], 0);
 
   const std::int64_t id = plan["id"];
-  HttpReply applied = api_->http().Post(
-      "/api/v1/defrag/plans/" + std::to_string(id) + "/apply", json::object(),
-      api_->admin());
+  HttpReply applied =
+      api_->http().Post("/api/v1/defrag/plans/" + std::to_string(id) + "/apply",
+                        json::object(), api_->admin());
   ASSERT_EQ(applied.status, 202) << applied.Describe();
-  json done = WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
+  json done =
+      WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
   ASSERT_EQ(done["state"], "applied") << done.dump();
   for (const json& m : done["moves"]) EXPECT_EQ(m["state"], "done");
   ExpectConsistent(tasks, done);
@@ -288,8 +291,8 @@ TEST_F(DefragE2eTest, ProposesOnASnapshotAndAppliesMoveByMove) {
                                {"command", "sleep 600"},
                                {"gpu_memory_mb", kGpuMb * 9 / 10}},
                               user_);
-  json placed = api_->WaitNotPending(big["id"].get<std::int64_t>(), user_,
-                                     kTimeout);
+  json placed =
+      api_->WaitNotPending(big["id"].get<std::int64_t>(), user_, kTimeout);
   EXPECT_EQ(placed["gpu_indices"][0], 0) << placed.dump();
 
   // An applied plan applies no more; the list shows it.
@@ -325,9 +328,9 @@ TEST_F(DefragE2eTest, APlanOnAChangedClusterExpires) {
   ASSERT_EQ(plan["state"], "proposed") << plan.dump();
   // The cluster changes: one more task lands.
   Start(/*preemptible=*/false);
-  HttpReply r = api_->http().Post("/api/v1/defrag/plans/" +
-                                      plan["id"].dump() + "/apply",
-                                  json::object(), api_->admin());
+  HttpReply r =
+      api_->http().Post("/api/v1/defrag/plans/" + plan["id"].dump() + "/apply",
+                        json::object(), api_->admin());
   EXPECT_EQ(r.status, 409) << r.Describe();
   EXPECT_EQ(GetPlan(plan["id"])["state"], "expired");
   // Nothing moved.
@@ -366,7 +369,8 @@ TEST_F(DefragE2eTest, CancelMidPlanLeavesEveryTaskAtItsSourceOrTarget) {
       "/api/v1/defrag/plans/" + std::to_string(id) + "/cancel", json::object(),
       api_->admin());
   ASSERT_EQ(c.status, 200) << c.Describe();
-  json done = WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
+  json done =
+      WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
   ASSERT_EQ(done["state"], "cancelled") << done.dump();
   // The move in flight landed; the next never started.
   EXPECT_EQ(done["moves"][0]["state"], "done") << done.dump();
@@ -399,7 +403,8 @@ TEST_F(DefragE2eTest, ServerKilledMidPlanResumesWithoutLosingATask) {
   ASSERT_EQ(mid["state"], "applying") << mid.dump();
   ASSERT_TRUE(server_->Kill());
   ASSERT_TRUE(server_->Start()) << server_->Log();
-  json done = WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
+  json done =
+      WaitPlan(id, [](const json& p) { return p["state"] != "applying"; });
   ASSERT_EQ(done["state"], "applied") << done.dump() << server_->Log();
   for (const json& m : done["moves"]) EXPECT_EQ(m["state"], "done");
   ExpectConsistent(tasks, done);
@@ -413,8 +418,13 @@ TEST_F(DefragE2eTest, ServerKilledMidPlanResumesWithoutLosingATask) {
 class DefragAutoE2eTest : public DefragE2eTest {
  protected:
   std::vector<std::string> ServerFlags() const override {
-    return {"--gc-interval", "1", "--defrag-auto", "--defrag-auto-threshold",
-            "0.3", "--defrag-auto-interval", "1"};
+    return {"--gc-interval",
+            "1",
+            "--defrag-auto",
+            "--defrag-auto-threshold",
+            "0.3",
+            "--defrag-auto-interval",
+            "1"};
   }
 };
 
@@ -424,10 +434,9 @@ TEST_F(DefragAutoE2eTest, APendingTaskThatWouldFitGetsAPlanApplied) {
   EXPECT_TRUE(api_->ListAll("/api/v1/defrag/plans", api_->admin()).empty());
   // 12288 MB fits no GPU (9216 and 6144 MB free), but GPU 0 has it after
   // one move.
-  json big = api_->CreateTask({{"name", "big"},
-                               {"command", "sleep 600"},
-                               {"gpu_memory_mb", 12288}},
-                              user_);
+  json big = api_->CreateTask(
+      {{"name", "big"}, {"command", "sleep 600"}, {"gpu_memory_mb", 12288}},
+      user_);
   const std::int64_t big_id = big["id"];
   json placed = api_->WaitTask(
       big_id, user_, [](const json& t) { return t["status"] == "running"; },

@@ -1,5 +1,5 @@
-// End-to-end test of the hook in the platform (SPEC.md sections 1 and 13;
-// docs/HOOK.md): the REAL hf-server, the REAL hf-agent on the simulated GPU
+// End-to-end test of the hook in the platform (docs/CONTRACT.md sections 1 and
+// 13; docs/HOOK.md): the REAL hf-server, the REAL hf-agent on the simulated GPU
 // backend with `--hook-library` = the built libhfhook.so, and a slice task
 // whose command is the hook's test program (hook_probe) against the fake
 // libcuda (src/hook/testing, LD_LIBRARY_PATH from the task's env). The probe

@@ -47,7 +47,7 @@ export function fmtTime(s: string | null | undefined): string {
   return s.replace("T", " ").replace(/\.\d+Z$/, "Z");
 }
 
-/** What each tier's enforcement does and does not promise (SPEC.md 3). */
+/** What each tier's enforcement does and does not promise (docs/CONTRACT.md section 3). */
 export const ENFORCEMENT_TEXT: Record<string, string> = {
   mig: "MIG partition: memory and compute isolated by the hardware.",
   mps: "MPS: compute share and pinned memory limited by the MPS daemon, no fault isolation.",

@@ -1,4 +1,4 @@
-// The task form's client-side rules (SPEC.md sections 4 and 14), in one
+// The task form's client-side rules (docs/CONTRACT.md sections 4 and 14), in one
 // place: each returns the message shown next to its field, or null.
 // The server stays the authority: its 400s are shown next to the field
 // they name too.

@@ -56,7 +56,7 @@ async function go(page, hash) {
   await page.waitForSelector("#page-title");
 }
 
-// The tier a GPU gives (SPEC.md section 3), from the node's own report.
+// The tier a GPU gives (docs/CONTRACT.md section 3), from the node's own report.
 async function tierOf(nodeId, index) {
   const node = await p.api("GET", `/api/v1/nodes/${nodeId}`);
   const g = node.gpus.find((x) => x.index === index);

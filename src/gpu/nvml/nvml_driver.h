@@ -1,7 +1,8 @@
 // NvmlGpuDriver: GpuDriver on real NVIDIA GPUs through NVML
 // (libnvidia-ml.so.1), opened with dlopen at run time so the agent builds and
-// runs on machines without an NVIDIA driver (SPEC.md section 2; STYLE.md, the
-// Mesos lesson). docs/NVML.md lists the entry points used and why.
+// runs on machines without an NVIDIA driver (docs/CONTRACT.md section 2;
+// STYLE.md, the Mesos lesson). docs/NVML.md lists the entry points used and
+// why.
 //
 // The library is opened and nvmlInit_v2 called once, in the constructor.
 // When that fails (library missing, a required symbol missing, nvmlInit_v2

@@ -1,8 +1,8 @@
-// Best-Fit placement (SPEC.md 5.5), the default policy: of all GPUs that
-// admit a slice, the one with the least free memory (ties: node rank, then
-// GPU id), found through the ledger's indexes without scanning the cluster.
-// Whole-GPU requests go to the admissible node with the fewest free whole
-// GPUs, keeping empty nodes for large requests.
+// Best-Fit placement (docs/CONTRACT.md section 5), the default policy: of all
+// GPUs that admit a slice, the one with the least free memory (ties: node rank,
+// then GPU id), found through the ledger's indexes without scanning the
+// cluster. Whole-GPU requests go to the admissible node with the fewest free
+// whole GPUs, keeping empty nodes for large requests.
 //
 // Thread-safety: stateless.
 #pragma once
