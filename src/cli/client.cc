@@ -819,17 +819,17 @@ class CommandLine {
   void AddDefrag() {
     CLI::App* defrag = Group(
         "defrag", "defragmentation plans: move preemptible tasks (admin)");
-    CLI::App* plan = Leaf(
-        defrag, "plan", "propose a plan (applies nothing)",
-        ShowAction(
-            [this]() -> StatusOr<Request> {
-              Json body = Json::object();
-              SetIfGiven(body, "node_id", defrag_node_);
-              SetIfGiven(body, "goal_memory_mb", defrag_goal_mb_);
-              SetIfGiven(body, "max_moves", defrag_max_moves_);
-              return WithBody("POST", ApiPath({"defrag", "plans"}), body);
-            },
-            OneRow(Resource::kDefragPlan)));
+    CLI::App* plan =
+        Leaf(defrag, "plan", "propose a plan (applies nothing)",
+             ShowAction(
+                 [this]() -> StatusOr<Request> {
+                   Json body = Json::object();
+                   SetIfGiven(body, "node_id", defrag_node_);
+                   SetIfGiven(body, "goal_memory_mb", defrag_goal_mb_);
+                   SetIfGiven(body, "max_moves", defrag_max_moves_);
+                   return WithBody("POST", ApiPath({"defrag", "plans"}), body);
+                 },
+                 OneRow(Resource::kDefragPlan)));
     plan->add_option("--node", defrag_node_, "make room on this node only");
     plan->add_option("--goal-mb", defrag_goal_mb_,
                      "make room for a slice of this many MiB");
@@ -859,11 +859,11 @@ class CommandLine {
                                  : "cancel a plan (after the move in flight)",
                  ShowAction(
                      [this, what]() -> StatusOr<Request> {
-                       return WithBody("POST",
-                                       ApiPath({"defrag", "plans",
-                                                std::to_string(defrag_id_),
-                                                what}),
-                                       Json::object());
+                       return WithBody(
+                           "POST",
+                           ApiPath({"defrag", "plans",
+                                    std::to_string(defrag_id_), what}),
+                           Json::object());
                      },
                      OneRow(Resource::kDefragPlan))),
             defrag_id_, "plan id");

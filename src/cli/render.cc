@@ -1,8 +1,8 @@
 #include "cli/render.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <vector>
 

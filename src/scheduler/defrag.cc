@@ -53,12 +53,13 @@ RoomSummary MeasureRoom(const ClusterView& view, std::optional<NodeId> node) {
     room.gpu = g.id;
     room.node = g.node;
     room.total_memory_mib = g.spec.memory_mib;
-    room.free_memory_mib =
-        g.healthy() && !g.whole_owned ? std::max<MemoryMib>(0, g.free_memory_mib())
-                                      : 0;
+    room.free_memory_mib = g.healthy() && !g.whole_owned
+                               ? std::max<MemoryMib>(0, g.free_memory_mib())
+                               : 0;
     room.largest_slice_mib = LargestSliceMib(g);
     out.free_memory_mib += room.free_memory_mib;
-    out.largest_slice_mib = std::max(out.largest_slice_mib, room.largest_slice_mib);
+    out.largest_slice_mib =
+        std::max(out.largest_slice_mib, room.largest_slice_mib);
     out.gpus.push_back(room);
   }
   if (out.free_memory_mib > 0) {
@@ -169,14 +170,13 @@ StatusOr<DefragPlan> PlanDefrag(const ledger::Ledger& ledger,
     }
     if (c.largest_after <= before.largest_slice_mib) continue;
     const bool better =
-        !best ||
-        (request.goal_memory_mib
-             ? c.moves.size() < best->moves.size() ||
-                   (c.moves.size() == best->moves.size() &&
-                    c.largest_after > best->largest_after)
-             : c.largest_after > best->largest_after ||
-                   (c.largest_after == best->largest_after &&
-                    c.moves.size() < best->moves.size()));
+        !best || (request.goal_memory_mib
+                      ? c.moves.size() < best->moves.size() ||
+                            (c.moves.size() == best->moves.size() &&
+                             c.largest_after > best->largest_after)
+                      : c.largest_after > best->largest_after ||
+                            (c.largest_after == best->largest_after &&
+                             c.moves.size() < best->moves.size()));
     if (better) {
       best = std::move(c);
       best_gpu = freed;

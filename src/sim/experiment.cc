@@ -96,8 +96,10 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
     if (!options.mig.enabled()) {
       requests.push_back(ToRequest(pod));
     } else {
-      std::optional<ledger::PlacementRequest> mig = ToMigRequest(pod, options.mig);
-      std::optional<ledger::PlacementRequest> plain = ToPlainRequest(pod, options.mig);
+      std::optional<ledger::PlacementRequest> mig =
+          ToMigRequest(pod, options.mig);
+      std::optional<ledger::PlacementRequest> plain =
+          ToPlainRequest(pod, options.mig);
       if (pod.is_share()) std::swap(mig, plain);  // MIG first
       for (auto* r : {&plain, &mig}) {
         if (r->has_value()) requests.push_back(**r);
@@ -118,7 +120,8 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
       }
     }
     placing += std::chrono::steady_clock::now() - start;
-    if (requests.empty()) result.outcome = ledger::PlacementOutcome::kInfeasible;
+    if (requests.empty())
+      result.outcome = ledger::PlacementOutcome::kInfeasible;
     if (result.outcome == ledger::PlacementOutcome::kInvalid) {
       return Status::Internal("task " + pod.name + ": " + result.message);
     }

@@ -180,8 +180,7 @@ static int Main(int argc, char** argv) {
   if (policy == "list") {
     const std::string server_default = scheduler::SimServerDefaultPolicy();
     for (const std::string& name : scheduler::SimPolicyNames()) {
-      std::printf("%s%s\n", name.c_str(),
-                  name == server_default ? " *" : "");
+      std::printf("%s%s\n", name.c_str(), name == server_default ? " *" : "");
     }
     return 0;
   }

@@ -85,12 +85,11 @@ TEST_F(HfSimCliTest, PolicyListMarksTheServerDefault) {
 
 TEST_F(HfSimCliTest, AVariantSeedWritesTheSameTaskListEveryTime) {
   const auto run = [&](const std::string& seed, const std::string& out) {
-    return RunHfSim("--nodes " + Path("nodes.csv") + " --pods " +
-                    Path("pods.csv") +
-                    " --policy fgd --seeds 1 --gpuspec-share 0.5 "
-                    "--cpu-only-scale 3 --variant-seed " + seed +
-                    " --write-pods " + Path(out) + " --json " +
-                    Path("out.json"));
+    return RunHfSim(
+        "--nodes " + Path("nodes.csv") + " --pods " + Path("pods.csv") +
+        " --policy fgd --seeds 1 --gpuspec-share 0.5 "
+        "--cpu-only-scale 3 --variant-seed " +
+        seed + " --write-pods " + Path(out) + " --json " + Path("out.json"));
   };
   ASSERT_EQ(run("5", "a.csv").exit_code, 0);
   ASSERT_EQ(run("5", "b.csv").exit_code, 0);
@@ -113,17 +112,15 @@ TEST_F(HfSimCliTest, ReplayNeedsTimesAndWritesItsJson) {
         "creation_time,deletion_time\n"
         "a,1000,1024,8,1000,,LS,0,100\n"
         "b,1000,1024,8,1000,,BE,10,60\n");
-  const Outcome out = RunHfSim("--replay --nodes " + Path("nodes.csv") +
-                               " --pods " + Path("timed.csv") +
-                               " --policy hf-frag --defrag simple --json " +
-                               Path("r.json"));
+  const Outcome out = RunHfSim(
+      "--replay --nodes " + Path("nodes.csv") + " --pods " + Path("timed.csv") +
+      " --policy hf-frag --defrag simple --json " + Path("r.json"));
   ASSERT_EQ(out.exit_code, 0) << out.output;
   const auto doc = nlohmann::json::parse(Read("r.json"));
   EXPECT_EQ(doc.at("defrag"), "simple");
   EXPECT_EQ(doc.at("tasks"), 2);
   // b waits for a's 8 GPUs from 10 to 100.
-  EXPECT_NEAR(doc.at("waiting_gpu_hours").get<double>(), 8.0 * 90 / 3600,
-              1e-9);
+  EXPECT_NEAR(doc.at("waiting_gpu_hours").get<double>(), 8.0 * 90 / 3600, 1e-9);
   EXPECT_FALSE(doc.at("samples").empty());
 }
 

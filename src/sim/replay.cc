@@ -1,12 +1,11 @@
 #include "sim/replay.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <set>
 #include <tuple>
@@ -35,8 +34,8 @@ struct Event {
 // The GPU side of a request: requests with the same key that failed in a
 // pass fail again if they ask at least as much CPU and host memory (the
 // cluster only fills up within a pass).
-using GpuKey = std::tuple<int, int, MemoryMib, ComputePercent,
-                          std::vector<std::string>>;
+using GpuKey =
+    std::tuple<int, int, MemoryMib, ComputePercent, std::vector<std::string>>;
 
 GpuKey GpuKeyOf(const PlacementRequest& r) {
   return GpuKey{static_cast<int>(r.kind), r.gpu_count,
@@ -169,7 +168,8 @@ class Replayer final : public ReplayControl {
     ReplayTask& t = tasks_[id];
     if (!t.slice.has_value() || !t.preemptible) return false;
     Stop(t, id);
-    if (t.remaining >= 0) t.remaining = std::max<std::int64_t>(0, t.remaining - (now_ - t.started));
+    if (t.remaining >= 0)
+      t.remaining = std::max<std::int64_t>(0, t.remaining - (now_ - t.started));
     ++t.evictions;
     ++evictions_;
     Enqueue(id);
@@ -211,8 +211,10 @@ class Replayer final : public ReplayControl {
     while (!events_.empty()) {
       const std::int64_t t = events_.top().time;
       // The state holds on [last, t): integrate and sample it.
-      waiting_ms += static_cast<double>(waiting_milli_) * static_cast<double>(t - last);
-      running_ms += static_cast<double>(running_milli_) * static_cast<double>(t - last);
+      waiting_ms +=
+          static_cast<double>(waiting_milli_) * static_cast<double>(t - last);
+      running_ms +=
+          static_cast<double>(running_milli_) * static_cast<double>(t - last);
       while (next_sample < t) {
         out.samples.push_back(Sample(next_sample, workload, capacity));
         next_sample += sample_every;
@@ -267,7 +269,9 @@ class Replayer final : public ReplayControl {
     out.tasks = static_cast<std::int64_t>(tasks_.size());
     out.evictions = evictions_;
     out.evictions_per_100 =
-        tasks_.empty() ? 0 : 100.0 * evictions_ / static_cast<double>(tasks_.size());
+        tasks_.empty()
+            ? 0
+            : 100.0 * evictions_ / static_cast<double>(tasks_.size());
     out.waiting_gpu_hours = waiting_ms / 1000 / 3600;
     out.running_gpu_hours = running_ms / 1000 / 3600;
     out.waiting_share_pct = waiting_ms + running_ms > 0
@@ -306,7 +310,8 @@ class Replayer final : public ReplayControl {
   void Pass(const std::vector<std::size_t>& arrivals) {
     Failures failed;
     std::optional<Bounds> bounds;
-    ledger_->Read([&](const ledger::ClusterView& view) { bounds.emplace(view); });
+    ledger_->Read(
+        [&](const ledger::ClusterView& view) { bounds.emplace(view); });
     const auto attempt = [&](std::size_t id) {
       const PlacementRequest& r = tasks_[id].request;
       if (!bounds->MayFit(r) || failed.Dominated(r)) return;
@@ -378,9 +383,8 @@ struct Plan {
 };
 
 int MilliOf(const ReplayTask& t) {
-  return static_cast<int>(t.request.kind == RequestKind::kSlice
-                              ? t.gpu_milli
-                              : kMilliPerGpu);
+  return static_cast<int>(t.request.kind == RequestKind::kSlice ? t.gpu_milli
+                                                                : kMilliPerGpu);
 }
 
 std::optional<Plan> PlanOn(const ReplayControl& c,
@@ -416,10 +420,11 @@ std::optional<Plan> PlanOn(const ReplayControl& c,
         if (!t.preemptible || t.request.kind != RequestKind::kSlice) continue;
         movable.push_back(id);
       }
-      std::sort(movable.begin(), movable.end(), [&](std::size_t a, std::size_t b) {
-        return c.task(a).request.memory_mib.value_or(0) >
-               c.task(b).request.memory_mib.value_or(0);
-      });
+      std::sort(movable.begin(), movable.end(),
+                [&](std::size_t a, std::size_t b) {
+                  return c.task(a).request.memory_mib.value_or(0) >
+                         c.task(b).request.memory_mib.value_or(0);
+                });
       MemoryMib mem = gpu.free_memory_mib();
       ComputePercent comp = gpu.free_compute_percent();
       const ComputePercent need_comp = view.AccountedCompute(r);
@@ -448,10 +453,11 @@ std::optional<Plan> PlanOn(const ReplayControl& c,
   }
   const int need = r.kind == RequestKind::kSlice ? 1 : r.gpu_count;
   if (static_cast<int>(options.size()) < need) return std::nullopt;
-  std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) {
-    return std::make_tuple(a.evict.size(), a.milli, a.gpu.value()) <
-           std::make_tuple(b.evict.size(), b.milli, b.gpu.value());
-  });
+  std::sort(options.begin(), options.end(),
+            [](const Option& a, const Option& b) {
+              return std::make_tuple(a.evict.size(), a.milli, a.gpu.value()) <
+                     std::make_tuple(b.evict.size(), b.milli, b.gpu.value());
+            });
   Plan plan;
   std::set<std::size_t> evict;
   for (int i = 0; i < need; ++i) {
@@ -524,7 +530,8 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
   auto built = BuildSimLedger(nodes, options.seed);
   if (!built.ok()) return built.status();
   const std::int64_t capacity = CapacityMilli(nodes);
-  if (capacity <= 0) return Status::InvalidArgument("no node has a GPU", "nodes");
+  if (capacity <= 0)
+    return Status::InvalidArgument("no node has a GPU", "nodes");
   std::vector<scheduler::TaskClass> classes;
   classes.reserve(pods.size());
   for (const TracePod& p : pods) classes.push_back(ToTaskClass(p));
@@ -542,11 +549,14 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
   // `load` x capacity, by bisection (the peak falls as arrivals spread).
   std::int64_t first = 0, last = 0;
   for (std::size_t i = 0; i < pods.size(); ++i) {
-    first = i == 0 ? pods[i].creation_time : std::min(first, pods[i].creation_time);
-    last = i == 0 ? pods[i].creation_time : std::max(last, pods[i].creation_time);
+    first =
+        i == 0 ? pods[i].creation_time : std::min(first, pods[i].creation_time);
+    last =
+        i == 0 ? pods[i].creation_time : std::max(last, pods[i].creation_time);
   }
   const auto arrival_at = [&](const TracePod& p, double scale) {
-    return first + std::llround(static_cast<double>(p.creation_time - first) * scale);
+    return first +
+           std::llround(static_cast<double>(p.creation_time - first) * scale);
   };
   const auto peak_at = [&](double scale) {
     std::vector<std::pair<std::int64_t, std::int64_t>> steps;
@@ -555,7 +565,8 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
       const std::int64_t a = arrival_at(p, scale);
       steps.push_back({a, p.total_gpu_milli()});
       if (p.deletion_time >= 0) {
-        steps.push_back({a + p.deletion_time - p.creation_time, -p.total_gpu_milli()});
+        steps.push_back(
+            {a + p.deletion_time - p.creation_time, -p.total_gpu_milli()});
       }
     }
     std::sort(steps.begin(), steps.end());  // ends before starts at a time
@@ -642,13 +653,14 @@ std::string ReplayJson(const ReplayResult& r) {
   j["decisions_per_second"] = r.decisions_per_second;
   nlohmann::json samples = nlohmann::json::array();
   for (const ReplaySample& s : r.samples) {
-    samples.push_back({{"time", s.time},
-                       {"running_gpus", static_cast<double>(s.running_milli) / kMilliPerGpu},
-                       {"waiting_gpus", static_cast<double>(s.waiting_milli) / kMilliPerGpu},
-                       {"waiting_tasks", s.waiting_tasks},
-                       {"waiting_share_pct", s.waiting_share_pct},
-                       {"allocation_pct", s.allocation_pct},
-                       {"frag_pct", s.frag_pct}});
+    samples.push_back(
+        {{"time", s.time},
+         {"running_gpus", static_cast<double>(s.running_milli) / kMilliPerGpu},
+         {"waiting_gpus", static_cast<double>(s.waiting_milli) / kMilliPerGpu},
+         {"waiting_tasks", s.waiting_tasks},
+         {"waiting_share_pct", s.waiting_share_pct},
+         {"allocation_pct", s.allocation_pct},
+         {"frag_pct", s.frag_pct}});
   }
   j["samples"] = std::move(samples);
   return j.dump(2) + "\n";
@@ -661,13 +673,15 @@ std::string ReplayTable(const ReplayResult& r, std::size_t rows) {
                 "waiting%", "waiting", "running", "alloc%", "frag%");
   out += line;
   const std::size_t n = r.samples.size();
-  const std::size_t step = std::max<std::size_t>(1, n / std::max<std::size_t>(1, rows));
+  const std::size_t step =
+      std::max<std::size_t>(1, n / std::max<std::size_t>(1, rows));
   for (std::size_t i = 0; i < n; i += step) {
     // Always end on the last sample.
     const ReplaySample& s = r.samples[i + step >= n ? n - 1 : i];
     std::snprintf(line, sizeof line, "%12lld %10.2f %8d %10.1f %9.2f %7.2f\n",
                   static_cast<long long>(s.time), s.waiting_share_pct,
-                  s.waiting_tasks, static_cast<double>(s.running_milli) / kMilliPerGpu,
+                  s.waiting_tasks,
+                  static_cast<double>(s.running_milli) / kMilliPerGpu,
                   s.allocation_pct, s.frag_pct);
     out += line;
     if (i + step >= n) break;

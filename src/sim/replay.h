@@ -40,11 +40,11 @@
 namespace hf::sim {
 
 struct ReplayOptions {
-  bool be_preemptible = true;     // trace qos "BE" tasks may be evicted
-  double load = 0;  // peak demand / capacity; 0: times as recorded
+  bool be_preemptible = true;  // trace qos "BE" tasks may be evicted
+  double load = 0;             // peak demand / capacity; 0: times as recorded
   std::int64_t sample_every_s = 0;  // 0: 200 samples over the run
-  std::uint64_t seed = 42;        // node tie-break ranks
-  double coverage = 0.95;         // target workload of the fragmentation
+  std::uint64_t seed = 42;          // node tie-break ranks
+  double coverage = 0.95;           // target workload of the fragmentation
 };
 
 // One task of the replay.
@@ -53,12 +53,12 @@ struct ReplayTask {
   ledger::PlacementRequest request;
   std::int64_t gpu_milli = 0;  // total GPU request
   bool preemptible = false;
-  std::int64_t arrival = 0;    // seconds (after `load` scaling)
-  std::int64_t remaining = 0;  // seconds of work left; -1: runs forever
-  std::optional<SliceId> slice;       // while running
-  std::int64_t started = -1;          // last start
-  std::int64_t queued_since = -1;     // while waiting
-  std::int64_t waited = 0;            // seconds waited so far, all stints
+  std::int64_t arrival = 0;        // seconds (after `load` scaling)
+  std::int64_t remaining = 0;      // seconds of work left; -1: runs forever
+  std::optional<SliceId> slice;    // while running
+  std::int64_t started = -1;       // last start
+  std::int64_t queued_since = -1;  // while waiting
+  std::int64_t waited = 0;         // seconds waited so far, all stints
   int evictions = 0;
   bool done = false;
 };
@@ -118,9 +118,9 @@ struct ReplaySample {
   std::int64_t running_milli = 0;
   std::int64_t waiting_milli = 0;  // GPU requested by waiting tasks
   int waiting_tasks = 0;
-  double allocation_pct = 0;       // allocated GPU / capacity
-  double frag_pct = 0;             // fragmentation / capacity
-  double waiting_share_pct = 0;    // waiting / (waiting + running) GPU
+  double allocation_pct = 0;     // allocated GPU / capacity
+  double frag_pct = 0;           // fragmentation / capacity
+  double waiting_share_pct = 0;  // waiting / (waiting + running) GPU
 };
 
 struct ReplayResult {
@@ -134,9 +134,9 @@ struct ReplayResult {
   std::int64_t never_fit = 0;      // do not fit the empty cluster: left out
   std::int64_t evictions = 0;
   double evictions_per_100 = 0;
-  double waiting_gpu_hours = 0;    // integral of the waiting GPU request
+  double waiting_gpu_hours = 0;  // integral of the waiting GPU request
   double running_gpu_hours = 0;
-  double waiting_share_pct = 0;    // waiting / (waiting + running) GPU-time
+  double waiting_share_pct = 0;  // waiting / (waiting + running) GPU-time
   double wait_median_s = 0;
   double wait_p99_s = 0;
   double decisions_per_second = 0;

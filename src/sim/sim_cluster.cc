@@ -38,9 +38,8 @@ StatusOr<std::unique_ptr<ledger::Ledger>> BuildSimLedger(
       gpu.compute_capability_major = 7;
       auto id = ledger->AddGpu(*node, gpu);
       if (!id.ok()) return id.status().WithContext("node " + n->name);
-      if (mig.enabled() &&
-          std::find(mig.models.begin(), mig.models.end(), n->model) !=
-              mig.models.end()) {
+      if (mig.enabled() && std::find(mig.models.begin(), mig.models.end(),
+                                     n->model) != mig.models.end()) {
         Status set = ledger->SetGpuCapabilities(*id, /*mig_capable=*/true,
                                                 /*mps_capable=*/false);
         if (!set.ok()) return set.WithContext("node " + n->name);

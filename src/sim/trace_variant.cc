@@ -42,7 +42,8 @@ std::string DrawModel(const std::map<std::string, std::int64_t>& weights,
     if (model != skip) total += w;
   }
   if (total <= 0) return "";
-  auto at = static_cast<std::int64_t>(Below(rng, static_cast<std::uint64_t>(total)));
+  auto at =
+      static_cast<std::int64_t>(Below(rng, static_cast<std::uint64_t>(total)));
   for (const auto& [model, w] : weights) {
     if (model == skip) continue;
     if (at < w) return model;
@@ -234,8 +235,8 @@ std::string PodCsv(const std::vector<TracePod>& pods) {
       spec += (spec.empty() ? "" : "|") + m;
     }
     out << p.name << ',' << p.cpu_milli << ',' << p.memory_mib << ','
-        << p.num_gpu << ',' << p.gpu_milli << ',' << spec << ',' << p.qos
-        << ',' << p.creation_time << ',';
+        << p.num_gpu << ',' << p.gpu_milli << ',' << spec << ',' << p.qos << ','
+        << p.creation_time << ',';
     if (p.deletion_time >= 0) out << p.deletion_time;
     out << '\n';
   }

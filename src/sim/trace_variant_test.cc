@@ -14,8 +14,8 @@ namespace hf::sim {
 namespace {
 
 std::vector<TraceNode> Nodes() {
-  return {{"a0", 96000, 786432, 8, "G2"},  {"a1", 96000, 786432, 8, "G2"},
-          {"t0", 104000, 393216, 2, "T4"}, {"t1", 104000, 393216, 2, "T4"},
+  return {{"a0", 96000, 786432, 8, "G2"},   {"a1", 96000, 786432, 8, "G2"},
+          {"t0", 104000, 393216, 2, "T4"},  {"t1", 104000, 393216, 2, "T4"},
           {"p0", 64000, 262144, 2, "P100"}, {"c0", 32000, 131072, 0, ""}};
 }
 
@@ -64,12 +64,14 @@ TEST(TraceVariantTest, SameSeedSameVariantOtherSeedOther) {
   o.seed = 7;
   auto r = MakeVariant(Nodes(), reversed, o);
   ASSERT_TRUE(r.ok());
-  std::sort(r->begin(), r->end(),
-            [](const TracePod& x, const TracePod& y) { return x.name < y.name; });
+  std::sort(r->begin(), r->end(), [](const TracePod& x, const TracePod& y) {
+    return x.name < y.name;
+  });
   auto f = MakeVariant(Nodes(), Pods(), o);
   ASSERT_TRUE(f.ok());
-  std::sort(f->begin(), f->end(),
-            [](const TracePod& x, const TracePod& y) { return x.name < y.name; });
+  std::sort(f->begin(), f->end(), [](const TracePod& x, const TracePod& y) {
+    return x.name < y.name;
+  });
   EXPECT_EQ(PodCsv(*r), PodCsv(*f));
 }
 

@@ -16,8 +16,8 @@
 
 #include "scheduler/policy/best_fit.h"
 #include "scheduler/policy/hf_frag.h"
-#include "scheduler/policy/registry.h"
 #include "scheduler/policy/node_scan.h"
+#include "scheduler/policy/registry.h"
 
 namespace hf::scheduler {
 

@@ -11,7 +11,6 @@
 // host memory, the 90% rule), CheckInvariants after random workloads, FGD
 // against a brute-force reference, and the factory.
 #include "scheduler/policy/artifact.h"
-#include "scheduler/policy/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +31,7 @@
 
 #include "ledger/ledger.h"
 #include "scheduler/policy/policy_test_util.h"
+#include "scheduler/policy/registry.h"
 
 namespace hf::scheduler {
 namespace {

@@ -290,8 +290,8 @@ ClusterPrices PricesFor(const ClusterView& view, const WorkloadDemand& demand) {
     out.price[model] = milli / capacity[model] / load;
   }
   // What the workload asks per GPU milli, but no more than the cluster has.
-  out.cpu_per_milli_all =
-      std::min(demand.cpu_milli / demand.gpu_milli, cpu_capacity / gpu_capacity);
+  out.cpu_per_milli_all = std::min(demand.cpu_milli / demand.gpu_milli,
+                                   cpu_capacity / gpu_capacity);
   if (cpu_capacity > 0 && demand.cpu_milli / cpu_capacity >= load) {
     out.cpu_bound = 1;
   }

@@ -46,8 +46,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
