@@ -105,9 +105,8 @@ std::string WholeGpus(const Json& task) {
   return std::string(kNone);
 }
 
-// "4" or "4 (1 lost)": a node's GPUs and how many are not healthy.
 // A plan's room before/after: "9216MB frag 0.40".
-std::function<std::string(const Json&)> PlanRoom(std::string key) {
+std::function<std::string(const Json&)> PlanRoom(const std::string& key) {
   return [key](const Json& plan) {
     const auto it = plan.find(key);
     if (it == plan.end() || !it->is_object()) return std::string(kNone);
@@ -134,6 +133,7 @@ std::string PlanMoves(const Json& plan) {
   return std::to_string(done) + "/" + std::to_string(it->size());
 }
 
+// "4" or "4 (1 lost)": a node's GPUs and how many are not healthy.
 std::string NodeGpus(const Json& node) {
   const auto it = node.find("gpus");
   if (it == node.end() || !it->is_array()) return std::string(kNone);
@@ -452,8 +452,11 @@ std::string EnforcementWarnings(Resource resource, const Json& items) {
     const std::string other = CellText(item, slice ? "task_id" : "slice_id");
     if (other != kNone)
       subject += slice ? " (task " + other + ")" : " (slice " + other + ")";
-    text +=
-        "warning: " + subject + " is not enforced by the hook: " + note + "\n";
+    text += "warning: ";
+    text += subject;
+    text += " is not enforced by the hook: ";
+    text += note;
+    text += "\n";
   }
   return text;
 }

@@ -98,7 +98,10 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
         ledger_->Read([&](const ledger::ClusterView& view) {
           if (view.HasGpu(gpu)) uuid = view.gpu(gpu).spec.uuid;
         });
-        blocked = "MIG GPU " + uuid + " " + why;
+        blocked = "MIG GPU ";
+        blocked += uuid;
+        blocked += ' ';
+        blocked += why;
       }
     }
   }
