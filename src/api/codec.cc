@@ -1162,8 +1162,16 @@ json StatsJson(const server::SliceStats& s) {
              ? 1.0 - static_cast<double>(s.largest_placeable_slice_mib) /
                          static_cast<double>(free_sum)
              : 0.0}};
+    // The placement policy, and what the learned hf-frag knows so far.
+    json placement = {{"policy", s.policy}};
+    if (s.policy_learns) {
+      placement["mode"] = s.policy_cold_start ? "best-fit" : "hf-frag";
+      placement["tasks_learned"] = s.policy_tasks_learned;
+    }
+    j["placement"] = std::move(placement);
   } else {
     j["fragmentation"] = nullptr;
+    j["placement"] = nullptr;
   }
   return j;
 }

@@ -70,6 +70,10 @@ class Demo {
     auto ledger = Ledger::Create(options);
     if (!ledger.ok()) throw DemoError{ledger.status().ToString()};
     ledger_ = std::move(ledger).value();
+    auto made = scheduler::MakePolicy(scheduler::kDefaultPolicyName);
+    if (!made.ok()) throw DemoError{made.status().ToString()};
+    policy_ = std::move(made->policy);
+    observer_ = made->observer;
 
     for (const auto& name :
          GetOr<json>(config, "cluster", "groups", json::array())) {
@@ -105,7 +109,7 @@ class Demo {
   void Run() {
     std::printf("HeteroFlow ledger demo: %zu GPUs on %zu nodes, policy %s\n\n",
                 gpu_names_.size(), nodes_.size(),
-                std::string(scheduler::DefaultPolicy().name()).c_str());
+                std::string(policy_->name()).c_str());
     int i = 0;
     for (const auto& step : steps_) {
       Step(step, "steps[" + std::to_string(i++) + "]");
@@ -219,8 +223,9 @@ class Demo {
     request.allowed_models =
         GetOr<std::vector<std::string>>(step, where, "gpu_models", {});
 
-    const PlacementResult result =
-        ledger_->Place(request, scheduler::DefaultPolicy());
+    // As the server does: the policy learns of every task it places.
+    if (observer_ != nullptr) observer_->Observe(request);
+    const PlacementResult result = ledger_->Place(request, *policy_);
     std::printf("place   %-15s %-8s ", name.c_str(), tenant_name.c_str());
     if (!result.placed()) {
       std::printf("-> %s: %s\n", PlacementOutcomeName(result.outcome),
@@ -279,6 +284,8 @@ class Demo {
 
   bool audit_each_step_;
   std::unique_ptr<Ledger> ledger_;
+  std::unique_ptr<ledger::PlacementPolicy> policy_;
+  scheduler::WorkloadObserver* observer_ = nullptr;
   std::map<std::string, GroupId> groups_;
   std::map<std::string, TenantId> tenants_;
   std::map<TenantId, std::string> tenant_names_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -111,6 +112,50 @@ TargetWorkload TargetWorkload::FromTasks(const std::vector<TaskClass>& tasks,
     c.weight = static_cast<double>(c.count) / static_cast<double>(cumulative);
   }
   workload.classes_ = std::move(groups);
+  return workload;
+}
+
+TargetWorkload TargetWorkload::FromWeighted(
+    const std::vector<std::pair<TaskClass, double>>& classes, double coverage) {
+  TargetWorkload workload;
+  std::vector<std::pair<TaskClass, double>> sorted;
+  sorted.reserve(classes.size());
+  for (const auto& c : classes) {
+    if (c.second > 0) sorted.push_back(c);
+  }
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return KeyLess(a.first, b.first);
+  });
+  struct Group {
+    TaskClass task;
+    double weight = 0;
+  };
+  std::vector<Group> groups;
+  for (const auto& [task, weight] : sorted) {
+    if (!groups.empty() && groups.back().task == task) {
+      groups.back().weight += weight;
+    } else {
+      groups.push_back(Group{task, weight});
+    }
+  }
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    if (a.weight != b.weight) return a.weight > b.weight;
+    return KeyLess(b.task, a.task);
+  });
+  double total = 0;
+  for (const Group& g : groups) total += g.weight;
+  const double expected = coverage * total * (1.0 - 1e-12);
+  double cumulative = 0;
+  std::size_t taken = 0;
+  while (taken < groups.size() && cumulative < expected) {
+    cumulative += groups[taken].weight;
+    ++taken;
+  }
+  for (std::size_t i = 0; i < taken; ++i) {
+    workload.classes_.push_back(WeightedClass{
+        groups[i].task, groups[i].weight / cumulative,
+        static_cast<std::int64_t>(std::llround(groups[i].weight))});
+  }
   return workload;
 }
 

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/quantity.h"
@@ -56,6 +57,12 @@ class TargetWorkload {
  public:
   static TargetWorkload FromTasks(const std::vector<TaskClass>& tasks,
                                   double coverage = 0.95);
+  // The same over classes with weights (decayed counts, say) instead of one
+  // entry per task; equal classes are summed, and `count` is the weight
+  // rounded. Non-positive weights are ignored.
+  static TargetWorkload FromWeighted(
+      const std::vector<std::pair<TaskClass, double>>& classes,
+      double coverage = 0.95);
   const std::vector<WeightedClass>& classes() const { return classes_; }
 
  private:

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -22,6 +23,7 @@ using store::Millis;
 
 using store::GroupRow;
 using store::Role;
+using store::TaskRow;
 using store::TenantRow;
 using store::TokenRow;
 using store::Txn;
@@ -90,7 +92,7 @@ Status RequireAdmin(const Caller& caller) {
 ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
                            ControlPlaneOptions options,
                            std::unique_ptr<ledger::Ledger> ledger,
-                           const ledger::PlacementPolicy* policy,
+                           scheduler::MadePolicy policy,
                            const WriteFence* fence)
     : store_(store),
       clock_(clock),
@@ -99,7 +101,12 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
                                                      : &steady_),
       fence_(fence),
       ledger_(std::move(ledger)),
-      policy_(policy) {}
+      owned_policy_(std::move(policy.policy)),
+      observer_(options_.policy_for_testing != nullptr ? nullptr
+                                                       : policy.observer),
+      policy_(options_.policy_for_testing != nullptr
+                  ? options_.policy_for_testing
+                  : owned_policy_.get()) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -117,7 +124,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
     return Status::InvalidArgument("must not be negative", "gc_min_age");
   }
   if (options.bind_batch <= 0) options.bind_batch = 1;
-  auto policy = scheduler::FindPolicy(options.policy);
+  auto policy = scheduler::MakePolicy(options.policy, options.learned);
   if (!policy.ok()) {
     return Status::InvalidArgument(policy.status().message(), "policy");
   }
@@ -125,11 +132,9 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   ledger_options.default_compute_percent = options.default_compute_percent;
   auto ledger = ledger::Ledger::Create(ledger_options);
   if (!ledger.ok()) return ledger.status();
-  const ledger::PlacementPolicy* chosen = options.policy_for_testing != nullptr
-                                              ? options.policy_for_testing
-                                              : *policy;
-  std::unique_ptr<ControlPlane> cp(new ControlPlane(
-      store, clock, std::move(options), std::move(*ledger), chosen, fence));
+  std::unique_ptr<ControlPlane> cp(
+      new ControlPlane(store, clock, std::move(options), std::move(*ledger),
+                       std::move(*policy), fence));
   HF_RETURN_IF_ERROR(cp->EnsureDefaultTenant());
   if (!cp->options_.defer_recovery) HF_RETURN_IF_ERROR(cp->Recover());
   return cp;
@@ -201,6 +206,45 @@ Status ControlPlane::EnsureDefaultTenant() {
 // every live slice go back into the ledger; tenants are normalised (a slice
 // whose tenant is gone belongs to its task's tenant, else `default`); the
 // slice-id counter moves past the highest id ever stored.
+Status ControlPlane::LearnHistoryLocked() {
+  if (observer_ == nullptr) return Status::Ok();
+  observer_->Forget();
+  // Older tasks weigh under 2^-8 of the newest: not worth reading.
+  const auto window = static_cast<RowId>(
+      std::ceil(8 * std::max(1.0, options_.learned.half_life_tasks)));
+  RowId newest = 0;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto m = txn.MaxTaskId();
+    if (!m.ok()) return m.status();
+    newest = *m;
+    return Status::Ok();
+  }));
+  RowId after = newest > window ? newest - window : 0;
+  std::int64_t read = 0;
+  for (;;) {
+    std::vector<TaskRow> page;
+    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+      store::TaskFilter f;
+      f.after_id = after;
+      f.limit = 1000;
+      auto rows = txn.ListTasks(f);
+      if (!rows.ok()) return rows.status();
+      page = std::move(*rows);
+      return Status::Ok();
+    }));
+    if (page.empty()) break;
+    after = page.back().id;
+    for (const TaskRow& task : page) {
+      observer_->Observe(RequestForTaskLocked(task));
+      ++read;
+    }
+  }
+  observed_through_ = std::max(after, newest);
+  spdlog::info("placement: {} learned its target workload from {} tasks",
+               policy_->name(), read);
+  return Status::Ok();
+}
+
 Status ControlPlane::Recover() {
   std::vector<GroupRow> groups;
   std::vector<TenantRow> tenants;
@@ -374,6 +418,7 @@ Status ControlPlane::Recover() {
     spdlog::info("recovery: {} live slices restored, {} refused", restored,
                  failed);
   }
+  HF_RETURN_IF_ERROR(LearnHistoryLocked().WithContext("reading task history"));
   {
     std::lock_guard sched(sched_mu_);
     resync_ = true;

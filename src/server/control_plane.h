@@ -36,6 +36,7 @@
 #include "common/status.h"
 #include "ledger/ledger.h"
 #include "ledger/placement_policy.h"
+#include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
 #include "server/leadership.h"
 #include "server/slice_env.h"
@@ -49,7 +50,10 @@ using store::RowId;
 
 struct ControlPlaneOptions {
   ComputePercent default_compute_percent = 50;  // slices with no ratio
-  std::string policy = "best-fit";              // scheduler/policy/registry
+  // scheduler/policy/registry; the default, hf-frag, learns its target
+  // workload from the task history (`learned`).
+  std::string policy = std::string(scheduler::kDefaultPolicyName);
+  scheduler::LearnedOptions learned;
   std::int64_t gc_interval_ms = 60'000;
   std::int64_t gc_min_age_ms = 60'000;  // GC skips slices younger than this
   std::int64_t mig_command_deadline_ms = 120'000;  // then "stuck"
@@ -245,6 +249,13 @@ struct SliceStats {
   std::int64_t largest_placeable_slice_mib = 0;  // 0 in tenant scope
   int pending_tasks = 0;
   std::vector<GpuStats> per_gpu;
+  // Cluster scope only: the placement policy and, for the learned hf-frag,
+  // whether it still places with Best-Fit (cold start) and how many tasks
+  // its target workload has seen.
+  std::string policy;
+  bool policy_learns = false;
+  bool policy_cold_start = false;
+  std::int64_t policy_tasks_learned = 0;
 };
 
 // A validated POST /api/v1/sharing-approvals.
@@ -488,7 +499,7 @@ class ControlPlane {
   ControlPlane(store::Store* store, const Clock* clock,
                ControlPlaneOptions options,
                std::unique_ptr<ledger::Ledger> ledger,
-               const ledger::PlacementPolicy* policy, const WriteFence* fence);
+               scheduler::MadePolicy policy, const WriteFence* fence);
 
   // store_->Write for leader work: fenced when there is a fence (see
   // Create); Unavailable without running `fn` when this instance may not
@@ -496,6 +507,13 @@ class ControlPlane {
   Status LeaderWrite(const std::function<Status(store::Txn&)>& fn);
 
   Status Recover();  // REQUIRES: called once, before any other use
+  // Reads the recent task history into the policy's target workload (the
+  // learned hf-frag; nothing for other policies). REQUIRES: mu_ held.
+  Status LearnHistoryLocked();
+  // The placement request of a task (the scheduler's and the history's).
+  // REQUIRES: mu_ held.
+  ledger::PlacementRequest RequestForTaskLocked(
+      const store::TaskRow& task) const;
   Status EnsureDefaultTenant();
 
   // Ledger mirror of the inventory. REQUIRES: mu_ held.
@@ -625,7 +643,13 @@ class ControlPlane {
 
   std::mutex mu_;  // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
+  // The policy placed with (policy_for_testing, or owned_policy_), and the
+  // learning side of owned_policy_ (null when it learns nothing).
+  const std::unique_ptr<ledger::PlacementPolicy> owned_policy_;
+  scheduler::WorkloadObserver* const observer_;
   const ledger::PlacementPolicy* const policy_;
+  // Tasks up to this id are in the policy's history. GUARDED_BY(mu_)
+  RowId observed_through_ = 0;
   std::map<RowId, NodeId> ledger_nodes_;  // GUARDED_BY(mu_)
   std::map<NodeId, RowId> node_rows_;     // GUARDED_BY(mu_)
   std::map<GpuKey, GpuId> ledger_gpus_;   // GUARDED_BY(mu_)

@@ -632,6 +632,51 @@ TEST_F(ControlPlaneTest, AReportOlderThanTheNewestAppliedIsNotApplied) {
   EXPECT_TRUE(stale->newer_applied);
 }
 
+TEST_F(ControlPlaneTest, HfFragLearnsFromTheTaskHistoryAndKeepsItOnRestart) {
+  ControlPlaneOptions options;
+  options.learned.cold_start_tasks = 5;
+  Open(options);
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller alice = TenantUser("alice", "g");
+  auto placement = [&] {
+    auto stats = cp_->Stats(admin_);
+    EXPECT_TRUE(stats.ok());
+    return *stats;
+  };
+  EXPECT_EQ(placement().policy, "hf-frag");
+  EXPECT_TRUE(placement().policy_learns);
+  EXPECT_TRUE(placement().policy_cold_start);
+  EXPECT_EQ(placement().policy_tasks_learned, 0);
+  for (int i = 0; i < 4; ++i) Submit(alice, 8192, 10);
+  EXPECT_EQ(Bind(), 4);
+  EXPECT_EQ(placement().policy_tasks_learned, 4);
+  EXPECT_TRUE(placement().policy_cold_start) << "4 of 5 tasks seen";
+  // A task the scheduler sees again (it waits) is learned once.
+  const TaskRow big = Submit(alice, 200000, 10);
+  Bind();
+  Bind();
+  EXPECT_EQ(Get(big.id).state, TaskState::kPending);
+  EXPECT_EQ(placement().policy_tasks_learned, 5);
+  EXPECT_FALSE(placement().policy_cold_start);
+  Submit(alice, 4096, 10);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(placement().policy_tasks_learned, 6);
+
+  // A restart reads the history from the store: every task, ended or not.
+  Open(options);
+  EXPECT_EQ(placement().policy_tasks_learned, 6);
+  EXPECT_FALSE(placement().policy_cold_start);
+  // Tasks already in the history are not learned twice when scheduled.
+  Bind();
+  EXPECT_EQ(placement().policy_tasks_learned, 6);
+
+  // Best-Fit learns nothing and says so.
+  options.policy = "best-fit";
+  Open(options);
+  EXPECT_EQ(placement().policy, "best-fit");
+  EXPECT_FALSE(placement().policy_learns);
+}
+
 TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
   Register(Node("n1", {Gpu(0), Gpu(1)}));
   const Caller alice = TenantUser("alice", "g");

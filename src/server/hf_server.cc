@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 #include <array>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -37,7 +38,9 @@ struct Flags {
   std::string console_dir;
 #endif
   std::string admin_token_file;
-  std::string policy = "best-fit";
+  std::string policy = std::string(hf::scheduler::kDefaultPolicyName);
+  std::int64_t policy_cold_start_tasks = 100;
+  double policy_half_life_tasks = 5000;
   int default_compute_percent = 50;
   double gc_interval_s = 60;
   bool defrag_auto = false;
@@ -127,6 +130,18 @@ int Main(int argc, char** argv) {
              }() +
              ")")
       ->envname("HF_POLICY")
+      ->capture_default_str();
+  app.add_option("--policy-cold-start-tasks", f.policy_cold_start_tasks,
+                 "hf-frag places with Best-Fit until it has seen this many "
+                 "tasks (created, or read from the history at start)")
+      ->envname("HF_POLICY_COLD_START_TASKS")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--policy-half-life-tasks", f.policy_half_life_tasks,
+                 "hf-frag's target workload: a task's weight halves with "
+                 "every this many newer tasks")
+      ->envname("HF_POLICY_HALF_LIFE_TASKS")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--default-compute-percent", f.default_compute_percent,
                  "Compute accounted for a slice without gpu_compute_ratio")
@@ -304,6 +319,8 @@ int Main(int argc, char** argv) {
     options.resync_interval_ms = 1'000;
   }
   options.policy = f.policy;
+  options.learned.cold_start_tasks = f.policy_cold_start_tasks;
+  options.learned.half_life_tasks = f.policy_half_life_tasks;
   options.default_compute_percent = f.default_compute_percent;
   options.gc_interval_ms = static_cast<std::int64_t>(f.gc_interval_s * 1000);
   options.defrag_auto = f.defrag_auto;

@@ -76,6 +76,22 @@ std::vector<std::string> ControlPlane::AllowedModelsLocked(
   return {it->second.begin(), it->second.end()};
 }
 
+ledger::PlacementRequest ControlPlane::RequestForTaskLocked(
+    const TaskRow& task) const {
+  ledger::PlacementRequest request;
+  request.tenant = TenantId(task.tenant_id);
+  if (task.gpu_required > 0) {
+    request.kind = ledger::RequestKind::kWholeGpus;
+    request.gpu_count = task.gpu_required;
+  } else {
+    request.kind = ledger::RequestKind::kSlice;
+    request.memory_mib = task.memory_mib;
+    if (task.compute_percent) request.compute_percent = *task.compute_percent;
+  }
+  request.allowed_models = AllowedModelsLocked(task.gpu_type);
+  return request;
+}
+
 ledger::PlacementResult ControlPlane::PlaceLocked(
     ledger::PlacementRequest request) {
   ExpireApprovalsLocked();
@@ -226,17 +242,12 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     Decision d;
     d.task_id = task.id;
     d.updated = task;
-    ledger::PlacementRequest request;
-    request.tenant = TenantId(task.tenant_id);
-    if (task.gpu_required > 0) {
-      request.kind = ledger::RequestKind::kWholeGpus;
-      request.gpu_count = task.gpu_required;
-    } else {
-      request.kind = ledger::RequestKind::kSlice;
-      request.memory_mib = task.memory_mib;
-      if (task.compute_percent) request.compute_percent = *task.compute_percent;
+    const ledger::PlacementRequest request = RequestForTaskLocked(task);
+    // A task the policy has not seen joins its history (once: ids only grow).
+    if (observer_ != nullptr && task.id > observed_through_) {
+      observer_->Observe(request);
+      observed_through_ = task.id;
     }
-    request.allowed_models = AllowedModelsLocked(task.gpu_type);
     ledger::PlacementResult result = PlaceLocked(request);
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;

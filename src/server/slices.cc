@@ -82,6 +82,15 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
   std::vector<Pending> rows;
   {
     std::lock_guard lock(mu_);
+    if (!only) {
+      stats.policy = std::string(policy_->name());
+      if (const auto* learned =
+              dynamic_cast<const scheduler::LearnedFragPolicy*>(policy_)) {
+        stats.policy_learns = true;
+        stats.policy_cold_start = learned->ColdStart();
+        stats.policy_tasks_learned = learned->tasks_observed();
+      }
+    }
     std::map<RowId, bool> hooks = node_hook_;
     ledger_->Read([&](const ledger::ClusterView& view) {
       const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());

@@ -55,6 +55,7 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
   tasks.reserve(pods.size());
   for (const TracePod& p : pods) tasks.push_back(ToTaskClass(p));
   context.tasks = &tasks;
+  context.max_scored_nodes = options.max_scored_nodes;
   auto made = scheduler::MakeSimPolicy(policy_name, context);
   if (!made.ok()) return made.status();
   const std::unique_ptr<ledger::PlacementPolicy> policy =

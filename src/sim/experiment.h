@@ -21,6 +21,7 @@
 
 #include "common/status.h"
 #include "scheduler/fragmentation.h"
+#include "scheduler/policy/learned.h"
 #include "sim/sim_cluster.h"
 #include "sim/trace.h"
 
@@ -35,6 +36,9 @@ struct ExperimentOptions {
   // first, then a GPU out of MIG mode. Allocated GPU counts what the
   // instances hold (a profile's rounding is allocated, not idle).
   SimMig mig;
+  // hf-frag: nodes scored per decision (0: every node); by default the
+  // server's bound, so hf-sim's hf-frag decides as the server's does.
+  std::size_t max_scored_nodes = scheduler::LearnedOptions{}.max_scored_nodes;
 };
 
 // One attempt's record.

@@ -101,6 +101,10 @@ static int Main(int argc, char** argv) {
                  "placement policy; 'list' prints them, the server's default "
                  "marked with *")
       ->required();
+  app.add_option("--max-scored-nodes", options.max_scored_nodes,
+                 "hf-frag: nodes scored per decision (0 = every node; the "
+                 "default is the server's)")
+      ->capture_default_str();
   app.add_option("--seeds", seeds_text,
                  "seeds: a range 42-51, a list 42,45 or one seed")
       ->capture_default_str();
@@ -248,6 +252,7 @@ static int Main(int argc, char** argv) {
                   "'; known: simple");
     }
     replay_options.seed = options.seeds.front();
+    replay_options.max_scored_nodes = options.max_scored_nodes;
     replay_options.coverage = options.coverage;
     if (replay_options.sample_every_s < 0) {
       return Fail("--sample-every must not be negative");

@@ -78,7 +78,7 @@ TEST_F(HfSimCliTest, PolicyListMarksTheServerDefault) {
   EXPECT_EQ(out.exit_code, 0);
   for (const char* name :
        {"random\n", "dotprod\n", "gpuclustering\n", "gpupacking\n", "bestfit\n",
-        "fgd\n", "hf-bestfit *\n"}) {
+        "fgd\n", "hf-bestfit\n", "hf-frag *\n"}) {
     EXPECT_NE(out.output.find(name), std::string::npos) << name;
   }
 }

@@ -541,6 +541,7 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
   context.seed = options.seed;
   context.workload = &workload;
   context.tasks = &classes;
+  context.max_scored_nodes = options.max_scored_nodes;
   auto made = scheduler::MakeSimPolicy(policy_name, context);
   if (!made.ok()) return made.status();
 

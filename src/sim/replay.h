@@ -35,6 +35,7 @@
 #include "common/status.h"
 #include "ledger/ledger.h"
 #include "scheduler/fragmentation.h"
+#include "scheduler/policy/learned.h"
 #include "sim/trace.h"
 
 namespace hf::sim {
@@ -45,6 +46,8 @@ struct ReplayOptions {
   std::int64_t sample_every_s = 0;  // 0: 200 samples over the run
   std::uint64_t seed = 42;          // node tie-break ranks
   double coverage = 0.95;           // target workload of the fragmentation
+  // hf-frag: nodes scored per decision (0: every node); the server's bound.
+  std::size_t max_scored_nodes = scheduler::LearnedOptions{}.max_scored_nodes;
 };
 
 // One task of the replay.

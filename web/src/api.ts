@@ -219,6 +219,8 @@ export interface Stats {
     largest_placeable_slice_mb: number;
     stranded_memory_mb: number;
   } | null;
+  // Cluster scope only: the placement policy and what hf-frag has learned.
+  placement?: { policy: string; mode?: "best-fit" | "hf-frag"; tasks_learned?: number } | null;
 }
 
 export interface HistoryEntry {

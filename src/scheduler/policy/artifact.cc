@@ -505,9 +505,10 @@ StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
           "the hf-frag policy needs a target workload", "workload");
     }
     policy = std::make_unique<HfFragPolicy>(
-        *ctx.workload, ctx.tasks == nullptr
-                           ? WorkloadDemand{}
-                           : WorkloadDemand::FromTasks(*ctx.tasks));
+        *ctx.workload,
+        ctx.tasks == nullptr ? WorkloadDemand{}
+                             : WorkloadDemand::FromTasks(*ctx.tasks),
+        ctx.max_scored_nodes);
   } else {
     std::string known;
     for (const std::string& n : SimPolicyNames()) {

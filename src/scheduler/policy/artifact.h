@@ -161,6 +161,8 @@ struct SimPolicyContext {
   // Every task of the workload (hf-frag's prices and CPU weight); none:
   // hf-frag without them.
   const std::vector<TaskClass>* tasks = nullptr;
+  // hf-frag: nodes scored per decision (HfFragPolicy; 0: every node).
+  std::size_t max_scored_nodes = 0;
 };
 
 // The simulator's policy names: the six above, then "hf-bestfit" (the

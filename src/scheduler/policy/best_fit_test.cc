@@ -69,9 +69,9 @@ class Cluster {
     return *id;
   }
 
-  // Places with the default policy; expects success.
+  // Places with Best-Fit; expects success.
   Allocation Place(const PlacementRequest& r) {
-    const PlacementResult res = ledger_->Place(r, DefaultPolicy());
+    const PlacementResult res = ledger_->Place(r, BestFitPolicy());
     EXPECT_TRUE(res.placed()) << res.message;
     return res.allocation;
   }
@@ -385,38 +385,44 @@ TEST(PolicyRegistryTest, NamesListTheDefaultFirst) {
   const std::vector<std::string> names = PolicyNames();
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names.front(), kDefaultPolicyName);
-  EXPECT_EQ(names, (std::vector<std::string>{"best-fit", "best-fit-scan"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"hf-frag", "best-fit", "best-fit-scan"}));
 }
 
-TEST(PolicyRegistryTest, FindPolicyByName) {
+TEST(PolicyRegistryTest, MakePolicyByName) {
   for (const std::string& name : PolicyNames()) {
-    StatusOr<const ledger::PlacementPolicy*> p = FindPolicy(name);
+    StatusOr<MadePolicy> p = MakePolicy(name);
     ASSERT_TRUE(p.ok()) << name;
-    ASSERT_NE(*p, nullptr);
-    EXPECT_EQ((*p)->name(), name);
+    ASSERT_NE(p->policy, nullptr);
+    EXPECT_EQ(p->policy->name(), name);
+    // Only the learning policy observes tasks.
+    EXPECT_EQ(p->observer != nullptr, name == "hf-frag") << name;
   }
+  // Every server gets its own history.
+  StatusOr<MadePolicy> a = MakePolicy("hf-frag");
+  StatusOr<MadePolicy> b = MakePolicy("hf-frag");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->policy.get(), b->policy.get());
 }
 
 TEST(PolicyRegistryTest, UnknownNameIsNotFoundListingKnownNames) {
-  StatusOr<const ledger::PlacementPolicy*> p = FindPolicy("worst-fit");
+  StatusOr<MadePolicy> p = MakePolicy("worst-fit");
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
   const std::string& m = p.status().message();
   EXPECT_NE(m.find("worst-fit"), std::string::npos) << m;
+  EXPECT_NE(m.find("hf-frag"), std::string::npos) << m;
   EXPECT_NE(m.find("best-fit"), std::string::npos) << m;
   EXPECT_NE(m.find("best-fit-scan"), std::string::npos) << m;
-  EXPECT_EQ(FindPolicy("").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(FindPolicy("Best-Fit").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(MakePolicy("").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(MakePolicy("Best-Fit").status().code(), StatusCode::kNotFound);
 }
 
-TEST(PolicyRegistryTest, DefaultPolicyIsBestFit) {
-  const ledger::PlacementPolicy& d = DefaultPolicy();
-  EXPECT_EQ(d.name(), "best-fit");
-  EXPECT_EQ(d.name(), kDefaultPolicyName);
-  StatusOr<const ledger::PlacementPolicy*> found = FindPolicy("best-fit");
-  ASSERT_TRUE(found.ok());
-  EXPECT_EQ(*found, &d);
-  EXPECT_NE(dynamic_cast<const BestFitPolicy*>(&d), nullptr);
+TEST(PolicyRegistryTest, DefaultPolicyIsTheLearnedHfFrag) {
+  StatusOr<MadePolicy> d = MakePolicy(kDefaultPolicyName);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->policy->name(), "hf-frag");
+  EXPECT_NE(dynamic_cast<const LearnedFragPolicy*>(d->policy.get()), nullptr);
 }
 
 }  // namespace

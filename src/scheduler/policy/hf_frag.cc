@@ -139,6 +139,7 @@ struct HfFragPolicy::Memo : node_scan::ScanMemo<Eval> {
   std::size_t priced_gpus = 0;
   double cpu_per_milli = 0;  // the CPU term's c for this cluster
   std::vector<double> slot_price;
+  std::size_t scan_start = 0;  // the next bounded scan's first slot
 };
 
 namespace {
@@ -175,7 +176,7 @@ void EnsurePrices(const ClusterView& view, const WorkloadDemand& demand,
 std::optional<Choice> Pick(const ClusterView& view,
                            const PlacementRequest& request,
                            const TargetWorkload& workload,
-                           HfFragPolicy::Memo& memo) {
+                           std::size_t max_scored, HfFragPolicy::Memo& memo) {
   const std::optional<Need> need = node_scan::MakeNeed(view, request);
   if (!need.has_value()) return std::nullopt;
   const std::size_t slots = view.node_slot_count();
@@ -189,8 +190,18 @@ std::optional<Choice> Pick(const ClusterView& view,
   Eval best;
   std::uint64_t best_rank = 0;
   std::size_t best_slot = 0;
-  for (std::size_t slot = 0; slot < slots; ++slot) {
+  // Every node, or up to `max_scored` feasible ones from where the last
+  // bounded scan stopped.
+  const std::size_t start =
+      max_scored == 0 || slots == 0 ? 0 : memo.scan_start % slots;
+  std::size_t scored = 0;
+  std::size_t last = start;
+  for (std::size_t i = 0; i < slots; ++i) {
+    if (max_scored != 0 && scored >= max_scored) break;
+    const std::size_t slot = start + i < slots ? start + i : start + i - slots;
+    last = slot;
     if (!node_scan::Gather(view, slot, *need, gpus, facts)) continue;
+    ++scored;
     const NodeRecord& node = *facts.node;
     NodeMemo& node_memo = memo.nodes[slot];
     const Terms terms{memo.cpu_per_milli, memo.slot_price[slot]};
@@ -217,6 +228,7 @@ std::optional<Choice> Pick(const ClusterView& view,
       best_slot = slot;
     }
   }
+  if (max_scored != 0) memo.scan_start = last + 1;
   if (!found) return std::nullopt;
   node_scan::Gather(view, best_slot, *need, gpus, facts);
   return node_scan::ChoiceOn(*need, best_slot, gpus, best.pos);
@@ -241,11 +253,20 @@ double HfFragMilli(const NodeGpuState& node, const TargetWorkload& workload,
 }
 
 WorkloadDemand WorkloadDemand::FromTasks(const std::vector<TaskClass>& tasks) {
+  std::vector<std::pair<TaskClass, double>> weighted;
+  weighted.reserve(tasks.size());
+  for (const TaskClass& t : tasks) weighted.emplace_back(t, 1.0);
+  return FromWeighted(weighted);
+}
+
+WorkloadDemand WorkloadDemand::FromWeighted(
+    const std::vector<std::pair<TaskClass, double>>& classes) {
   WorkloadDemand d;
-  for (const TaskClass& t : tasks) {
-    const double milli = static_cast<double>(t.gpu_milli) * t.num_gpu;
+  for (const auto& [t, weight] : classes) {
+    if (weight <= 0) continue;
+    const double milli = static_cast<double>(t.gpu_milli) * t.num_gpu * weight;
     d.gpu_milli += milli;
-    d.cpu_milli += static_cast<double>(t.cpu_milli);
+    d.cpu_milli += static_cast<double>(t.cpu_milli) * weight;
     if (milli > 0 && !t.gpu_models.empty()) {
       std::vector<std::string> models = t.gpu_models;
       std::sort(models.begin(), models.end());
@@ -298,10 +319,12 @@ ClusterPrices PricesFor(const ClusterView& view, const WorkloadDemand& demand) {
   return out;
 }
 
-HfFragPolicy::HfFragPolicy(TargetWorkload workload, WorkloadDemand demand)
+HfFragPolicy::HfFragPolicy(TargetWorkload workload, WorkloadDemand demand,
+                           std::size_t max_scored_nodes)
     : workload_(std::move(workload)),
       demand_(std::move(demand)),
       cpu_per_milli_(CpuPerGpuMilli(workload_)),
+      max_scored_nodes_(max_scored_nodes),
       memo_(std::make_unique<Memo>()) {}
 
 HfFragPolicy::~HfFragPolicy() = default;
@@ -311,7 +334,8 @@ std::optional<std::vector<GpuId>> HfFragPolicy::Choose(
   if (request.kind == RequestKind::kNodeOnly) return std::nullopt;
   std::lock_guard lock(mu_);
   EnsurePrices(view, demand_, cpu_per_milli_, memo_);
-  std::optional<Choice> choice = Pick(view, request, workload_, *memo_);
+  std::optional<Choice> choice =
+      Pick(view, request, workload_, max_scored_nodes_, *memo_);
   if (!choice.has_value()) return std::nullopt;
   return std::move(choice->gpus);
 }
@@ -321,7 +345,8 @@ std::optional<NodeId> HfFragPolicy::ChooseNode(
   if (request.kind != RequestKind::kNodeOnly) return std::nullopt;
   std::lock_guard lock(mu_);
   EnsurePrices(view, demand_, cpu_per_milli_, memo_);
-  std::optional<Choice> choice = Pick(view, request, workload_, *memo_);
+  std::optional<Choice> choice =
+      Pick(view, request, workload_, max_scored_nodes_, *memo_);
   if (!choice.has_value()) return std::nullopt;
   return choice->node;
 }

@@ -43,6 +43,7 @@
 // from any thread.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -77,6 +78,9 @@ struct WorkloadDemand {
   double gpu_milli = 0;  // every task's GPU
   double cpu_milli = 0;  // every task's CPU, CPU-only tasks included
   static WorkloadDemand FromTasks(const std::vector<TaskClass>& tasks);
+  // The same over weighted classes (a class of weight w counts w times).
+  static WorkloadDemand FromWeighted(
+      const std::vector<std::pair<TaskClass, double>>& classes);
 };
 
 // Per-model prices and CPU facts for a cluster: price(model) is the
@@ -98,7 +102,13 @@ ClusterPrices PricesFor(const ledger::ClusterView& view,
 
 class HfFragPolicy final : public ledger::PlacementPolicy {
  public:
-  explicit HfFragPolicy(TargetWorkload workload, WorkloadDemand demand = {});
+  // `max_scored_nodes` bounds the nodes scored per decision (0: every
+  // node): the scan starts where the previous one stopped, goes round the
+  // node slots, and stops once that many feasible nodes are scored, as the
+  // Kubernetes scheduler's percentageOfNodesToScore does. A decision then
+  // costs about the same at any cluster size.
+  explicit HfFragPolicy(TargetWorkload workload, WorkloadDemand demand = {},
+                        std::size_t max_scored_nodes = 0);
   ~HfFragPolicy() override;
   std::string_view name() const override { return "hf-frag"; }
   std::optional<std::vector<GpuId>> Choose(
@@ -114,6 +124,7 @@ class HfFragPolicy final : public ledger::PlacementPolicy {
   const TargetWorkload workload_;
   const WorkloadDemand demand_;
   const double cpu_per_milli_;
+  const std::size_t max_scored_nodes_;
   mutable std::mutex mu_;
   mutable std::unique_ptr<Memo> memo_;  // GUARDED_BY(mu_)
 };

@@ -1,36 +1,33 @@
 #include "scheduler/policy/registry.h"
 
-#include <memory>
-
 #include "scheduler/policy/best_fit.h"
 
 namespace hf::scheduler {
-namespace {
-
-const std::vector<const ledger::PlacementPolicy*>& Policies() {
-  static const auto* policies = new std::vector<const ledger::PlacementPolicy*>{
-      new BestFitPolicy(), new LinearScanBestFitPolicy()};
-  return *policies;
-}
-
-}  // namespace
 
 std::vector<std::string> PolicyNames() {
-  std::vector<std::string> names;
-  for (const auto* p : Policies()) names.emplace_back(p->name());
-  return names;
+  return {std::string(kDefaultPolicyName), "best-fit", "best-fit-scan"};
 }
 
-StatusOr<const ledger::PlacementPolicy*> FindPolicy(std::string_view name) {
-  for (const auto* p : Policies()) {
-    if (p->name() == name) return p;
+StatusOr<MadePolicy> MakePolicy(std::string_view name,
+                                const LearnedOptions& learned) {
+  MadePolicy made;
+  if (name == "hf-frag") {
+    auto policy = std::make_unique<LearnedFragPolicy>(learned);
+    made.observer = policy.get();
+    made.policy = std::move(policy);
+  } else if (name == "best-fit") {
+    made.policy = std::make_unique<BestFitPolicy>();
+  } else if (name == "best-fit-scan") {
+    made.policy = std::make_unique<LinearScanBestFitPolicy>();
+  } else {
+    std::string known;
+    for (const auto& n : PolicyNames()) {
+      known += (known.empty() ? "" : ", ") + n;
+    }
+    return Status::NotFound("unknown placement policy \"" + std::string(name) +
+                            "\"; known: " + known);
   }
-  std::string known;
-  for (const auto& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
-  return Status::NotFound("unknown placement policy \"" + std::string(name) +
-                          "\"; known: " + known);
+  return made;
 }
-
-const ledger::PlacementPolicy& DefaultPolicy() { return *Policies().front(); }
 
 }  // namespace hf::scheduler

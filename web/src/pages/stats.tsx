@@ -88,6 +88,19 @@ export function StatsPage({ who }: { who: WhoAmI }) {
                 <span>fragmentation ({fmtMb(f.stranded_memory_mb)} stranded)</span>
               </div>
             )}
+            {data.placement && (
+              <div class="tile" data-testid="placement">
+                <span class="tile-n">{data.placement.policy}</span>
+                <span>
+                  placement
+                  {data.placement.mode === "best-fit"
+                    ? ` (Best-Fit until it has seen enough tasks: ${data.placement.tasks_learned ?? 0} so far)`
+                    : data.placement.mode === "hf-frag"
+                      ? ` (learned from ${data.placement.tasks_learned ?? 0} tasks)`
+                      : ""}
+                </span>
+              </div>
+            )}
           </div>
           <h2>Memory per GPU</h2>
           {data.gpus.length > 0 ? <FragChart stats={data} /> : <p class="muted">No GPUs in this view.</p>}
