@@ -130,6 +130,7 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   }
   ledger::LedgerOptions ledger_options;
   ledger_options.default_compute_percent = options.default_compute_percent;
+  ledger_options.tie_break_seed = options.tie_break_seed;
   auto ledger = ledger::Ledger::Create(ledger_options);
   if (!ledger.ok()) return ledger.status();
   std::unique_ptr<ControlPlane> cp(

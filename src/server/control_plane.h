@@ -54,6 +54,10 @@ struct ControlPlaneOptions {
   // workload from the task history (`learned`).
   std::string policy = std::string(scheduler::kDefaultPolicyName);
   scheduler::LearnedOptions learned;
+  // The ledger's node tie-break ranks (LedgerOptions::tie_break_seed): 0,
+  // the lowest node id; a seed gives the simulator's seeded ranks (the
+  // sim / server agreement test).
+  std::uint64_t tie_break_seed = 0;
   std::int64_t gc_interval_ms = 60'000;
   std::int64_t gc_min_age_ms = 60'000;  // GC skips slices younger than this
   std::int64_t mig_command_deadline_ms = 120'000;  // then "stuck"
