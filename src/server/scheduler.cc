@@ -551,6 +551,7 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
         }));
         for (TaskRow& t : stop) {
           bool rebind = false;
+          std::optional<RowId> source;
           if (t.slice_id) {
             auto slice = txn.GetSlice(*t.slice_id);
             if (slice.ok() && slice->state != store::SliceState::kReleased) {
@@ -559,9 +560,21 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
                        !t.cancel_requested;
               s.state = store::SliceState::kAllocated;
               HF_RETURN_IF_ERROR(ReleaseInTxn(txn, s, "gc", lost, released));
+              source = s.id;
             }
           }
-          if (rebind) {
+          // A defragmentation move was stopping it: taken as stopped, it
+          // lands on its reserved target, as when its node reports the stop
+          // (a cancelled one gives the reservation back).
+          bool landed = false;
+          if (source) {
+            auto moved = LandMoveInTxn(txn, t, *source, rebind, released);
+            if (!moved.ok()) return moved.status();
+            landed = *moved;
+          }
+          if (landed) {
+            // `t` is bound to the move's target now (LandMoveInTxn).
+          } else if (rebind) {
             t.state = TaskState::kPending;
             t.slice_id.reset();
             t.node_id.reset();

@@ -190,6 +190,7 @@ class Replayer final : public ReplayControl {
     t.slice = r.allocation.id;
     t.started = now_;
     waiting_milli_ -= t.gpu_milli;
+    waiting_by_[ShapeOf(t)] -= t.gpu_milli;
     running_milli_ += t.gpu_milli;
     for (const GpuId g : r.allocation.gpus) on_gpu_[g.value()].push_back(id);
     gpus_of_[id] = r.allocation.gpus;
@@ -198,6 +199,8 @@ class Replayer final : public ReplayControl {
     }
     return true;
   }
+
+  const ledger::PlacementPolicy& policy() const override { return *policy_; }
 
   ReplayResult Run(const scheduler::TargetWorkload& workload,
                    std::int64_t capacity, std::int64_t sample_every) {
@@ -208,11 +211,20 @@ class Replayer final : public ReplayControl {
     std::int64_t last = events_.empty() ? 0 : events_.top().time;
     std::int64_t next_sample = last;
     double waiting_ms = 0, running_ms = 0;  // milli-GPU seconds
+    double covered_ms = 0;                  // waiting while idle GPU covered it
+    std::int64_t covered_milli = 0;         // for the state since `last`
+    std::map<std::string, double> waiting_by_ms;
     while (!events_.empty()) {
       const std::int64_t t = events_.top().time;
       // The state holds on [last, t): integrate and sample it.
       waiting_ms +=
           static_cast<double>(waiting_milli_) * static_cast<double>(t - last);
+      covered_ms +=
+          static_cast<double>(covered_milli) * static_cast<double>(t - last);
+      for (const auto& [shape, milli] : waiting_by_) {
+        waiting_by_ms[shape] +=
+            static_cast<double>(milli) * static_cast<double>(t - last);
+      }
       running_ms +=
           static_cast<double>(running_milli_) * static_cast<double>(t - last);
       while (next_sample < t) {
@@ -246,6 +258,7 @@ class Replayer final : public ReplayControl {
           Pass({});
         }
       }
+      covered_milli = CoveredWaitingMilli(capacity);
     }
     out.samples.push_back(Sample(now_, workload, capacity));
     // Tasks still waiting at the end: their wait so far.
@@ -273,6 +286,10 @@ class Replayer final : public ReplayControl {
             ? 0
             : 100.0 * evictions_ / static_cast<double>(tasks_.size());
     out.waiting_gpu_hours = waiting_ms / 1000 / 3600;
+    out.waiting_with_idle_gpu_hours = covered_ms / 1000 / 3600;
+    for (const auto& [shape, ms] : waiting_by_ms) {
+      out.waiting_gpu_hours_by_shape[shape] = ms / 1000 / 3600;
+    }
     out.running_gpu_hours = running_ms / 1000 / 3600;
     out.waiting_share_pct = waiting_ms + running_ms > 0
                                 ? 100 * waiting_ms / (waiting_ms + running_ms)
@@ -287,11 +304,40 @@ class Replayer final : public ReplayControl {
   }
 
  private:
+  // "share" for a slice, "N gpus" for whole GPUs, "cpu" for node-only.
+  static std::string ShapeOf(const ReplayTask& t) {
+    switch (t.request.kind) {
+      case RequestKind::kSlice:
+        return "share";
+      case RequestKind::kWholeGpus:
+        return std::to_string(t.request.gpu_count) + " gpus";
+      case RequestKind::kNodeOnly:
+        break;
+    }
+    return "cpu";
+  }
+
+  // The GPU of waiting tasks that the cluster's idle GPU covers, in queue
+  // order, each using up what it is counted against.
+  std::int64_t CoveredWaitingMilli(std::int64_t capacity) const {
+    std::int64_t idle = capacity - running_milli_;
+    std::int64_t covered = 0;
+    for (const auto& [arrival, id] : queue_) {
+      const std::int64_t need = tasks_[id].gpu_milli;
+      if (need > 0 && need <= idle) {
+        covered += need;
+        idle -= need;
+      }
+    }
+    return covered;
+  }
+
   void Enqueue(std::size_t id) {
     ReplayTask& t = tasks_[id];
     t.queued_since = now_;
     queue_.insert({t.arrival, id});
     waiting_milli_ += t.gpu_milli;
+    waiting_by_[ShapeOf(t)] += t.gpu_milli;
   }
 
   void Stop(ReplayTask& t, std::size_t id) {
@@ -364,6 +410,7 @@ class Replayer final : public ReplayControl {
   std::int64_t arrived_ = 0;
   std::int64_t evictions_ = 0;
   std::int64_t waiting_milli_ = 0;
+  std::map<std::string, std::int64_t> waiting_by_;  // by ShapeOf
   std::int64_t running_milli_ = 0;
   bool freed_ = false;
   std::int64_t decisions_ = 0;
@@ -514,6 +561,63 @@ void SimpleDefragmenter::OnWaiting(ReplayControl& c) {
   }
 }
 
+void MovingDefragmenter::OnWaiting(ReplayControl& c) {
+  std::int64_t budget =
+      static_cast<std::int64_t>(std::floor(static_cast<double>(c.arrived()) *
+                                           evictions_per_100_ / 100.0)) -
+      c.evictions();
+  int tries = 0;
+  for (const std::size_t id : c.waiting()) {
+    if (budget <= 0 || tries >= tries_) return;
+    const ReplayTask& want = c.task(id);
+    if (want.request.kind == RequestKind::kNodeOnly) continue;
+    ++tries;
+    std::vector<Plan> plans;
+    c.ledger().Read([&](const ledger::ClusterView& view) {
+      for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+        const ledger::NodeRecord& node = view.node(NodeId(n));
+        if (!node.live) continue;
+        std::optional<Plan> plan = PlanOn(c, view, node, want, budget);
+        if (plan.has_value()) plans.push_back(std::move(*plan));
+      }
+    });
+    std::sort(plans.begin(), plans.end(),
+              [](const Plan& a, const Plan& b) { return a.Better(b); });
+    if (static_cast<int>(plans.size()) > plans_) plans.resize(plans_);
+    for (const Plan& plan : plans) {
+      // Try it on a snapshot: every evictee must land again at once.
+      std::unique_ptr<ledger::Ledger> trial = c.ledger().Snapshot();
+      for (const std::size_t e : plan.evict) {
+        (void)trial->Release(*c.task(e).slice);
+      }
+      if (!trial->Place(want.request, PinnedPolicy(plan.gpus)).placed()) {
+        continue;
+      }
+      std::vector<std::vector<GpuId>> targets;
+      bool all = true;
+      for (const std::size_t e : plan.evict) {
+        const ledger::PlacementResult r =
+            trial->Place(c.task(e).request, c.policy());
+        if (!r.placed()) {
+          all = false;
+          break;
+        }
+        targets.push_back(r.allocation.gpus);
+      }
+      if (!all) continue;
+      // The same on the real ledger, which holds the same state.
+      for (const std::size_t e : plan.evict) {
+        if (c.Evict(e)) --budget;
+      }
+      c.Start(id, PinnedPolicy(plan.gpus));
+      for (std::size_t i = 0; i < plan.evict.size(); ++i) {
+        c.Start(plan.evict[i], PinnedPolicy(targets[i]));
+      }
+      break;
+    }
+  }
+}
+
 StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
                                  const std::vector<TracePod>& pods,
                                  const std::string& policy_name,
@@ -647,6 +751,8 @@ std::string ReplayJson(const ReplayResult& r) {
   j["evictions"] = r.evictions;
   j["evictions_per_100_tasks"] = r.evictions_per_100;
   j["waiting_gpu_hours"] = r.waiting_gpu_hours;
+  j["waiting_with_idle_gpu_hours"] = r.waiting_with_idle_gpu_hours;
+  j["waiting_gpu_hours_by_shape"] = r.waiting_gpu_hours_by_shape;
   j["running_gpu_hours"] = r.running_gpu_hours;
   j["waiting_share_pct"] = r.waiting_share_pct;
   j["wait_median_s"] = r.wait_median_s;
@@ -669,7 +775,7 @@ std::string ReplayJson(const ReplayResult& r) {
 
 std::string ReplayTable(const ReplayResult& r, std::size_t rows) {
   std::string out;
-  char line[256];
+  char line[320];
   std::snprintf(line, sizeof line, "%12s %10s %8s %10s %9s %7s\n", "time_s",
                 "waiting%", "waiting", "running", "alloc%", "frag%");
   out += line;
@@ -689,12 +795,14 @@ std::string ReplayTable(const ReplayResult& r, std::size_t rows) {
   }
   std::snprintf(line, sizeof line,
                 "%s%s%s: %lld tasks, waiting GPU-time %.1f GPU-h (%.2f%% of "
-                "requested), wait median %.0f s, p99 %.0f s, %lld never "
+                "requested; %.1f GPU-h while idle GPU covered it), wait "
+                "median %.0f s, p99 %.0f s, %lld never "
                 "started, %lld evictions (%.2f per 100 tasks)\n",
                 r.policy.c_str(), r.defrag.empty() ? "" : " + defrag ",
                 r.defrag.c_str(), static_cast<long long>(r.tasks),
-                r.waiting_gpu_hours, r.waiting_share_pct, r.wait_median_s,
-                r.wait_p99_s, static_cast<long long>(r.never_started),
+                r.waiting_gpu_hours, r.waiting_share_pct,
+                r.waiting_with_idle_gpu_hours, r.wait_median_s, r.wait_p99_s,
+                static_cast<long long>(r.never_started),
                 static_cast<long long>(r.evictions), r.evictions_per_100);
   out += line;
   return out;

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,6 +87,8 @@ class ReplayControl {
   // Starts a waiting task where `policy` chooses (the ledger checks the
   // choice); false if it did not start.
   virtual bool Start(std::size_t id, const ledger::PlacementPolicy& policy) = 0;
+  // The replay's placement policy (a planner may try it on a snapshot).
+  virtual const ledger::PlacementPolicy& policy() const = 0;
 };
 
 // The seam for a defragmentation planner: called after a scheduling pass
@@ -116,6 +119,29 @@ class SimpleDefragmenter final : public DefragHook {
   int tries_;
 };
 
+// A defragmenter that plans moves, not evictions: for the oldest waiting
+// GPU tasks (at most `tries` per call), it takes the nodes where evicting
+// the fewest preemptible tasks would make room (the same candidates as
+// SimpleDefragmenter, best `plans` of them), and tries each on a snapshot of
+// the ledger: release the evictees, place the waiting task there, then
+// place every evictee again with the replay's policy. Only a plan where all
+// of them land is applied, on the real ledger the same way, so an evicted
+// task restarts at once elsewhere and never waits. Moves are capped at
+// `evictions_per_100` per 100 arrived tasks.
+class MovingDefragmenter final : public DefragHook {
+ public:
+  explicit MovingDefragmenter(double evictions_per_100 = 1.0, int tries = 16,
+                              int plans = 10)
+      : evictions_per_100_(evictions_per_100), tries_(tries), plans_(plans) {}
+  std::string_view name() const override { return "moves"; }
+  void OnWaiting(ReplayControl& control) override;
+
+ private:
+  double evictions_per_100_;
+  int tries_;
+  int plans_;
+};
+
 struct ReplaySample {
   std::int64_t time = 0;
   std::int64_t running_milli = 0;
@@ -138,6 +164,13 @@ struct ReplayResult {
   std::int64_t evictions = 0;
   double evictions_per_100 = 0;
   double waiting_gpu_hours = 0;  // integral of the waiting GPU request
+  // The part of it while the cluster's idle GPU covered the task (waiting
+  // tasks taken in queue order, each using up idle GPU it is counted
+  // against): what placement or defragmentation could at most have saved;
+  // the rest waited because the GPU was short.
+  double waiting_with_idle_gpu_hours = 0;
+  // Waiting GPU-time by task shape ("share", "1 gpus", "8 gpus", ...).
+  std::map<std::string, double> waiting_gpu_hours_by_shape;
   double running_gpu_hours = 0;
   double waiting_share_pct = 0;  // waiting / (waiting + running) GPU-time
   double wait_median_s = 0;

@@ -122,6 +122,22 @@ TEST(ReplayTest, DefragmenterKeepsToItsEvictionBudget) {
   EXPECT_EQ(r->evictions, 0);
 }
 
+// The moving defragmenter evicts x only where x lands again at once: in
+// Fragmented(), x could only wait (the other GPU has 400 milli free), so it
+// moves nothing where SimpleDefragmenter evicts.
+TEST(ReplayTest, MovingDefragmenterMovesOnlyWhatLandsAtOnce) {
+  MovingDefragmenter moves(/*evictions_per_100=*/100);
+  auto stuck = RunReplay(TwoGpus(), Fragmented(), "hf-frag", {}, &moves);
+  ASSERT_TRUE(stuck.ok());
+  EXPECT_EQ(stuck->evictions, 0) << "x could not land again at once";
+  EXPECT_NEAR(stuck->waiting_gpu_hours, 490.0 / 3600, 1e-9);
+  // Waiting by shape: all of it is z's, a whole GPU.
+  EXPECT_NEAR(stuck->waiting_gpu_hours_by_shape.at("1 gpus"), 490.0 / 3600,
+              1e-9);
+  // Idle GPU never covered z (400 + 400 milli free, z asks 1000).
+  EXPECT_NEAR(stuck->waiting_with_idle_gpu_hours, 0, 1e-9);
+}
+
 // --- the MIG variant ---
 
 SimMig A100Mig(std::vector<std::string> models,

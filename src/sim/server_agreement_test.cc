@@ -95,7 +95,7 @@ TEST(ServerAgreementTest, TheServerDecidesAsTheSimulatorDoes) {
   scheduler::LearnedOptions learned;
   learned.cold_start_tasks = 60;
   learned.rebuild_every = 50;
-  learned.max_scored_nodes = 32;
+  learned.max_scored_nodes = 32;  // fewer than the 48 nodes
 
   // --- the simulator's path
   auto built = BuildSimLedger(nodes, kSeed);

@@ -413,6 +413,61 @@ TEST_F(DefragE2eTest, ServerKilledMidPlanResumesWithoutLosingATask) {
   }
 }
 
+// The source node is lost in the middle of a move (its agent killed before
+// it could stop the task): when the node counts as lost, the task is taken
+// as stopped and lands on its reserved target, as when the node reports the
+// stop. The move is `moved`, the task bound to the reservation, the source
+// slice released: no reservation left behind, nothing counted twice.
+class DefragNodeLostE2eTest : public DefragE2eTest {
+ protected:
+  std::vector<std::string> ServerFlags() const override {
+    return {"--gc-interval", "1", "--node-lost-after", "3"};
+  }
+};
+
+TEST_F(DefragNodeLostE2eTest, AMoveWhoseSourceNodeIsLostLandsOnItsTarget) {
+  std::vector<std::int64_t> tasks = Fragment();
+  json plan = Plan({{"node_id", "n1"}, {"goal_memory_mb", kGpuMb}});
+  ASSERT_FALSE(plan["moves"].empty()) << plan.dump();
+  const std::int64_t id = plan["id"];
+  ASSERT_TRUE(agent_->Kill());
+  ASSERT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans/" + std::to_string(id) + "/apply",
+                      json::object(), api_->admin())
+                .status,
+            202);
+  json landed = WaitPlan(
+      id, [](const json& p) { return p["moves"][0]["state"] == "moved"; },
+      milliseconds(30'000));
+  const json& move = landed["moves"][0];
+  ASSERT_EQ(move["state"], "moved") << landed.dump() << server_->Log();
+  EXPECT_EQ(landed["state"], "applying");
+  const std::int64_t task_id = move["task_id"];
+  json task = api_->GetTask(task_id, user_);
+  EXPECT_EQ(task["status"], "scheduled") << task.dump();
+  EXPECT_EQ(task["gpu_indices"][0], move["to"]["gpu_index"]) << task.dump();
+  json bound =
+      api_->GetSlice(task["slice_id"].get<std::int64_t>(), api_->admin());
+  EXPECT_EQ(bound["state"], "allocated") << bound.dump();
+  EXPECT_EQ(bound["task_id"], task_id);
+  EXPECT_EQ(api_->GetSlice(move["slice_id"].get<std::int64_t>(),
+                           api_->admin())["state"],
+            "released");
+  // Every live slice is exactly one task's: the reservation is the task's.
+  std::set<std::int64_t> bound_slices;
+  for (std::int64_t t : tasks) {
+    bound_slices.insert(
+        api_->GetTask(t, user_)["slice_id"].get<std::int64_t>());
+  }
+  std::set<std::int64_t> live;
+  for (const json& s : LiveSlices()) {
+    live.insert(s["id"].get<std::int64_t>());
+    EXPECT_TRUE(s["task_id"].is_number())
+        << "an orphan reservation: " << s.dump();
+  }
+  EXPECT_EQ(live, bound_slices);
+}
+
 // Automatic mode: a pending task that fits no GPU although the node has the
 // free memory makes the leader propose and apply a plan on its own.
 class DefragAutoE2eTest : public DefragE2eTest {

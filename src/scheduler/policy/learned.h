@@ -54,6 +54,8 @@ struct TaskShape {
   std::vector<std::string> models;  // sorted, unique; empty = any
 
   static TaskShape Of(const ledger::PlacementRequest& request);
+  // clang-tidy reads the defaulted <=> as a comparison with literal 0.
+  // NOLINTNEXTLINE(modernize-use-nullptr)
   friend auto operator<=>(const TaskShape&, const TaskShape&) = default;
   friend bool operator==(const TaskShape&, const TaskShape&) = default;
 };
@@ -93,7 +95,7 @@ struct LearnedOptions {
   std::int64_t cold_start_tasks = 100;  // tasks seen before hf-frag
   std::int64_t rebuild_every = 100;
   // Nodes scored per decision (HfFragPolicy's bound; 0: every node).
-  std::size_t max_scored_nodes = 32;
+  std::size_t max_scored_nodes = 64;
 };
 
 // The learned target's classes for `view` (exposed for tests and explain).
