@@ -703,6 +703,19 @@ Status Agent::RegisterOrHeartbeat() {
     running.gpu_indices = t.gpu_indices;
     if (t.region) {
       running.hook = ReadHookReport(*t.region);
+      // The GPU time share it achieved in the last feedback window.
+      if (t.gpu_indices.size() == 1 && t.slice_id > 0) {
+        auto g = gpu_shares_.find(t.gpu_indices[0]);
+        if (g != gpu_shares_.end()) {
+          const auto key = static_cast<std::uint64_t>(t.slice_id);
+          for (const hook::SliceFeedback& f : g->second.last) {
+            if (f.key == key) {
+              running.hook->share_achieved_percent =
+                  std::clamp(f.achieved_percent, 0.0, 100.0);
+            }
+          }
+        }
+      }
       HookProof::Verdict proof = hook_proof_.VerdictOf(id);
       if (!proof.unhooked_pids.empty()) {
         if (proof.unhooked_pids.size() > wire::kMaxUnhookedPids) {

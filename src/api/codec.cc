@@ -717,6 +717,14 @@ StatusOr<server::HookReport> ParseHookReport(const json& hook,
   HF_RETURN_IF_ERROR(count("physical_ooms", r.physical_ooms));
   HF_RETURN_IF_ERROR(count("driver_bytes", r.driver_bytes));
   r.processes = static_cast<int>(std::min<std::int64_t>(processes, 1 << 20));
+  if (const json* share = Field(hook, "share_achieved_percent");
+      share != nullptr && !share->is_null()) {
+    if (!share->is_number() || share->get<double>() < 0 ||
+        share->get<double>() > 100) {
+      return Wrong(at + ".share_achieved_percent", "must be a number 0..100");
+    }
+    r.share_achieved_percent = share->get<double>();
+  }
   if (const json* pids = Field(hook, "unhooked_pids")) {
     if (!pids->is_array() || pids->size() > wire::kMaxUnhookedPids) {
       return Wrong(at + ".unhooked_pids",
@@ -963,6 +971,9 @@ json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
         {"quota_ooms", h.quota_ooms},
         {"physical_ooms", h.physical_ooms},
         {"unhooked_pids", h.unhooked_pids},
+        {"share_achieved_percent", h.share_achieved_percent
+                                       ? json(*h.share_achieved_percent)
+                                       : json(nullptr)},
         {"reported_at", Iso(usage->reported_at)}};
     if (!h.unhooked_pids.empty()) j["enforcement_note"] = h.unhooked_reason;
   }

@@ -339,6 +339,7 @@ TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
   hooked.hook->quota_ooms = 4;
   hooked.hook->physical_ooms = 1;
   hooked.hook->driver_bytes = 300LL << 20;
+  hooked.hook->share_achieved_percent = 24.5;
   wire::RunningTask uncapped = hooked;
   uncapped.task_id = 43;
   uncapped.hook->quota_bytes.reset();
@@ -370,7 +371,10 @@ TEST(ParseRunningTasksTest, RefusesAMalformedProofOfTheHook) {
                     R"( "unhooked_reason": 5})"),
         R"({"attached": true, "unhooked_pids": [7], "unhooked_reason": ")" +
             pids + pids + R"("})",
-        std::string(R"({"attached": true, "driver_bytes": -1})")}) {
+        std::string(R"({"attached": true, "driver_bytes": -1})"),
+        std::string(R"({"attached": true, "share_achieved_percent": 101})"),
+        std::string(R"({"attached": true, "share_achieved_percent": -1})"),
+        std::string(R"({"attached": true, "share_achieved_percent": "9"})")}) {
     const json body = json::parse(R"({"tasks": [{"task_id": 1, "state": )"
                                   R"("running", "hook": )" +
                                   hook + "}]}");

@@ -729,6 +729,12 @@ TEST_F(HttpApiTest, ATaskRunningWithoutTheHookSaysWhyOnItsSliceAndItself) {
   EXPECT_EQ(get("slices", slice)["enforcement"], json::array({"hook"}));
   EXPECT_EQ(get("slices", slice)["enforcement_note"], nullptr);
   EXPECT_EQ(get("slices", slice)["hook"]["driver_bytes"], 1 << 20);
+  EXPECT_EQ(get("slices", slice)["hook"]["share_achieved_percent"], nullptr);
+  heartbeat({{"attached", true},
+             {"attaches", 1},
+             {"driver_bytes", 1 << 20},
+             {"share_achieved_percent", 24.5}});
+  EXPECT_EQ(get("slices", slice)["hook"]["share_achieved_percent"], 24.5);
   EXPECT_EQ(get("tasks", task)["enforcement_note"], nullptr);
 
   const std::string why = "process 4242 runs without the hook: glibc too old?";

@@ -182,13 +182,16 @@ using wire::ReportNumber;
 using wire::RunningTask;
 using wire::TaskStateReport;
 
-// The hook usage last reported for a live slice. Kept in memory only (the
-// agent reports it every heartbeat); gone when the slice is released.
+// The hook usage last reported for a live slice: the leader keeps the
+// newest in memory (the agent reports it every heartbeat) and stores it
+// (store::SliceUsageRow) when it changed materially or every
+// kSliceUsagePersistMs, so every instance serves it and a restart keeps it.
 struct HookUsage {
   HookReport report;
   RowId task_id = 0;
   store::Millis reported_at = 0;
 };
+inline constexpr store::Millis kSliceUsagePersistMs = 30'000;
 
 // What RegisterNode made of a report.
 struct AppliedNodeReport {
@@ -514,6 +517,9 @@ class ControlPlane {
   // Reads the recent task history into the policy's target workload (the
   // learned hf-frag; nothing for other policies). REQUIRES: mu_ held.
   Status LearnHistoryLocked();
+  // Stores the in-memory usage of `slices` where it changed enough since
+  // it was last stored (leader only; LeaderWrite).
+  Status PersistHookUsage(const std::vector<RowId>& slices);
   // The placement request of a task (the scheduler's and the history's).
   // REQUIRES: mu_ held.
   ledger::PlacementRequest RequestForTaskLocked(
@@ -683,6 +689,8 @@ class ControlPlane {
   // Hook usage by slice id (rendered without mu_, which bind commits hold).
   std::mutex hook_mu_;
   std::map<RowId, HookUsage> hook_usage_;  // GUARDED_BY(hook_mu_)
+  // What was last stored per slice (PersistHookUsage). GUARDED_BY(hook_mu_)
+  std::map<RowId, HookUsage> hook_stored_;
   store::Millis next_approval_expiry_ =
       std::numeric_limits<store::Millis>::max();  // GUARDED_BY(mu_)
   // GPU models per vendor, to turn a task's gpu_type into allowed models.

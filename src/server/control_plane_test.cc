@@ -1403,18 +1403,44 @@ TEST_F(ResizeTest, HookIsListedOnlyOnceTheAgentReportsItAttached) {
   ASSERT_EQ(reply->quotas.size(), 1u);
   EXPECT_EQ(reply->quotas[0].memory_mib, 8192);
 
-  // Persisted: a restart keeps "hook" (the usage comes with the next
-  // heartbeat).
+  // Persisted: a restart keeps "hook", and the usage as last stored
+  // (served from the store until the next heartbeat, as a follower would).
   Open();
   EXPECT_EQ(SliceOf(Get(t.id)).enforcement,
             (std::vector<std::string>{"mps", "hook"}));
-  EXPECT_FALSE(cp_->SliceHookUsage(id).has_value());
-  // The released slice forgets its usage.
+  const auto stored = cp_->SliceHookUsage(id);
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->report.used_bytes, 1 << 30);
+  EXPECT_EQ(stored->report.peak_bytes, 3 << 29);
+  EXPECT_EQ(stored->report.quota_ooms, 1);
+  EXPECT_TRUE(stored->report.attached);
+  EXPECT_EQ(stored->task_id, t.id);
+  EXPECT_GT(stored->reported_at, 0);
+  // A change worth storing is stored at once; a small one waits.
+  running.hook->used_bytes = std::int64_t{2} << 30;  // +100%
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  Open();
+  EXPECT_EQ(cp_->SliceHookUsage(id)->report.used_bytes, std::int64_t{2} << 30);
+  // (A restarted leader stores the first report it gets.)
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  running.hook->used_bytes = (std::int64_t{2} << 30) + (1 << 20);  // +1 MiB
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
+  EXPECT_EQ(cp_->SliceHookUsage(id)->report.used_bytes,
+            (std::int64_t{2} << 30) + (1 << 20))
+      << "the leader serves the newest report";
+  Open();
+  EXPECT_EQ(cp_->SliceHookUsage(id)->report.used_bytes, std::int64_t{2} << 30)
+      << "stored only when it moved by more than 5% or aged 30 s";
+  // The released slice keeps its last stored usage as a record (here the
+  // first report after the restart); the API shows usage for live slices.
   ASSERT_TRUE(cp_->Heartbeat(admin_, node, {running}).ok());
   ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
                                     {{t.id, TaskState::kSucceeded, 0, ""}})
                   .ok());
-  EXPECT_FALSE(cp_->SliceHookUsage(id).has_value());
+  ASSERT_TRUE(cp_->SliceHookUsage(id).has_value());
+  EXPECT_EQ(cp_->SliceHookUsage(id)->report.used_bytes,
+            (std::int64_t{2} << 30) + (1 << 20));
 }
 
 TEST_F(ResizeTest, NoQuotaForGoldOrWholeGpusAndNoHookForWholeGpus) {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -312,7 +313,8 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
   // Processes the agent found using the GPU without the hook: "hook" to
   // take away (or, never listed, a history entry saying why).
   std::vector<std::pair<RowId, HookReport>> unhooked;
-  std::set<RowId> restored;  // attached again after being unhooked
+  std::set<RowId> restored;     // attached again after being unhooked
+  std::vector<RowId> reported;  // slices with a hook report
   for (const auto& [t, slice] : live) {
     // Whole GPUs have no quota; a MIG partition runs no hook.
     const bool hook_enforceable = !slice.whole && slice.qos_level != "gold";
@@ -324,6 +326,7 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       reply.quotas.push_back(q);
     }
     if (!t->hook) continue;
+    reported.push_back(slice.id);
     // Whether the last report (in memory) named no unhooked process.
     bool was_hooked = true;
     {
@@ -352,6 +355,11 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       attached.emplace_back(slice.id, *t->hook);
       if (!was_hooked) restored.insert(slice.id);
     }
+  }
+  // Stored for every instance; a failure here loses nothing the next
+  // heartbeat does not bring again.
+  if (Status stored = PersistHookUsage(reported); !stored.ok()) {
+    spdlog::warn("storing slice usage: {}", stored.ToString());
   }
   if (attached.empty() && unhooked.empty()) return Status::Ok();
   std::vector<SliceRow> changed;  // for the telemetry, once committed
@@ -426,11 +434,126 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
   return written;
 }
 
+namespace {
+
+// A stored usage row's JSON (written by UsageJson below) back; nullopt when
+// it does not read.
+std::optional<HookUsage> UsageFromJson(const store::SliceUsageRow& row) {
+  const nlohmann::json j =
+      nlohmann::json::parse(row.usage, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  HookUsage u;
+  u.reported_at = row.reported_at;
+  u.task_id = j.value("task_id", RowId{0});
+  HookReport& h = u.report;
+  h.attached = j.value("attached", false);
+  h.attaches = j.value("attaches", std::int64_t{0});
+  h.processes = j.value("processes", 0);
+  h.used_bytes = j.value("used_bytes", std::int64_t{0});
+  h.peak_bytes = j.value("peak_bytes", std::int64_t{0});
+  if (j.contains("quota_bytes") && j["quota_bytes"].is_number_integer()) {
+    h.quota_bytes = j["quota_bytes"].get<std::int64_t>();
+  }
+  h.quota_ooms = j.value("quota_ooms", std::int64_t{0});
+  h.physical_ooms = j.value("physical_ooms", std::int64_t{0});
+  h.driver_bytes = j.value("driver_bytes", std::int64_t{0});
+  if (j.contains("share_achieved_percent") &&
+      j["share_achieved_percent"].is_number()) {
+    h.share_achieved_percent = j["share_achieved_percent"].get<double>();
+  }
+  if (j.contains("unhooked_pids") && j["unhooked_pids"].is_array()) {
+    for (const auto& pid : j["unhooked_pids"]) {
+      if (pid.is_number_integer())
+        h.unhooked_pids.push_back(pid.get<std::int64_t>());
+    }
+  }
+  h.unhooked_reason = j.value("unhooked_reason", std::string());
+  return u;
+}
+
+std::string UsageJson(const HookUsage& u) {
+  nlohmann::json j = wire::ToJson(u.report);
+  j["task_id"] = u.task_id;
+  return j.dump();
+}
+
+// Whether `now` differs enough from what was stored to store it again: a
+// counter, the attachment or the processes changed, the memory used moved
+// by more than 5% of the quota (or of the larger of the two), or the stored
+// one is older than kSliceUsagePersistMs.
+bool WorthStoring(const HookUsage& now, const HookUsage* stored) {
+  if (stored == nullptr) return true;
+  const HookReport& a = now.report;
+  const HookReport& b = stored->report;
+  if (a.attached != b.attached || a.processes != b.processes ||
+      a.quota_ooms != b.quota_ooms || a.physical_ooms != b.physical_ooms ||
+      a.quota_bytes != b.quota_bytes || a.unhooked_pids != b.unhooked_pids ||
+      a.share_achieved_percent.has_value() !=
+          b.share_achieved_percent.has_value() ||
+      std::abs(a.share_achieved_percent.value_or(0) -
+               b.share_achieved_percent.value_or(0)) > 5 ||
+      now.task_id != stored->task_id) {
+    return true;
+  }
+  const std::int64_t scale = std::max<std::int64_t>(
+      {a.quota_bytes.value_or(0), a.used_bytes, b.used_bytes, 1});
+  if (std::llabs(a.used_bytes - b.used_bytes) * 20 > scale) return true;
+  return now.reported_at - stored->reported_at >= kSliceUsagePersistMs;
+}
+
+}  // namespace
+
 std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
+  {
+    std::lock_guard lock(hook_mu_);
+    auto it = hook_usage_.find(id);
+    if (it != hook_usage_.end()) return it->second;
+  }
+  // Not reported to this instance (a follower, or since a restart): what
+  // the leader stored.
+  std::optional<store::SliceUsageRow> row;
+  Status read = store_->Read([&](Txn& txn) -> Status {
+    auto r = txn.GetSliceUsage(id);
+    if (!r.ok()) return r.status();
+    row = *r;
+    return Status::Ok();
+  });
+  if (!read.ok() || !row) return std::nullopt;
+  return UsageFromJson(*row);
+}
+
+Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
+  std::vector<HookUsage> rows;
+  std::vector<RowId> ids;
+  {
+    std::lock_guard lock(hook_mu_);
+    for (RowId id : slices) {
+      auto now = hook_usage_.find(id);
+      if (now == hook_usage_.end()) continue;
+      auto stored = hook_stored_.find(id);
+      if (!WorthStoring(now->second, stored == hook_stored_.end()
+                                         ? nullptr
+                                         : &stored->second)) {
+        continue;
+      }
+      rows.push_back(now->second);
+      ids.push_back(id);
+    }
+  }
+  if (rows.empty()) return Status::Ok();
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      HF_RETURN_IF_ERROR(
+          txn.PutSliceUsage({ids[i], rows[i].reported_at, UsageJson(rows[i])}));
+    }
+    return Status::Ok();
+  }));
   std::lock_guard lock(hook_mu_);
-  auto it = hook_usage_.find(id);
-  if (it == hook_usage_.end()) return std::nullopt;
-  return it->second;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    // Only while the slice is live (a release drops both maps).
+    if (hook_usage_.contains(ids[i])) hook_stored_[ids[i]] = rows[i];
+  }
+  return Status::Ok();
 }
 
 Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,

@@ -417,7 +417,10 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
   }
   {
     std::lock_guard lock(hook_mu_);
-    for (RowId id : released) hook_usage_.erase(id);
+    for (RowId id : released) {
+      hook_usage_.erase(id);
+      hook_stored_.erase(id);
+    }
   }
   for (RowId id : released) telemetry_->SliceReleased(id);
   BumpGeneration();

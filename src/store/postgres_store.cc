@@ -562,6 +562,15 @@ ALTER TABLE slices ADD COLUMN mig_start INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE agent_slice_requests ADD COLUMN mig_start INTEGER NOT NULL
   DEFAULT -1;
 )sql",
+    // 9: each slice's measured usage as its node last reported it, so that
+    // every instance serves it (the leader only kept it in memory).
+    R"sql(
+CREATE TABLE slice_usage (
+  slice_id BIGINT PRIMARY KEY,
+  reported_at BIGINT NOT NULL,
+  usage TEXT NOT NULL
+);
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -1366,6 +1375,37 @@ class PgTxn final : public Txn {
                Params().BindAll(now, limit));
     if (!deleted.ok()) return deleted.status();
     return static_cast<int>(*deleted);
+  }
+
+  // ------------------------------------------------------ slice usage
+  Status PutSliceUsage(const SliceUsageRow& row) override {
+    const std::string what =
+        "storing the usage of slice " + std::to_string(row.slice_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    return Change(what,
+                  "INSERT INTO slice_usage (slice_id, reported_at, usage) "
+                  "VALUES ($1, $2, $3) ON CONFLICT (slice_id) DO UPDATE SET "
+                  "reported_at = excluded.reported_at, usage = excluded.usage",
+                  Params().BindAll(row.slice_id, row.reported_at, row.usage))
+        .status();
+  }
+  StatusOr<std::optional<SliceUsageRow>> GetSliceUsage(
+      RowId slice_id) override {
+    const std::string what =
+        "reading the usage of slice " + std::to_string(slice_id);
+    StatusOr<pqxx::result> result = Exec(
+        what, "SELECT reported_at, usage FROM slice_usage WHERE slice_id = $1",
+        Params().Bind(slice_id), /*changes=*/false);
+    if (!result.ok()) return result.status();
+    if (result->empty()) return std::optional<SliceUsageRow>();
+    return Guarded(what, [&]() -> StatusOr<std::optional<SliceUsageRow>> {
+      RowReader r((*result)[0]);
+      SliceUsageRow row;
+      row.slice_id = slice_id;
+      row.reported_at = r.Int(0);
+      row.usage = r.Text(1);
+      return std::optional<SliceUsageRow>(row);
+    });
   }
 
   // ------------------------------------------------------------- meta

@@ -249,6 +249,7 @@ TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
   RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
+  RawExec(url, "DROP TABLE slice_usage");  // migration 9
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -272,6 +273,7 @@ TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
   RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
+  RawExec(url, "DROP TABLE slice_usage");  // migration 9
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());

@@ -585,6 +585,15 @@ ALTER TABLE slices ADD COLUMN mig_start INTEGER NOT NULL DEFAULT -1;
 ALTER TABLE agent_slice_requests ADD COLUMN mig_start INTEGER NOT NULL
   DEFAULT -1;
 )sql",
+    // 9: each slice's measured usage as its node last reported it, so that
+    // every instance serves it (the leader only kept it in memory).
+    R"sql(
+CREATE TABLE slice_usage (
+  slice_id INTEGER PRIMARY KEY,
+  reported_at INTEGER NOT NULL,
+  usage TEXT NOT NULL
+);
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -1212,6 +1221,35 @@ class SqliteTxn final : public Txn {
                now, limit);
     if (!deleted.ok()) return deleted.status();
     return static_cast<int>(*deleted);
+  }
+
+  // ------------------------------------------------------ slice usage
+  Status PutSliceUsage(const SliceUsageRow& row) override {
+    const std::string what =
+        "storing the usage of slice " + std::to_string(row.slice_id);
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    StatusOr<std::int64_t> changed =
+        Change(what,
+               "INSERT INTO slice_usage (slice_id, reported_at, usage) "
+               "VALUES (?, ?, ?) ON CONFLICT (slice_id) DO UPDATE SET "
+               "reported_at = excluded.reported_at, usage = excluded.usage",
+               row.slice_id, row.reported_at, row.usage);
+    return changed.ok() ? Status::Ok() : changed.status();
+  }
+  StatusOr<std::optional<SliceUsageRow>> GetSliceUsage(
+      RowId slice_id) override {
+    const std::string what =
+        "reading the usage of slice " + std::to_string(slice_id);
+    HF_RETURN_IF_ERROR(CheckOpen(what));
+    StatusOr<Statement> stmt = conn_.Prepare(
+        "SELECT reported_at, usage FROM slice_usage WHERE slice_id = ?");
+    if (!stmt.ok()) return stmt.status();
+    stmt->Bind(slice_id);
+    StatusOr<bool> row = stmt->Step(what);
+    if (!row.ok()) return row.status();
+    if (!*row) return std::optional<SliceUsageRow>();
+    return std::optional<SliceUsageRow>(
+        SliceUsageRow{slice_id, stmt->Int(0), stmt->Text(1)});
   }
 
   StatusOr<std::optional<std::string>> GetMeta(std::string_view key) override {

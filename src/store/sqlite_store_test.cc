@@ -226,6 +226,7 @@ TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
   RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
+  RawQuery(path, "DROP TABLE slice_usage");  // migration 9
   std::unique_ptr<Store> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -251,6 +252,7 @@ TEST(SqliteStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
   RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
+  RawQuery(path, "DROP TABLE slice_usage");  // migration 9
   ASSERT_EQ(RawQuery(path,
                      "SELECT COUNT(*) FROM pragma_table_info('tasks') "
                      "WHERE name = 'gpu_compute_mode'"),

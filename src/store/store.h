@@ -141,6 +141,15 @@ struct TaskRow {
   Millis updated_at = 0;
 };
 
+// A slice's measured usage as its node last reported it (the hook's
+// counters and what the agent measured), kept so that every server
+// instance serves it, and after a restart.
+struct SliceUsageRow {
+  RowId slice_id = 0;
+  Millis reported_at = 0;
+  std::string usage;  // JSON object, written by the server
+};
+
 enum class SliceState { kAllocated, kReleasing, kReleased };
 std::string_view SliceStateName(SliceState state);
 std::optional<SliceState> ParseSliceState(std::string_view name);
@@ -382,6 +391,12 @@ class Txn {
   // Deletes up to `limit` (> 0) rows with expires_at <= now; returns how
   // many it deleted.
   virtual StatusOr<int> DeleteExpiredIdempotencyKeys(Millis now, int limit) = 0;
+
+  // Per-slice usage: PutSliceUsage inserts or replaces the slice's row;
+  // GetSliceUsage is nullopt when none was stored.
+  virtual Status PutSliceUsage(const SliceUsageRow& row) = 0;
+  virtual StatusOr<std::optional<SliceUsageRow>> GetSliceUsage(
+      RowId slice_id) = 0;
 
   // Small key/value settings (e.g. "admin_bootstrapped").
   virtual StatusOr<std::optional<std::string>> GetMeta(

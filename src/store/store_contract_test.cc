@@ -638,6 +638,27 @@ TEST_P(StoreContractTest, MaxSliceIdIsZeroThenTheHighestId) {
   EXPECT_EQ(MustRead([](Txn& t) { return t.MaxSliceId(); }), 40);
 }
 
+TEST_P(StoreContractTest, SliceUsageIsStoredReplacedAndReadBack) {
+  EXPECT_FALSE(MustRead([](Txn& t) { return t.GetSliceUsage(7); }).has_value());
+  ASSERT_TRUE(WriteStatus([](Txn& t) {
+                return t.PutSliceUsage({7, 1000, R"({"used_bytes":1})"});
+              }).ok());
+  ASSERT_TRUE(WriteStatus([](Txn& t) {
+                return t.PutSliceUsage({8, 1500, R"({"used_bytes":5})"});
+              }).ok());
+  ASSERT_TRUE(WriteStatus([](Txn& t) {
+                return t.PutSliceUsage({7, 2000, R"({"used_bytes":2})"});
+              }).ok());
+  const auto seven = MustRead([](Txn& t) { return t.GetSliceUsage(7); });
+  ASSERT_TRUE(seven.has_value());
+  EXPECT_EQ(seven->slice_id, 7);
+  EXPECT_EQ(seven->reported_at, 2000);
+  EXPECT_EQ(seven->usage, R"({"used_bytes":2})");
+  const auto eight = MustRead([](Txn& t) { return t.GetSliceUsage(8); });
+  ASSERT_TRUE(eight.has_value());
+  EXPECT_EQ(eight->usage, R"({"used_bytes":5})");
+}
+
 TEST_P(StoreContractTest, ListSlicesFiltersAndPages) {
   const RowId a = AddTenant("a");
   const RowId b = AddTenant("b");

@@ -68,6 +68,9 @@ json ToJson(const HookReport& h) {
       {"quota_ooms", h.quota_ooms},
       {"physical_ooms", h.physical_ooms},
       {"driver_bytes", h.driver_bytes}};
+  if (h.share_achieved_percent) {
+    j["share_achieved_percent"] = *h.share_achieved_percent;
+  }
   if (!h.unhooked_pids.empty()) {
     j["unhooked_pids"] = h.unhooked_pids;
     j["unhooked_reason"] = h.unhooked_reason;

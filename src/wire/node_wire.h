@@ -84,6 +84,10 @@ struct HookReport {
   // Of used_bytes, what the hook did not count and the agent measured
   // through NVML (context and module memory, processes without the hook).
   std::int64_t driver_bytes = 0;
+  // The share of its GPU's time the slice's processes used in the agent's
+  // last feedback window (NVML per-process utilisation), 0..100; none when
+  // not measured (no throttled single-GPU slice, or no sample yet).
+  std::optional<double> share_achieved_percent;
   // The proof (agent/hook_proof.h): processes of the task on its GPUs that
   // have not attached to its region within the agent's grace time, at most
   // kMaxUnhookedPids of them, and why, for people ("process 4242 runs

@@ -126,6 +126,8 @@ export interface HookReport {
   quota_bytes: number | null;
   quota_ooms: number;
   physical_ooms: number;
+  // The GPU time share achieved in the agent's last window (0..100).
+  share_achieved_percent?: number | null;
   reported_at: string;
 }
 

@@ -205,6 +205,10 @@ export function SliceUsage({ slice }: { slice: Slice }) {
         <dd data-testid="usage-quota-ooms">{h.quota_ooms}</dd>
         <dt>Refused by the GPU</dt>
         <dd data-testid="usage-physical-ooms">{h.physical_ooms}</dd>
+        <dt>GPU time share achieved</dt>
+        <dd data-testid="usage-share">
+          {h.share_achieved_percent == null ? "not measured" : `${h.share_achieved_percent.toFixed(1)}% (set ${slice.compute_percent}%)`}
+        </dd>
         <dt>Processes</dt>
         <dd>{h.processes}</dd>
         <dt>Measured</dt>

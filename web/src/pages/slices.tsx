@@ -46,6 +46,17 @@ function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: st
       <p class="small">
         compute accounted {g.accounted_compute_percent}%{held ? " · held by a whole-GPU task (exclusive)" : ""}
       </p>
+      {reported.length > 0 && (
+        <ul class="small usage-list" aria-label={`measured usage per slice on GPU ${g.gpu_index}`}>
+          {reported.map((s) => (
+            <li key={s.id} data-slice-usage={s.id}>
+              slice {s.id}: {fmtBytes(s.hook?.used_bytes ?? 0)} used
+              {s.hook?.share_achieved_percent != null ? `, ${s.hook.share_achieved_percent.toFixed(0)}% of the GPU's time (set ${s.compute_percent}%)` : ""}
+              {s.hook?.quota_ooms ? `, ${s.hook.quota_ooms} refused by the quota` : ""} · {fmtTime(s.hook?.reported_at ?? "")}
+            </li>
+          ))}
+        </ul>
+      )}
       <p class="enf">
         <span class="enf-name">enforcement: {enforcement}</span> — {ENFORCEMENT_TEXT[enforcement]}
       </p>
