@@ -220,27 +220,18 @@ Status ControlPlane::LearnHistoryLocked() {
     newest = *m;
     return Status::Ok();
   }));
-  RowId after = newest > window ? newest - window : 0;
   std::int64_t read = 0;
-  for (;;) {
-    std::vector<TaskRow> page;
-    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-      store::TaskFilter f;
-      f.after_id = after;
-      f.limit = 1000;
-      auto rows = txn.ListTasks(f);
-      if (!rows.ok()) return rows.status();
-      page = std::move(*rows);
-      return Status::Ok();
-    }));
-    if (page.empty()) break;
-    after = page.back().id;
-    for (const TaskRow& task : page) {
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    store::TaskFilter f;
+    f.after_id = newest > window ? newest - window : 0;
+    f.limit = 1000;
+    return ForEachTask(txn, f, [&](TaskRow& task) -> Status {
       observer_->Observe(RequestForTaskLocked(task));
       ++read;
-    }
-  }
-  observed_through_ = std::max(after, newest);
+      return Status::Ok();
+    });
+  }));
+  observed_through_ = newest;
   spdlog::info("placement: {} learned its target workload from {} tasks",
                policy_->name(), read);
   return Status::Ok();

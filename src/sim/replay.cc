@@ -529,60 +529,59 @@ std::optional<Plan> PlanOn(const ReplayControl& c,
   return plan;
 }
 
+// What a defragmenter may still evict: `per_100` per 100 arrived tasks,
+// less what it evicted so far.
+std::int64_t EvictionBudget(const ReplayControl& c, double per_100) {
+  return static_cast<std::int64_t>(
+             std::floor(static_cast<double>(c.arrived()) * per_100 / 100.0)) -
+         c.evictions();
+}
+
+// Every node's plan for `want` (PlanOn), best first.
+std::vector<Plan> PlansFor(const ReplayControl& c, const ReplayTask& want,
+                           std::int64_t budget) {
+  std::vector<Plan> plans;
+  c.ledger().Read([&](const ledger::ClusterView& view) {
+    for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+      const ledger::NodeRecord& node = view.node(NodeId(n));
+      if (!node.live) continue;
+      std::optional<Plan> plan = PlanOn(c, view, node, want, budget);
+      if (plan.has_value()) plans.push_back(std::move(*plan));
+    }
+  });
+  std::stable_sort(plans.begin(), plans.end(),
+                   [](const Plan& a, const Plan& b) { return a.Better(b); });
+  return plans;
+}
+
 }  // namespace
 
 void SimpleDefragmenter::OnWaiting(ReplayControl& c) {
-  std::int64_t budget =
-      static_cast<std::int64_t>(std::floor(static_cast<double>(c.arrived()) *
-                                           evictions_per_100_ / 100.0)) -
-      c.evictions();
+  std::int64_t budget = EvictionBudget(c, evictions_per_100_);
   int tries = 0;
   for (const std::size_t id : c.waiting()) {
     if (budget <= 0 || tries >= tries_) return;
     const ReplayTask& want = c.task(id);
     if (want.request.kind == RequestKind::kNodeOnly) continue;
     ++tries;
-    std::optional<Plan> best;
-    c.ledger().Read([&](const ledger::ClusterView& view) {
-      for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
-        const ledger::NodeRecord& node = view.node(NodeId(n));
-        if (!node.live) continue;
-        std::optional<Plan> plan = PlanOn(c, view, node, want, budget);
-        if (plan.has_value() && (!best.has_value() || plan->Better(*best))) {
-          best = std::move(plan);
-        }
-      }
-    });
-    if (!best.has_value()) continue;
-    for (const std::size_t e : best->evict) {
+    const std::vector<Plan> plans = PlansFor(c, want, budget);
+    if (plans.empty()) continue;
+    for (const std::size_t e : plans.front().evict) {
       if (c.Evict(e)) --budget;
     }
-    c.Start(id, PinnedPolicy(best->gpus));
+    c.Start(id, PinnedPolicy(plans.front().gpus));
   }
 }
 
 void MovingDefragmenter::OnWaiting(ReplayControl& c) {
-  std::int64_t budget =
-      static_cast<std::int64_t>(std::floor(static_cast<double>(c.arrived()) *
-                                           evictions_per_100_ / 100.0)) -
-      c.evictions();
+  std::int64_t budget = EvictionBudget(c, evictions_per_100_);
   int tries = 0;
   for (const std::size_t id : c.waiting()) {
     if (budget <= 0 || tries >= tries_) return;
     const ReplayTask& want = c.task(id);
     if (want.request.kind == RequestKind::kNodeOnly) continue;
     ++tries;
-    std::vector<Plan> plans;
-    c.ledger().Read([&](const ledger::ClusterView& view) {
-      for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
-        const ledger::NodeRecord& node = view.node(NodeId(n));
-        if (!node.live) continue;
-        std::optional<Plan> plan = PlanOn(c, view, node, want, budget);
-        if (plan.has_value()) plans.push_back(std::move(*plan));
-      }
-    });
-    std::sort(plans.begin(), plans.end(),
-              [](const Plan& a, const Plan& b) { return a.Better(b); });
+    std::vector<Plan> plans = PlansFor(c, want, budget);
     if (static_cast<int>(plans.size()) > plans_) plans.resize(plans_);
     for (const Plan& plan : plans) {
       // Try it on a snapshot: every evictee must land again at once.
