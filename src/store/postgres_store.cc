@@ -3,8 +3,7 @@
 // the retry loop around a Write. See postgres_store.h for the design.
 //
 // Thread-safety: a Connection (and the transaction on it) is used by one
-// thread at a time: the writer connection under write_mu_, each read
-// connection by the Read that leased it from the pool.
+// thread at a time: each by the Write or Read that leased it from its pool.
 #include "store/postgres_store.h"
 
 #include <libpq-fe.h>
@@ -319,6 +318,10 @@ enum class Retry {
   kNo,
   kSerialization,  // serialization failure or deadlock: run it again
   kReconnect,      // the connection broke before COMMIT: reconnect, rerun
+  // A statement run without a savepoint was refused (a duplicate, a missing
+  // row it refers to): run it all again with a savepoint per statement, so
+  // that the refused one is undone alone and `fn` sees its error.
+  kWithSavepoints,
 };
 
 namespace {
@@ -800,8 +803,11 @@ using sql_rows::WithoutId;
 // Read, whose mutating methods all fail with Internal.
 class PgTxn final : public Txn {
  public:
-  PgTxn(pqxx::dbtransaction& tx, bool writable)
-      : tx_(tx), writable_(writable) {}
+  // Without `savepoints`, statements that change rows run bare (no
+  // round trips for a savepoint): the first one refused dooms the
+  // transaction with Retry::kWithSavepoints, and it is run again with them.
+  PgTxn(pqxx::dbtransaction& tx, bool writable, bool savepoints)
+      : tx_(tx), writable_(writable), savepoints_(savepoints) {}
 
   // The error that made the transaction unusable, if one did, and whether
   // running it again may help.
@@ -1484,7 +1490,15 @@ class PgTxn final : public Txn {
       if (IsConnectionLoss(e.sqlstate())) {
         return Doom(status, Retry::kReconnect);
       }
-      if (!in_savepoint) return Doom(status, Retry::kNo);
+      if (!in_savepoint) {
+        // A bare statement refused by a rule (not by a conflict): the
+        // transaction is lost, so it runs again with savepoints, where
+        // `fn` sees this error and may go on.
+        if (e.sqlstate().starts_with("40")) {  // a conflict: run it again
+          return Doom(status, Retry::kSerialization);
+        }
+        return Doom(status, bare_change_ ? Retry::kWithSavepoints : Retry::kNo);
+      }
       // Undo the refused statement alone; the transaction goes on.
       try {
         tx_.exec0(
@@ -1532,6 +1546,16 @@ class PgTxn final : public Txn {
     if (!changes) {
       try {
         return tx_.exec_params(sql, args);
+      } catch (...) {
+        return Failed(what, /*in_savepoint=*/false);
+      }
+    }
+    if (!savepoints_) {
+      bare_change_ = true;
+      try {
+        pqxx::result result = tx_.exec_params(sql, args);
+        bare_change_ = false;
+        return result;
       } catch (...) {
         return Failed(what, /*in_savepoint=*/false);
       }
@@ -1635,10 +1659,12 @@ class PgTxn final : public Txn {
   const bool writable_;
   std::optional<Status> doomed_;
   Retry retry_ = Retry::kNo;
+  const bool savepoints_ = true;
+  bool bare_change_ = false;  // a statement without a savepoint is running
 };
 
 // The store whose Write is running on this thread, to refuse a nested Write
-// (it would wait for itself on write_mu_).
+// (with every writer leased it would wait for itself).
 thread_local const PostgresStore* writing_store = nullptr;
 
 // Sleeps a random time before attempt `attempt` + 1 of a transaction that
@@ -1671,20 +1697,25 @@ StatusOr<std::unique_ptr<PostgresStore>> PostgresStore::Open(
   if (!version.ok()) {
     return version.status().WithContext("PostgreSQL at " + info->description);
   }
-  return std::unique_ptr<PostgresStore>(
-      new PostgresStore(std::make_unique<ConnectInfo>(std::move(info).value()),
-                        std::move(conn).value(),
-                        std::max(1, options.read_connections), *version));
+  return std::unique_ptr<PostgresStore>(new PostgresStore(
+      std::make_unique<ConnectInfo>(std::move(info).value()),
+      std::move(conn).value(), std::max(1, options.read_connections),
+      std::max(1, options.write_connections), *version));
 }
 
 PostgresStore::PostgresStore(std::unique_ptr<ConnectInfo> info,
                              std::unique_ptr<Connection> writer,
-                             int read_connections, int schema_version)
-    : info_(std::move(info)),
-      schema_version_(schema_version),
-      readers_(static_cast<std::size_t>(read_connections)) {
-  writer_.conn = std::move(writer);
-  for (Slot& slot : readers_) idle_readers_.push_back(&slot);
+                             int read_connections, int write_connections,
+                             int schema_version)
+    : info_(std::move(info)), schema_version_(schema_version) {
+  // The migration's connection is the first writer; the others connect on
+  // first use.
+  writers_.slots.resize(static_cast<std::size_t>(write_connections));
+  writers_.slots.front().conn = std::move(writer);
+  readers_.slots.resize(static_cast<std::size_t>(read_connections));
+  for (Pool* pool : {&writers_, &readers_}) {
+    for (Slot& slot : pool->slots) pool->idle.push_back(&slot);
+  }
 }
 
 PostgresStore::~PostgresStore() = default;
@@ -1697,29 +1728,36 @@ Status PostgresStore::Write(const std::function<Status(Txn&)>& fn) {
   if (postgres_internal::writing_store == this) {
     return Status::Internal("Store::Write called from inside a Write function");
   }
-  std::lock_guard<std::mutex> lock(write_mu_);
+  Slot* slot = Acquire(writers_);
   postgres_internal::writing_store = this;
-  Status status = Run(writer_, /*write=*/true, fn);
+  Status status = Run(*slot, /*write=*/true, fn);
   postgres_internal::writing_store = nullptr;
+  Release(writers_, slot);
   return status;
 }
 
 Status PostgresStore::Read(const std::function<Status(Txn&)>& fn) {
-  Slot* slot = AcquireReader();
+  Slot* slot = Acquire(readers_);
   Status status = Run(*slot, /*write=*/false, fn);
-  ReleaseReader(slot);
+  Release(readers_, slot);
   return status;
 }
 
 Status PostgresStore::Run(Slot& slot, bool write,
                           const std::function<Status(Txn&)>& fn) {
   bool reconnected = false;
+  bool savepoints = false;
   for (int attempt = 1;; ++attempt) {
     Retry retry = Retry::kNo;
-    Status status = RunOnce(slot, write, fn, &retry);
+    Status status = RunOnce(slot, write, savepoints, fn, &retry);
     switch (retry) {
       case Retry::kNo:
         return status;
+      case Retry::kWithSavepoints:
+        if (savepoints) return status;
+        savepoints = true;
+        --attempt;  // not a lost conflict
+        break;
       case Retry::kReconnect:
         // Once: a connection that died while idle (a server restart) is
         // replaced silently; a server that is down fails the next connect.
@@ -1739,7 +1777,7 @@ Status PostgresStore::Run(Slot& slot, bool write,
   }
 }
 
-Status PostgresStore::RunOnce(Slot& slot, bool write,
+Status PostgresStore::RunOnce(Slot& slot, bool write, bool savepoints,
                               const std::function<Status(Txn&)>& fn,
                               Retry* retry) {
   if (slot.conn != nullptr && slot.conn->broken()) slot.conn.reset();
@@ -1768,7 +1806,7 @@ Status PostgresStore::RunOnce(Slot& slot, bool write,
       tx = std::make_unique<
           pqxx::transaction<pqxx::repeatable_read, pqxx::read_only>>(conn);
     }
-    PgTxn txn(*tx, write);
+    PgTxn txn(*tx, write, savepoints);
     Status status = sql_rows::RunGuarded(fn, txn);
     if (txn.doomed()) {
       // Not committed, even if `fn` ignored the error.
@@ -1812,20 +1850,20 @@ Status PostgresStore::RunOnce(Slot& slot, bool write,
   }
 }
 
-PostgresStore::Slot* PostgresStore::AcquireReader() {
-  std::unique_lock<std::mutex> lock(readers_mu_);
-  readers_cv_.wait(lock, [this] { return !idle_readers_.empty(); });
-  Slot* slot = idle_readers_.back();
-  idle_readers_.pop_back();
+PostgresStore::Slot* PostgresStore::Acquire(Pool& pool) {
+  std::unique_lock<std::mutex> lock(pool.mu);
+  pool.cv.wait(lock, [&pool] { return !pool.idle.empty(); });
+  Slot* slot = pool.idle.back();
+  pool.idle.pop_back();
   return slot;
 }
 
-void PostgresStore::ReleaseReader(Slot* slot) {
+void PostgresStore::Release(Pool& pool, Slot* slot) {
   {
-    std::lock_guard<std::mutex> lock(readers_mu_);
-    idle_readers_.push_back(slot);
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.idle.push_back(slot);
   }
-  readers_cv_.notify_one();
+  pool.cv.notify_one();
 }
 
 }  // namespace hf::store

@@ -18,14 +18,20 @@
 // transaction is rolled back and `fn` is run again, after a short random
 // back-off, at most kMaxWriteAttempts times in all; then Aborted. So `fn`
 // may run more than once and must set, not accumulate, what it hands out.
-// Within one process writes run one at a time, on one connection (as with
-// SQLite's single writer); a Read runs at REPEATABLE READ, read only, on a
+// Within one process writes run on a pool of connections
+// (StoreOptions::write_connections), so their commits overlap and
+// PostgreSQL flushes them to its WAL together; SERIALIZABLE isolation keeps
+// them as correct as one at a time would be, at the price of reruns when
+// they conflict. A Read runs at REPEATABLE READ, read only, on a
 // connection of its own, so it sees one snapshot and never waits for a
 // write.
 //
-// Each statement that changes rows runs in its own savepoint, so a refused
-// statement (a duplicate name, a missing row it refers to) is undone alone
-// and the transaction goes on, as in SQLite. A statement that leaves the
+// A refused statement (a duplicate name, a missing row it refers to) is
+// undone alone and the transaction goes on, as in SQLite: a Write first
+// runs its statements bare, and if one is refused, the whole transaction
+// is rolled back and run again with each statement that changes rows in
+// its own savepoint (two round trips more a statement, paid only by the
+// transactions that need it). A statement that leaves the
 // transaction unusable (lost connection, serialization failure) fails every
 // later statement of that transaction with the same error, and the Write
 // never commits it, even if `fn` ignores the error.
@@ -108,29 +114,35 @@ class PostgresStore final : public Store {
 
   PostgresStore(std::unique_ptr<postgres_internal::ConnectInfo> info,
                 std::unique_ptr<postgres_internal::Connection> writer,
-                int read_connections, int schema_version);
+                int read_connections, int write_connections,
+                int schema_version);
 
   // Runs `fn` in one transaction on `slot` (connecting it first when
   // needed). Sets *retry when the transaction was rolled back for a reason
   // that running it again may cure; the returned Status then says why.
-  Status RunOnce(Slot& slot, bool write, const std::function<Status(Txn&)>& fn,
+  // `savepoints`: each statement that changes rows in its own savepoint.
+  Status RunOnce(Slot& slot, bool write, bool savepoints,
+                 const std::function<Status(Txn&)>& fn,
                  postgres_internal::Retry* retry);
   // RunOnce until it succeeds, fails for good or the attempts run out.
   Status Run(Slot& slot, bool write, const std::function<Status(Txn&)>& fn);
 
-  Slot* AcquireReader();
-  void ReleaseReader(Slot* slot);
+  // A connection slot of `pool` (readers or writers), waiting while all are
+  // leased; and its return.
+  struct Pool {
+    std::mutex mu;
+    std::condition_variable cv;  // a slot was returned
+    std::vector<Slot> slots;     // fixed size; slots leased whole
+    std::vector<Slot*> idle;     // GUARDED_BY(mu)
+  };
+  static Slot* Acquire(Pool& pool);
+  static void Release(Pool& pool, Slot* slot);
 
   const std::unique_ptr<postgres_internal::ConnectInfo> info_;
   const int schema_version_;
 
-  std::mutex write_mu_;  // held for a whole Write: one at a time
-  Slot writer_;          // GUARDED_BY(write_mu_)
-
-  std::mutex readers_mu_;
-  std::condition_variable readers_cv_;  // a reader was returned
-  std::vector<Slot> readers_;           // fixed size; slots leased whole
-  std::vector<Slot*> idle_readers_;     // GUARDED_BY(readers_mu_)
+  Pool writers_;  // StoreOptions::write_connections
+  Pool readers_;  // StoreOptions::read_connections
 };
 
 }  // namespace hf::store

@@ -435,6 +435,11 @@ class Store {
 struct StoreOptions {
   int read_connections = 4;  // connections for concurrent readers
   int max_batch = 256;       // group commit: most Write calls per commit
+  // PostgreSQL: connections for concurrent writers. Their commits overlap,
+  // so PostgreSQL flushes them to its WAL together (its group commit);
+  // SERIALIZABLE isolation and the reruns keep them correct. SQLite has a
+  // single writer and batches instead (max_batch).
+  int write_connections = 8;
 };
 
 // Opens the store named by `url`: "sqlite:PATH" (created and migrated when

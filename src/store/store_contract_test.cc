@@ -1041,16 +1041,19 @@ TEST_P(StoreContractTest, FailedWriteKeepsNothingAndReturnsItsStatus) {
 }
 
 TEST_P(StoreContractTest, FailedWritesDoNotDisturbConcurrentOnes) {
-  // The first write holds the writer for a moment, so the ones behind it
-  // queue up (with group commit: share one transaction).
+  // The first write takes its name, then holds its transaction open for a
+  // moment, so the ones behind it queue up (a single writer; with group
+  // commit they share one transaction) or run beside it (several writer
+  // connections: one that wants the same name waits for it).
   std::atomic<bool> holding{false};
   std::thread holder([&] {
     EXPECT_TRUE(WriteStatus([&](Txn& t) {
-                  holding = true;
-                  std::this_thread::sleep_for(std::chrono::milliseconds(200));
                   TenantRow r;
                   r.name = "holder";
-                  return t.InsertTenant(r).status();
+                  HF_RETURN_IF_ERROR(t.InsertTenant(r).status());
+                  holding = true;
+                  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+                  return Status::Ok();
                 }).ok());
   });
   while (!holding) std::this_thread::yield();
