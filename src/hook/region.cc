@@ -10,6 +10,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#endif
 #include <cstring>
 
 #include "hook/shared_init.h"
@@ -114,7 +118,9 @@ bool Region::Lock() {
   // asleep on a free lock). So a wait that lasts kLockStallNs gives up and
   // tries again; the uncontended path stays one compare-and-swap.
   int rc = pthread_mutex_trylock(&layout_->lock);
+  bool timed = false;  // rc is pthread_mutex_timedlock's
   while (rc == EBUSY || rc == ETIMEDOUT) {
+    timed = true;
     timespec deadline{};
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_nsec += kLockStallNs;
@@ -126,6 +132,17 @@ bool Region::Lock() {
     if (rc == ETIMEDOUT) layout_->lock_stalls.fetch_add(1, kRelaxed);
   }
   if (rc == EOWNERDEAD) {
+#if defined(__SANITIZE_THREAD__)
+    // ThreadSanitizer's pthread_mutex_timedlock takes only a return of 0
+    // for a lock (its trylock takes EOWNERDEAD too): without this it
+    // reports the Unlock below as an unlock of an unlocked mutex.
+    if (timed) {
+      __tsan_mutex_pre_lock(&layout_->lock, 0);
+      __tsan_mutex_post_lock(&layout_->lock, 0, 0);
+    }
+#else
+    (void)timed;
+#endif
     // A process died holding the lock, maybe half-way through an update:
     // the slots are the truth, the totals are derived from them.
     RepairLocked();
