@@ -84,11 +84,10 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
     std::lock_guard lock(mu_);
     if (!only) {
       stats.policy = std::string(policy_->name());
-      if (const auto* learned =
-              dynamic_cast<const scheduler::LearnedFragPolicy*>(policy_)) {
+      if (observer_ != nullptr) {
         stats.policy_learns = true;
-        stats.policy_cold_start = learned->ColdStart();
-        stats.policy_tasks_learned = learned->tasks_observed();
+        stats.policy_cold_start = observer_->ColdStart();
+        stats.policy_tasks_learned = observer_->tasks_observed();
       }
     }
     std::map<RowId, bool> hooks = node_hook_;

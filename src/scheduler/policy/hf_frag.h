@@ -1,6 +1,7 @@
-// HfFragPolicy ("hf-frag"): HeteroFlow's fragmentation-aware placement for
-// the trace simulator, a refinement of FGD (Weng et al., ATC'23; FgdPolicy in
-// artifact.h) that also sees CPU stranding.
+// HfFragPolicy ("hf-frag"): HeteroFlow's fragmentation-aware placement
+// (the simulator's, with the trace's workload; the server's default through
+// LearnedFragPolicy in learned.h), a refinement of FGD (Weng et al., ATC'23;
+// FgdPolicy in artifact.h) that also sees CPU stranding.
 //
 // FGD places each request where the node's fragmentation against the target
 // workload (NodeFragMilli) drops the most. That measure sees CPU only as a

@@ -88,6 +88,10 @@ class WorkloadObserver {
   virtual void Observe(const ledger::PlacementRequest& request) = 0;
   // Forgets the history (before it is read again, e.g. on promotion).
   virtual void Forget() = 0;
+  // Whether it still places as it does before it has learned enough.
+  virtual bool ColdStart() const = 0;
+  // Tasks it was told of since the last Forget.
+  virtual std::int64_t tasks_observed() const = 0;
 };
 
 struct LearnedOptions {
@@ -123,9 +127,9 @@ class LearnedFragPolicy final : public ledger::PlacementPolicy,
   void Observe(const ledger::PlacementRequest& request) override;
   void Forget() override;
 
-  // Whether the next placement uses Best-Fit (too little history).
-  bool ColdStart() const;
-  std::int64_t tasks_observed() const;
+  // Best-Fit while it has seen fewer than cold_start_tasks tasks.
+  bool ColdStart() const override;
+  std::int64_t tasks_observed() const override;
 
  private:
   // The policy to place with now; REQUIRES: mu_ held.

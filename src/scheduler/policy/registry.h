@@ -1,6 +1,6 @@
 // The server's placement policies by name, for command lines and
-// configuration. The simulator's names (artifact.h, MakeSimPolicy) include
-// these under the same name, "best-fit" excepted ("hf-bestfit" there).
+// configuration. The simulator (artifact.h, MakeSimPolicy) has "hf-frag"
+// under the same name and "best-fit" as "hf-bestfit".
 //
 // Thread-safety: a made policy is safe to call from any thread.
 #pragma once
