@@ -15,6 +15,7 @@
 #include <string>
 
 #include "scheduler/policy/artifact.h"
+#include "scheduler/policy/registry.h"
 #include "sim/experiment.h"
 #include "sim/sim_cluster.h"
 #include "sim/trace.h"

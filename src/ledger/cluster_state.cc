@@ -76,12 +76,50 @@ void ClusterState::Reindex(GpuId id, bool reindex_node) {
   }
 }
 
+NodeRecord::GpuBrief ClusterState::BriefOf(const GpuRecord& gpu) {
+  return NodeRecord::GpuBrief{gpu.spec.memory_mib,
+                              gpu.free_memory_mib(),
+                              gpu.free_compute_percent(),
+                              gpu.live && gpu.healthy() && !gpu.whole_owned,
+                              gpu.mig != nullptr,
+                              gpu.empty(),
+                              gpu.model_bit,
+                              gpu.domain};
+}
+
+void ClusterState::SummariseNodeGpus(NodeId id) {
+  if (id.value() >= nodes.size()) return;
+  NodeRecord& node = nodes[id.value()];
+  MemoryMib memory = 0;
+  ComputePercent compute = 0;
+  std::uint64_t models = 0;
+  int whole = 0;
+  node.gpu_briefs.resize(node.gpus.size());
+  for (std::size_t i = 0; i < node.gpus.size(); ++i) {
+    const GpuRecord& gpu = gpus[node.gpus[i].value()];
+    const bool takes_slices = gpu.live && gpu.healthy() && !gpu.whole_owned;
+    node.gpu_briefs[i] = BriefOf(gpu);
+    if (!gpu.live) continue;
+    models |= gpu.model_bit;
+    whole += WholeEligible(gpu) ? 1 : 0;
+    if (!takes_slices) continue;
+    memory = std::max(memory, gpu.free_memory_mib());
+    compute = std::max(compute, gpu.free_compute_percent());
+  }
+  node.max_free_memory_mib = memory;
+  node.max_free_compute_percent = compute;
+  node.gpu_model_mask = models;
+  node.whole_eligible_gpus = whole;
+  node.generation = ++next_node_generation;
+}
+
 void ClusterState::ReindexNode(NodeId id) {
   const auto slot = static_cast<FitIndex::Slot>(id.value());
   if (node_whole_count.size() <= id.value()) {
     node_whole_count.resize(id.value() + 1, 0);
     node_whole_mask.resize(id.value() + 1, 0);
   }
+  SummariseNodeGpus(id);
   const NodeRecord& node = nodes[id.value()];
   int count = 0;
   std::uint64_t mask = 0;

@@ -92,8 +92,15 @@ struct ClusterState {
   // its GPUs' and its own index entries where they are no longer an upper
   // bound, or overstate the truth by more than 2x.
   void RefreshNodeResources(NodeId node);
-  // Recomputes the node's whole-GPU count and mask and its index entry.
+  // Recomputes the node's whole-GPU count and mask and its index entry, and
+  // its GPU summary.
   void ReindexNode(NodeId node);
+  // Recomputes NodeRecord's summary of its GPUs (max_free_memory_mib ...)
+  // and gives the node a new generation: call it on every change to the
+  // node or its GPUs.
+  void SummariseNodeGpus(NodeId node);
+  static NodeRecord::GpuBrief BriefOf(const GpuRecord& gpu);
+  std::uint64_t next_node_generation = 0;
   // Recomputes a GPU's sharing domain from its tenants.
   SharingKey ComputeDomain(const GpuRecord& gpu) const;
   std::uint64_t ModelBit(const std::string& model);  // interns the model

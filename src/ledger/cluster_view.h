@@ -47,13 +47,46 @@ struct SharingKeyHash {
 };
 
 struct NodeRecord {
-  NodeId id;
+  // The fields a node scan reads first come first, so that passing over a
+  // node costs few cache lines.
   NodeSpec spec;
   bool live = false;
-  std::uint64_t tie_rank = 0;  // Best-Fit tie-break among equal GPUs
   CpuMilli used_cpu_milli = 0;
   MemoryMib used_host_memory_mib = 0;
+  // A summary of the node's live GPUs, exact after every change to them, so
+  // that a policy scanning nodes can pass over one without reading its GPUs:
+  // the most free memory and compute on one GPU that is healthy and not held
+  // whole (0 when none), how many of its GPUs could be granted whole (live,
+  // healthy, empty, not in MIG mode), and the model bits of its GPUs
+  // (GpuRecord::model_bit).
+  MemoryMib max_free_memory_mib = 0;
+  ComputePercent max_free_compute_percent = 0;
+  int whole_eligible_gpus = 0;
+  std::uint64_t gpu_model_mask = 0;
+  // Changes whenever the node or one of its GPUs changes (taken from a
+  // ledger-wide counter, so a value never comes back): a policy's memo of
+  // the node made at this generation is still exact.
+  std::uint64_t generation = 0;
   std::vector<GpuId> gpus;  // live GPUs, ascending id
+  // Per GPU of `gpus`, in order, what CheckSlice reads of it: its memory,
+  // free memory and compute, whether it may take a slice at all (live,
+  // healthy, not held whole), whether it is in MIG mode, empty, its model
+  // bit and sharing domain. Kept beside the node so a scan reads one small
+  // array instead of every GPU record (ClusterView::CheckSliceBrief).
+  struct GpuBrief {
+    MemoryMib memory_mib = 0;
+    MemoryMib free_memory_mib = 0;
+    ComputePercent free_compute_percent = 0;
+    bool takes_slices = false;
+    bool mig = false;
+    bool empty = true;
+    std::uint64_t model_bit = 0;
+    SharingKey domain;
+    friend bool operator==(const GpuBrief&, const GpuBrief&) = default;
+  };
+  std::vector<GpuBrief> gpu_briefs;
+  NodeId id;
+  std::uint64_t tie_rank = 0;  // Best-Fit tie-break among equal GPUs
   // What runs here, by shape (policies that cluster similar tasks read it):
   int slice_allocations = 0;
   // (GPU count, number of whole-GPU allocations of that size), sorted.
@@ -190,6 +223,29 @@ class ClusterView {
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
                                          const PlacementRequest& request,
                                          const SharingKey& tenant_key) const;
+  // What CheckSliceBrief needs of a slice request, worked out once per
+  // request.
+  struct SliceAsk {
+    MemoryMib memory = 0;
+    ComputePercent compute = 0;  // as accounted
+    SharingKey tenant_key;       // SharingKeyOf(request.tenant)
+    bool models_constrained = false;
+    std::uint64_t model_mask = 0;  // ModelMaskOf(request)
+    // The brief cannot answer: the requester has sharing approvals, or the
+    // request is pinned or excludes GPUs.
+    bool needs_records = false;
+  };
+  SliceAsk AskFor(const PlacementRequest& request) const;
+  // CheckSlice's answer for the `i`-th GPU of `node` read from the node's
+  // brief of it (NodeRecord::gpu_briefs) alone, where the brief decides:
+  // kFits or kRejected; kUnknown where only CheckSlice on the record can
+  // tell (a GPU in MIG mode, a model on the shared model bit, and every GPU
+  // for an `ask` that needs records). The caller has checked `node`'s
+  // resources (CheckNodeResources). Agrees with CheckSlice wherever it
+  // answers (a property test holds it to that).
+  enum class BriefAnswer { kFits, kRejected, kUnknown };
+  BriefAnswer CheckSliceBrief(const NodeRecord& node, std::size_t i,
+                              const SliceAsk& ask) const;
   // The first reason `gpu` cannot be handed out whole to `request` now,
   // ignoring node resources and GPU count (checked per node).
   std::optional<RejectReason> CheckWholeGpu(

@@ -1,7 +1,9 @@
 // Ledger::CheckInvariants: a brute-force audit of the ledger's state against
 // its allocations, used by tests after every step.
+#include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ledger/ledger.h"
 
@@ -193,8 +195,26 @@ Status Ledger::CheckInvariants() const {
       return Status::Internal("node " + node.spec.name + " oversold");
     }
     int eligible = 0;
-    for (GpuId g : node.gpus)
-      eligible += state_.WholeEligible(state_.gpus[g.value()]);
+    MemoryMib max_memory = 0;
+    ComputePercent max_compute = 0;
+    std::uint64_t models = 0;
+    std::vector<NodeRecord::GpuBrief> briefs;
+    for (GpuId g : node.gpus) {
+      const GpuRecord& gpu = state_.gpus[g.value()];
+      eligible += state_.WholeEligible(gpu);
+      briefs.push_back(ClusterState::BriefOf(gpu));
+      if (!gpu.live) continue;
+      models |= gpu.model_bit;
+      if (!gpu.healthy() || gpu.whole_owned) continue;
+      max_memory = std::max(max_memory, gpu.free_memory_mib());
+      max_compute = std::max(max_compute, gpu.free_compute_percent());
+    }
+    if (node.max_free_memory_mib != max_memory ||
+        node.max_free_compute_percent != max_compute ||
+        node.gpu_model_mask != models || node.whole_eligible_gpus != eligible ||
+        node.gpu_briefs != briefs) {
+      return Status::Internal("node " + node.spec.name + " GPU summary");
+    }
     const auto slot = static_cast<FitIndex::Slot>(node.id.value());
     if ((eligible > 0) != state_.node_index.Contains(slot) ||
         (eligible > 0 && state_.node_index.KeyOf(slot).primary != eligible)) {

@@ -300,6 +300,7 @@ Status Ledger::SetNodeContainerized(NodeId id, bool containerized) {
     return Status::NotFound("node " + std::to_string(id.value()));
   }
   state_.nodes[id.value()].spec.containerized = containerized;
+  state_.SummariseNodeGpus(id);
   return Status::Ok();
 }
 
@@ -504,8 +505,13 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
     whole_eligibility_changed |=
         was_whole_eligible != state_.WholeEligible(gpu);
   }
-  // Once per allocation, and only when a GPU became (un)available whole.
-  if (whole_eligibility_changed) state_.ReindexNode(a.node);
+  // Once per allocation, and only when a GPU became (un)available whole
+  // (ReindexNode summarises the node's GPUs too).
+  if (whole_eligibility_changed) {
+    state_.ReindexNode(a.node);
+  } else {
+    state_.SummariseNodeGpus(a.node);
+  }
   if (a.cpu_milli != 0 || a.host_memory_mib != 0) {
     state_.RefreshNodeResources(a.node);
   }

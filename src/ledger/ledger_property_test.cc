@@ -601,6 +601,7 @@ struct Counters {
   std::uint64_t releases = 0;
   std::uint64_t group_shared = 0;    // slice placed next to another tenant
   std::uint64_t mig_partitions = 0;  // slices charged as a MIG partition
+  std::uint64_t brief_answers = 0;   // GPU briefs checked against CheckSlice
 };
 std::map<std::string, Counters>& AllCounters() {
   static auto* counters = new std::map<std::string, Counters>();
@@ -622,6 +623,7 @@ class OpCountReporter : public ::testing::Environment {
                 << "; group-shared placements " << c.group_shared
                 << "; MIG partitions " << c.mig_partitions << "; releases "
                 << c.releases << "; refused removals " << c.refused_removals
+                << "; brief answers checked " << c.brief_answers
                 << "\n  by kind:";
       for (std::size_t k = 0; k < kOpKindCount; ++k) {
         std::cout << " " << OpKindName(static_cast<OpKind>(k)) << "="
@@ -876,8 +878,36 @@ class Runner {
     }
   }
 
+  // Where the node's GPU brief answers CheckSliceBrief, it is CheckSlice's
+  // answer (fits or not), on every GPU of every node with the resources.
+  void CheckBriefAgrees(const PlacementRequest& r) {
+    ledger_->Read([&](const ClusterView& view) {
+      const ClusterView::SliceAsk ask = view.AskFor(r);
+      for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+        const NodeRecord& node = view.node(NodeId(n));
+        if (!node.live || view.CheckNodeResources(node, r)) continue;
+        PROP_CHECK(node.gpu_briefs.size() == node.gpus.size(),
+                   "node " << n << " briefs " << node.gpu_briefs.size()
+                           << " of " << node.gpus.size() << " GPUs");
+        for (std::size_t i = 0; i < node.gpus.size(); ++i) {
+          const ClusterView::BriefAnswer brief =
+              view.CheckSliceBrief(node, i, ask);
+          if (brief == ClusterView::BriefAnswer::kUnknown) continue;
+          ++counters_.brief_answers;
+          const bool fits = !view.CheckSlice(view.gpu(node.gpus[i]), r);
+          PROP_CHECK((brief == ClusterView::BriefAnswer::kFits) == fits,
+                     Describe(r)
+                         << ": the brief of GPU " << node.gpus[i].value()
+                         << " says " << (fits ? "no" : "fits")
+                         << ", CheckSlice the opposite");
+        }
+      }
+    });
+  }
+
   void Place(const PlacementRequest& r) {
     const bool slice = r.kind == RequestKind::kSlice;
+    if (slice) CheckBriefAgrees(r);
     int ties = 0;
     std::optional<std::vector<GpuId>> want;
     if (slice) {

@@ -112,6 +112,7 @@ TargetWorkload TargetWorkload::FromTasks(const std::vector<TaskClass>& tasks,
     c.weight = static_cast<double>(c.count) / static_cast<double>(cumulative);
   }
   workload.classes_ = std::move(groups);
+  workload.BuildColumns();
   return workload;
 }
 
@@ -156,7 +157,43 @@ TargetWorkload TargetWorkload::FromWeighted(
         groups[i].task, groups[i].weight / cumulative,
         static_cast<std::int64_t>(std::llround(groups[i].weight))});
   }
+  workload.BuildColumns();
   return workload;
+}
+
+void TargetWorkload::BuildColumns() {
+  Columns c;
+  for (const WeightedClass& w : classes_) {
+    for (const std::string& m : w.task.gpu_models) {
+      if (!m.empty()) c.model_names.push_back(m);
+    }
+  }
+  std::sort(c.model_names.begin(), c.model_names.end());
+  c.model_names.erase(std::unique(c.model_names.begin(), c.model_names.end()),
+                      c.model_names.end());
+  c.models_fit = c.model_names.size() <= 64;
+  for (const WeightedClass& w : classes_) {
+    const TaskClass& t = w.task;
+    c.cpu.push_back(IsCpuOnly(t) ? Columns::kNeverFits : t.cpu_milli);
+    c.share.push_back(t.gpu_milli);
+    c.num.push_back(t.num_gpu);
+    c.weight.push_back(w.weight);
+    std::uint64_t bits = 0;
+    if (c.models_fit) {
+      for (const std::string& m : t.gpu_models) bits |= c.BitOf(m);
+    }
+    c.models.push_back(bits);
+  }
+  columns_ = std::move(c);
+}
+
+std::uint64_t TargetWorkload::Columns::BitOf(const std::string& model) const {
+  if (model.empty()) return 0;
+  const auto it =
+      std::lower_bound(model_names.begin(), model_names.end(), model);
+  if (it == model_names.end() || *it != model) return 0;
+  const auto i = static_cast<std::size_t>(it - model_names.begin());
+  return i < 64 ? std::uint64_t{1} << i : 0;
 }
 
 int GpuFreeMilli(const ledger::GpuRecord& gpu) {
@@ -165,12 +202,19 @@ int GpuFreeMilli(const ledger::GpuRecord& gpu) {
 
 int GpuFreeMilliAfter(const ledger::GpuRecord& gpu, MemoryMib take_memory,
                       ComputePercent take_compute) {
-  if (!gpu.healthy() || gpu.whole_owned) return 0;
-  if (gpu.spec.memory_mib <= 0) return 0;
-  const std::int64_t by_memory = (gpu.free_memory_mib() - take_memory) *
-                                 kMilliPerGpu / gpu.spec.memory_mib;
+  return FreeMilliAfter(
+      gpu.spec.memory_mib, gpu.free_memory_mib(), gpu.free_compute_percent(),
+      gpu.healthy() && !gpu.whole_owned, take_memory, take_compute);
+}
+
+int FreeMilliAfter(MemoryMib memory_mib, MemoryMib free_memory,
+                   ComputePercent free_compute, bool usable,
+                   MemoryMib take_memory, ComputePercent take_compute) {
+  if (!usable || memory_mib <= 0) return 0;
+  const std::int64_t by_memory =
+      (free_memory - take_memory) * kMilliPerGpu / memory_mib;
   const std::int64_t by_compute =
-      static_cast<std::int64_t>(gpu.free_compute_percent() - take_compute) *
+      static_cast<std::int64_t>(free_compute - take_compute) *
       (kMilliPerGpu / kFullComputePercent);
   const std::int64_t free = std::min(by_memory, by_compute);
   return static_cast<int>(std::clamp<std::int64_t>(free, 0, kMilliPerGpu));
@@ -228,6 +272,24 @@ double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload) {
   const auto begin = sorted.begin();
   const auto end = begin + static_cast<std::ptrdiff_t>(k);
   double frag = 0.0;
+  const TargetWorkload::Columns& col = workload.columns();
+  if (col.models_fit) {
+    // Columns, model bits instead of names: the same numbers in the same
+    // order, without a string compare per class.
+    const std::uint64_t node_bit = col.BitOf(node.model);
+    const std::size_t n = col.cpu.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t amount = idle;
+      if (node.cpu_free >= col.cpu[i] &&
+          (col.models[i] == 0 || (col.models[i] & node_bit) != 0)) {
+        const auto p = static_cast<std::size_t>(
+            std::lower_bound(begin, end, col.share[i]) - begin);
+        if (static_cast<std::int64_t>(k - p) >= col.num[i]) amount = below[p];
+      }
+      frag += col.weight[i] * static_cast<double>(amount);
+    }
+    return frag;
+  }
   for (const WeightedClass& c : workload.classes()) {
     const TaskClass& task = c.task;
     std::int64_t amount = idle;

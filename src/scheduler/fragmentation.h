@@ -16,6 +16,7 @@
 // Thread-safety: pure functions; TargetWorkload is immutable once built.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -65,8 +66,31 @@ class TargetWorkload {
       double coverage = 0.95);
   const std::vector<WeightedClass>& classes() const { return classes_; }
 
+  // NodeFragMilli's view of the classes, built once with them: per class in
+  // the same order, the CPU that the class needs to fit (kNeverFits for a
+  // CPU-only class, whose fragment is all idle GPU), its share, GPU count,
+  // weight, and its allowed models as bits of `model_names` (0: any model).
+  // `models_fit` is false when the classes name more models than the bits
+  // hold; NodeFragMilli then compares the names themselves.
+  struct Columns {
+    static constexpr CpuMilli kNeverFits = INT64_MAX;
+    std::vector<CpuMilli> cpu;
+    std::vector<int> share;
+    std::vector<int> num;
+    std::vector<double> weight;
+    std::vector<std::uint64_t> models;
+    std::vector<std::string> model_names;  // sorted; bit i: model_names[i]
+    bool models_fit = true;
+    // The bit of `model` (0: no class names it, or it is empty).
+    std::uint64_t BitOf(const std::string& model) const;
+  };
+  const Columns& columns() const { return columns_; }
+
  private:
+  void BuildColumns();
+
   std::vector<WeightedClass> classes_;
+  Columns columns_;
 };
 
 // What fragmentation needs to know of one node.
@@ -86,6 +110,13 @@ int GpuFreeMilli(const ledger::GpuRecord& gpu);
 // would be placed on it (for scoring a placement before making it).
 int GpuFreeMilliAfter(const ledger::GpuRecord& gpu, MemoryMib take_memory,
                       ComputePercent take_compute);
+
+// The formula of both: a GPU of `memory_mib` with `free_memory` MiB and
+// `free_compute` percent free, after `take_memory` and `take_compute` are
+// taken; 0 when it takes no slice (`usable` false).
+int FreeMilliAfter(MemoryMib memory_mib, MemoryMib free_memory,
+                   ComputePercent free_compute, bool usable,
+                   MemoryMib take_memory, ComputePercent take_compute);
 
 // A node's state as fragmentation sees it.
 NodeGpuState NodeStateOf(const ledger::ClusterView& view,

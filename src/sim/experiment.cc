@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "scheduler/policy/artifact.h"
+#include "scheduler/policy/registry.h"
 #include "sim/sim_cluster.h"
 
 namespace hf::sim {

@@ -22,6 +22,7 @@
 
 #include "common/main_guard.h"
 #include "scheduler/policy/artifact.h"
+#include "scheduler/policy/registry.h"
 #include "sim/experiment.h"
 #include "sim/replay.h"
 #include "sim/report.h"

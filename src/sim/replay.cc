@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "scheduler/policy/artifact.h"
+#include "scheduler/policy/registry.h"
 #include "sim/sim_cluster.h"
 
 namespace hf::sim {

@@ -14,10 +14,7 @@
 #include <tuple>
 #include <utility>
 
-#include "scheduler/policy/best_fit.h"
-#include "scheduler/policy/hf_frag.h"
 #include "scheduler/policy/node_scan.h"
-#include "scheduler/policy/registry.h"
 
 namespace hf::scheduler {
 
@@ -436,88 +433,6 @@ std::optional<NodeId> FgdPolicy::ChooseNode(
     const ClusterView& view, const PlacementRequest& request) const {
   std::lock_guard lock(mu_);
   return NodeOf(PickFgd(view, request, workload_, memoize_, *memo_));
-}
-
-// --- the factory ---
-
-namespace {
-
-// The server's Best-Fit under its simulator name.
-class HfBestFitPolicy final : public ledger::PlacementPolicy {
- public:
-  std::string_view name() const override { return "hf-bestfit"; }
-  std::optional<std::vector<GpuId>> Choose(
-      const ClusterView& view, const PlacementRequest& request) const override {
-    return inner_.Choose(view, request);
-  }
-  std::optional<NodeId> ChooseNode(
-      const ClusterView& view, const PlacementRequest& request) const override {
-    return inner_.ChooseNode(view, request);
-  }
-
- private:
-  BestFitPolicy inner_;
-};
-
-}  // namespace
-
-std::vector<std::string> SimPolicyNames() {
-  return {"random",  "dotprod", "gpuclustering", "gpupacking",
-          "bestfit", "fgd",     "hf-bestfit",    "hf-frag"};
-}
-
-std::string SimPolicyNameOf(std::string_view server_policy) {
-  if (server_policy == "best-fit") return "hf-bestfit";
-  for (const std::string& n : SimPolicyNames()) {
-    if (n == server_policy) return n;
-  }
-  return "";
-}
-
-std::string SimServerDefaultPolicy() {
-  return SimPolicyNameOf(kDefaultPolicyName);
-}
-
-StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
-    std::string_view name, const SimPolicyContext& ctx) {
-  std::unique_ptr<ledger::PlacementPolicy> policy;
-  if (name == "random") {
-    policy = std::make_unique<RandomPolicy>(ctx.seed);
-  } else if (name == "dotprod") {
-    policy = std::make_unique<DotProdPolicy>();
-  } else if (name == "gpuclustering") {
-    policy = std::make_unique<GpuClusteringPolicy>();
-  } else if (name == "gpupacking") {
-    policy = std::make_unique<GpuPackingPolicy>();
-  } else if (name == "bestfit") {
-    policy = std::make_unique<ArtifactBestFitPolicy>();
-  } else if (name == "fgd") {
-    if (ctx.workload == nullptr) {
-      return Status::InvalidArgument("the fgd policy needs a target workload",
-                                     "workload");
-    }
-    policy = std::make_unique<FgdPolicy>(*ctx.workload);
-  } else if (name == "hf-bestfit") {
-    policy = std::make_unique<HfBestFitPolicy>();
-  } else if (name == "hf-frag") {
-    if (ctx.workload == nullptr) {
-      return Status::InvalidArgument(
-          "the hf-frag policy needs a target workload", "workload");
-    }
-    policy = std::make_unique<HfFragPolicy>(
-        *ctx.workload,
-        ctx.tasks == nullptr ? WorkloadDemand{}
-                             : WorkloadDemand::FromTasks(*ctx.tasks),
-        ctx.max_scored_nodes);
-  } else {
-    std::string known;
-    for (const std::string& n : SimPolicyNames()) {
-      known += (known.empty() ? "" : ", ") + n;
-    }
-    return Status::NotFound("unknown simulator policy \"" + std::string(name) +
-                            "\"; known: " + known);
-  }
-  return policy;
 }
 
 }  // namespace hf::scheduler

@@ -154,34 +154,8 @@ class FgdPolicy final : public ledger::PlacementPolicy {
   std::unique_ptr<Memo> memo_;  // GUARDED_BY(mu_)
 };
 
-// What MakeSimPolicy needs besides the name.
-struct SimPolicyContext {
-  std::uint64_t seed = 42;                   // RandomPolicy's generator
-  const TargetWorkload* workload = nullptr;  // FGD's target (copied)
-  // Every task of the workload (hf-frag's prices and CPU weight); none:
-  // hf-frag without them.
-  const std::vector<TaskClass>* tasks = nullptr;
-  // hf-frag: nodes scored per decision (HfFragPolicy; 0: every node).
-  std::size_t max_scored_nodes = 0;
-};
-
-// The simulator's policy names: the six above, then "hf-bestfit" (the
-// server's Best-Fit, scheduler::BestFitPolicy, under that name) and
-// "hf-frag" (HfFragPolicy, hf_frag.h).
-std::vector<std::string> SimPolicyNames();
-
-// The simulator's name of a server policy (registry.h): "best-fit" is
-// "hf-bestfit"; a name the simulator shares with the server is itself; ""
-// for a server policy the simulator lacks.
-std::string SimPolicyNameOf(std::string_view server_policy);
-
-// The simulator's name of the server's default policy
-// (kDefaultPolicyName), which `hf-sim --policy list` marks.
-std::string SimServerDefaultPolicy();
-
-// Builds the policy called `name`. NotFound (listing the names) for an
-// unknown one; InvalidArgument for "fgd" or "hf-frag" without a workload.
-StatusOr<std::unique_ptr<ledger::PlacementPolicy>> MakeSimPolicy(
-    std::string_view name, const SimPolicyContext& ctx);
+// The simulator's names for these policies and the factory that makes them
+// are in registry.h, the one registry of the server's and the simulator's
+// policies.
 
 }  // namespace hf::scheduler

@@ -753,11 +753,6 @@ std::vector<std::pair<PlacementRequest, TaskClass>> TraceTasks() {
   return out;
 }
 
-// The cost of one Choose on a cluster shaped like the trace's (1213 nodes,
-// 6212 GPUs), placing the trace's tasks (shuffled, then redrawn up to 130%
-// of the GPU capacity). Prints, asserts nothing; run with
-// HF_OPENB_POD_CSV=.../openb_pod_list_default.csv and
-// --gtest_also_run_disabled_tests.
 // hf-sim --policy list marks the server's default, named as the registry
 // names it.
 TEST(SimPolicyNamesTest, TheServerDefaultComesFromTheRegistry) {
@@ -770,6 +765,38 @@ TEST(SimPolicyNamesTest, TheServerDefaultComesFromTheRegistry) {
             names.end());
 }
 
+// One registry: every server policy the simulator has is made by both
+// factories from the same entry, under the simulator's name.
+TEST(SimPolicyNamesTest, ServerAndSimulatorShareOneRegistry) {
+  const TargetWorkload w =
+      TargetWorkload::FromTasks({TaskClass{0, 500, 1, {}}});
+  SimPolicyContext ctx;
+  ctx.workload = &w;
+  const std::vector<std::string> sim_names = SimPolicyNames();
+  int shared = 0;
+  for (const std::string& server : PolicyNames()) {
+    ASSERT_TRUE(MakePolicy(server).ok()) << server;
+    const std::string sim = SimPolicyNameOf(server);
+    if (sim.empty()) continue;
+    ++shared;
+    EXPECT_NE(std::find(sim_names.begin(), sim_names.end(), sim),
+              sim_names.end())
+        << server << " as " << sim;
+    auto made = MakeSimPolicy(sim, ctx);
+    ASSERT_TRUE(made.ok()) << sim << ": " << made.status().ToString();
+    EXPECT_EQ((*made)->name(), sim);
+  }
+  EXPECT_EQ(shared, 2);  // hf-frag and best-fit (hf-bestfit)
+  const auto unknown = MakeSimPolicy("best-fit-scan", ctx);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("hf-frag"), std::string::npos);
+}
+
+// The cost of one Choose on a cluster shaped like the trace's (1213 nodes,
+// 6212 GPUs), placing the trace's tasks (shuffled, then redrawn up to 130%
+// of the GPU capacity). Prints, asserts nothing; run with
+// HF_OPENB_POD_CSV=.../openb_pod_list_default.csv and
+// --gtest_also_run_disabled_tests.
 TEST(ArtifactPoliciesTest, DISABLED_ChooseCost) {
   std::vector<std::pair<PlacementRequest, TaskClass>> trace = TraceTasks();
   if (trace.empty()) GTEST_SKIP() << "set HF_OPENB_POD_CSV";

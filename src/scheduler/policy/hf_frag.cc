@@ -5,6 +5,7 @@
 #include "scheduler/policy/hf_frag.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -66,55 +67,112 @@ std::int64_t Score(double before, double after) {
   return static_cast<std::int64_t>(100.0 / (1.0 + std::exp(-x)));
 }
 
-// The evaluation of a feasible node whose memo is current.
-Eval Evaluate(const Need& need, const std::vector<GpuFacts>& gpus,
-              const TargetWorkload& workload, const Terms& terms,
-              NodeMemo& memo) {
+// What one (request shape, node) memo entry keeps: for a slice, the score of
+// each GPU position evaluated at the node's memo version (the candidate
+// GPUs differ between tenants of the same shape, their scores do not); for
+// whole GPUs and node-only tasks, the node's evaluation.
+constexpr std::size_t kCachedGpus = 16;
+struct Cached {
+  std::array<std::uint8_t, kCachedGpus> gpu_score{};
+  Eval eval;
+};
+using CachedMemo = node_scan::ScoreMemo<Cached>;
+
+// A slice's evaluation of a feasible node whose memo is current. `known`
+// (bit i: `scores[i]` is the score of GPU position i) is read and extended;
+// null when the node has too many GPUs to keep scores for.
+Eval EvaluateSlice(const Need& need, const std::vector<GpuFacts>& gpus,
+                   const TargetWorkload& workload, const Terms& terms,
+                   NodeMemo& memo, std::uint64_t* known,
+                   std::array<std::uint8_t, kCachedGpus>* scores) {
+  NodeGpuState& state = memo.state;  // changed below, restored before return
+  state.cpu_free -= need.request->cpu_milli;
+  Eval eval;
+  eval.cpu_after = state.cpu_free;
+  bool found = false;
+  int best_after = 0;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    if (!gpus[i].candidate) continue;
+    const std::uint64_t bit = std::uint64_t{1} << i;
+    std::int64_t score = 0;
+    if (known != nullptr && (*known & bit) != 0) {
+      score = (*scores)[i];
+    } else {
+      state.gpu_free_milli[i] = gpus[i].after_milli;
+      score = Score(memo.frag, Frag(state, workload, terms));
+      state.gpu_free_milli[i] = gpus[i].free_milli;
+      if (known != nullptr) {
+        *known |= bit;
+        (*scores)[i] = static_cast<std::uint8_t>(score);
+      }
+    }
+    const int after = gpus[i].after_milli;
+    // The best score; ties: the tightest GPU, then the lowest index.
+    if (!found || score > eval.score ||
+        (score == eval.score && after < best_after)) {
+      found = true;
+      eval.score = score;
+      eval.pos = static_cast<int>(i);
+      eval.idle_after = memo.idle - gpus[i].free_milli + gpus[i].after_milli;
+      best_after = after;
+    }
+  }
+  state.cpu_free += need.request->cpu_milli;
+  return eval;
+}
+
+// The evaluation of a feasible node whose memo is current, for whole GPUs
+// or a node-only task.
+Eval EvaluateNode(const Need& need, const std::vector<GpuFacts>& gpus,
+                  const TargetWorkload& workload, const Terms& terms,
+                  NodeMemo& memo) {
   NodeGpuState& state = memo.state;  // changed below, restored before return
   const CpuMilli cpu = need.request->cpu_milli;
   state.cpu_free -= cpu;
   Eval eval;
   eval.cpu_after = state.cpu_free;
-  switch (need.kind) {
-    case RequestKind::kSlice: {
-      bool found = false;
-      int best_after = 0;
-      for (std::size_t i = 0; i < gpus.size(); ++i) {
-        if (!gpus[i].candidate) continue;
-        // Same before / after as an earlier candidate: same state.
-        if (node_scan::RepeatsEarlierCandidate(gpus, i)) continue;
-        state.gpu_free_milli[i] = gpus[i].after_milli;
-        const std::int64_t score =
-            Score(memo.frag, Frag(state, workload, terms));
-        state.gpu_free_milli[i] = gpus[i].free_milli;
-        const int after = gpus[i].after_milli;
-        // The best score; ties: the tightest GPU, then the lowest index.
-        if (!found || score > eval.score ||
-            (score == eval.score && after < best_after)) {
-          found = true;
-          eval.score = score;
-          eval.pos = static_cast<int>(i);
-          eval.idle_after =
-              memo.idle - gpus[i].free_milli + gpus[i].after_milli;
-          best_after = after;
-        }
-      }
-      break;
-    }
-    case RequestKind::kWholeGpus: {
-      const std::int64_t freed =
-          node_scan::TakeLowestCandidates(gpus, need.gpu_count, state);
-      eval.score = Score(memo.frag, Frag(state, workload, terms));
-      eval.idle_after = memo.idle - freed;
-      node_scan::RestoreFreeMilli(gpus, state);
-      break;
-    }
-    case RequestKind::kNodeOnly:
-      eval.score = Score(memo.frag, Frag(state, workload, terms));
-      eval.idle_after = memo.idle;
-      break;
+  if (need.kind == RequestKind::kWholeGpus) {
+    const std::int64_t freed =
+        node_scan::TakeLowestCandidates(gpus, need.gpu_count, state);
+    eval.score = Score(memo.frag, Frag(state, workload, terms));
+    eval.idle_after = memo.idle - freed;
+    node_scan::RestoreFreeMilli(gpus, state);
+  } else {
+    eval.score = Score(memo.frag, Frag(state, workload, terms));
+    eval.idle_after = memo.idle;
   }
   state.cpu_free += cpu;
+  return eval;
+}
+
+// The evaluation of a feasible node whose memo is current, through the
+// node's entry of the shape's memo.
+Eval Evaluate(const Need& need, const std::vector<GpuFacts>& gpus,
+              const TargetWorkload& workload, const Terms& terms,
+              NodeMemo& memo, CachedMemo& cached) {
+  if (need.kind == RequestKind::kSlice) {
+    if (gpus.size() > kCachedGpus) {
+      return EvaluateSlice(need, gpus, workload, terms, memo, nullptr, nullptr);
+    }
+    if (cached.version != memo.version) {
+      cached.version = memo.version;
+      cached.candidate_mask = 0;  // no GPU's score known yet
+    }
+    return EvaluateSlice(need, gpus, workload, terms, memo,
+                         &cached.candidate_mask, &cached.value.gpu_score);
+  }
+  std::uint64_t mask = 0;
+  const bool cacheable = node_scan::CandidateMask(gpus, mask);
+  if (cacheable && cached.version == memo.version &&
+      cached.candidate_mask == mask) {
+    return cached.value.eval;
+  }
+  const Eval eval = EvaluateNode(need, gpus, workload, terms, memo);
+  if (cacheable) {
+    cached.version = memo.version;
+    cached.candidate_mask = mask;
+    cached.value.eval = eval;
+  }
   return eval;
 }
 
@@ -134,7 +192,7 @@ bool Better(RequestKind kind, const Eval& a, std::uint64_t rank_a,
 
 }  // namespace
 
-struct HfFragPolicy::Memo : node_scan::ScanMemo<Eval> {
+struct HfFragPolicy::Memo : node_scan::ScanMemo<Cached> {
   // Prices, for the cluster of `priced_gpus` live GPUs; per node slot.
   std::size_t priced_gpus = 0;
   double cpu_per_milli = 0;  // the CPU term's c for this cluster
@@ -181,7 +239,7 @@ std::optional<Choice> Pick(const ClusterView& view,
   if (!need.has_value()) return std::nullopt;
   const std::size_t slots = view.node_slot_count();
   memo.Reserve(slots);
-  std::vector<node_scan::ScoreMemo<Eval>>& scores =
+  std::vector<CachedMemo>& scores =
       memo.ScoresFor(node_scan::ShapeOf(*need), slots);
 
   std::vector<GpuFacts>& gpus = memo.gpus;
@@ -200,26 +258,23 @@ std::optional<Choice> Pick(const ClusterView& view,
     if (max_scored != 0 && scored >= max_scored) break;
     const std::size_t slot = start + i < slots ? start + i : start + i - slots;
     last = slot;
-    if (!node_scan::Gather(view, slot, *need, gpus, facts)) continue;
+    if (!node_scan::Gather(view, slot, *need, gpus, facts,
+                           /*with_free=*/false)) {
+      continue;
+    }
     ++scored;
     const NodeRecord& node = *facts.node;
     NodeMemo& node_memo = memo.nodes[slot];
     const Terms terms{memo.cpu_per_milli, memo.slot_price[slot]};
-    if (node_scan::SyncNodeMemo(facts, gpus, /*force=*/false, memo.next_version,
-                                node_memo)) {
-      node_memo.frag = Frag(node_memo.state, workload, terms);
+    if (!node_scan::UseNodeMemo(node_memo, facts, *need, gpus)) {
+      node_scan::GatherFree(*need, gpus, facts);
+      if (node_scan::SyncNodeMemo(facts, gpus, /*force=*/false,
+                                  memo.next_version, node_memo)) {
+        node_memo.frag = Frag(node_memo.state, workload, terms);
+      }
     }
-    std::uint64_t mask = 0;
-    const bool cacheable = node_scan::CandidateMask(gpus, mask);
-    node_scan::ScoreMemo<Eval>& cached = scores[slot];
-    Eval eval;
-    if (cacheable && cached.version == node_memo.version &&
-        cached.candidate_mask == mask) {
-      eval = cached.value;
-    } else {
-      eval = Evaluate(*need, gpus, workload, terms, node_memo);
-      if (cacheable) cached = {node_memo.version, mask, eval};
-    }
+    const Eval eval =
+        Evaluate(*need, gpus, workload, terms, node_memo, scores[slot]);
     if (!found || Better(need->kind, eval, node.tie_rank, slot, best, best_rank,
                          best_slot)) {
       found = true;

@@ -36,9 +36,13 @@
 // Quantities are as in artifact.h: a slice's per-GPU milli is its memory
 // share of a 64000-MiB GPU; a GPU's free milli is GpuFreeMilli.
 //
-// Node measures and per-(request shape, node) results are memoised and
-// validated against the node's exact state on every call, so the memo never
-// changes a choice.
+// Node measures and per-(request shape, node) results are memoised: a
+// node's memo holds while its NodeRecord::generation is unchanged, and when
+// that changed, while its exact state is the same; a slice keeps the score
+// of each GPU, whichever tenant asked, so tenants of one shape share it.
+// The memo never changes a choice. Nodes are filtered on the ledger's node
+// summaries and GPU briefs (ClusterView::CheckSliceBrief) before any GPU
+// record is read.
 //
 // Thread-safety: the memo is guarded by an internal mutex; safe to call
 // from any thread.

@@ -17,6 +17,7 @@
 #include "ledger/ledger.h"
 #include "scheduler/policy/artifact.h"
 #include "scheduler/policy/policy_test_util.h"
+#include "scheduler/policy/registry.h"
 
 namespace hf::scheduler {
 namespace {

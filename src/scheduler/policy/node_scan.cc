@@ -33,7 +33,8 @@ std::optional<Need> MakeNeed(const ClusterView& view,
       need.milli =
           static_cast<int>(std::clamp<std::int64_t>(milli, 0, kMilliPerGpu));
       need.gpu_count = 1;
-      need.tenant_key = view.SharingKeyOf(request.tenant);
+      need.ask = view.AskFor(request);
+      need.tenant_key = need.ask.tenant_key;
       break;
     }
     case RequestKind::kWholeGpus:
@@ -45,6 +46,8 @@ std::optional<Need> MakeNeed(const ClusterView& view,
       break;
   }
   need.total_milli = std::int64_t{need.milli} * need.gpu_count;
+  need.models_constrained = !request.allowed_models.empty();
+  if (need.models_constrained) need.model_mask = view.ModelMaskOf(request);
   return need;
 }
 
@@ -61,32 +64,54 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
   if (node.gpus.size() < static_cast<std::size_t>(need.gpu_count)) {
     return false;
   }
-  if (need.kind == RequestKind::kWholeGpus) {
-    // Only empty GPUs can be handed out whole: count them before the checks.
-    int empty = 0;
-    for (const GpuId id : node.gpus) {
-      const GpuRecord& gpu = view.gpu(id);
-      empty += gpu.live && gpu.empty();
-    }
-    if (empty < need.gpu_count) return false;
+  // The node's GPU summary passes over most nodes without reading their
+  // GPUs: every candidate GPU is within it (the checks below still decide).
+  switch (need.kind) {
+    case RequestKind::kSlice:
+      if (need.memory > node.max_free_memory_mib ||
+          need.compute > node.max_free_compute_percent) {
+        return false;
+      }
+      break;
+    case RequestKind::kWholeGpus:
+      if (node.whole_eligible_gpus < need.gpu_count) return false;
+      break;
+    case RequestKind::kNodeOnly:
+      break;
+  }
+  if (need.kind != RequestKind::kNodeOnly && need.models_constrained &&
+      (node.gpu_model_mask & need.model_mask) == 0) {
+    return false;
   }
   gpus.clear();
   int candidates = 0;
-  for (const GpuId id : node.gpus) {
-    const GpuRecord& gpu = view.gpu(id);
-    if (!gpu.live) continue;
+  const bool briefed = node.gpu_briefs.size() == node.gpus.size();
+  for (std::size_t i = 0; i < node.gpus.size(); ++i) {
+    const GpuRecord& gpu = view.gpu(node.gpus[i]);
     GpuFacts f;
     f.record = &gpu;
     switch (need.kind) {
-      case RequestKind::kSlice:
-        f.candidate = !gpu.whole_owned &&
+      case RequestKind::kSlice: {
+        // The node's brief of the GPU decides most GPUs without reading
+        // their records; the record where it cannot.
+        const ClusterView::BriefAnswer brief =
+            briefed ? view.CheckSliceBrief(node, i, need.ask)
+                    : ClusterView::BriefAnswer::kUnknown;
+        if (brief != ClusterView::BriefAnswer::kUnknown) {
+          f.candidate = brief == ClusterView::BriefAnswer::kFits;
+          if (f.candidate) f.brief = &node.gpu_briefs[i];
+          break;
+        }
+        f.candidate = gpu.live && !gpu.whole_owned &&
                       gpu.free_memory_mib() >= need.memory &&
                       gpu.free_compute_percent() >= need.compute &&
                       !view.CheckSlice(gpu, request, need.tenant_key);
         break;
+      }
       case RequestKind::kWholeGpus:
         // CheckWholeGpu rejects every GPU that holds an allocation.
-        f.candidate = gpu.empty() && !view.CheckWholeGpu(gpu, request);
+        f.candidate =
+            gpu.live && gpu.empty() && !view.CheckWholeGpu(gpu, request);
         break;
       case RequestKind::kNodeOnly:
         break;
@@ -96,7 +121,14 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
   }
   if (candidates < need.gpu_count) return false;
   facts = NodeFacts{&node, slot, node.free_cpu_milli(), 0, 0, candidates};
-  if (!with_free) return true;
+  if (with_free) GatherFree(need, gpus, facts);
+  return true;
+}
+
+void GatherFree(const Need& need, std::vector<GpuFacts>& gpus,
+                NodeFacts& facts) {
+  facts.idle_milli = 0;
+  facts.fully_free = 0;
   for (GpuFacts& f : gpus) {
     f.free_milli = GpuFreeMilli(*f.record);
     if (f.candidate && need.kind == RequestKind::kSlice) {
@@ -105,7 +137,6 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
     facts.idle_milli += f.free_milli;
     facts.fully_free += f.free_milli == kMilliPerGpu;
   }
-  return true;
 }
 
 std::vector<GpuId> LowestCandidates(const std::vector<GpuFacts>& gpus,
@@ -130,6 +161,27 @@ Choice ChoiceOn(const Need& need, std::size_t slot,
   return choice;
 }
 
+bool UseNodeMemo(const NodeMemo& memo, const NodeFacts& facts, const Need& need,
+                 std::vector<GpuFacts>& gpus) {
+  if (memo.version == 0 || memo.generation != facts.node->generation ||
+      memo.state.gpu_free_milli.size() != gpus.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    GpuFacts& f = gpus[i];
+    f.free_milli = memo.state.gpu_free_milli[i];
+    if (f.candidate && need.kind == RequestKind::kSlice) {
+      f.after_milli =
+          f.brief != nullptr
+              ? FreeMilliAfter(f.brief->memory_mib, f.brief->free_memory_mib,
+                               f.brief->free_compute_percent,
+                               f.brief->takes_slices, need.memory, need.compute)
+              : AfterSliceMilli(*f.record, need);
+    }
+  }
+  return true;
+}
+
 bool SyncNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
                   bool force, std::uint64_t& next_version, NodeMemo& memo) {
   bool same = !force && memo.version != 0 && memo.cpu_free == facts.cpu_free &&
@@ -137,7 +189,10 @@ bool SyncNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
   for (std::size_t i = 0; same && i < gpus.size(); ++i) {
     same = memo.gpus[i] == SnapOf(gpus[i]);
   }
-  if (same) return false;
+  if (same) {
+    memo.generation = facts.node->generation;  // changed and back: exact
+    return false;
+  }
   memo.cpu_free = facts.cpu_free;
   memo.gpus.resize(gpus.size());
   memo.state.cpu_free = facts.cpu_free;
@@ -154,6 +209,7 @@ bool SyncNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
     memo.state.model = gpus.front().record->spec.model;
   }
   memo.version = ++next_version;
+  memo.generation = facts.node->generation;
   return true;
 }
 

@@ -30,6 +30,11 @@ struct Need {
   MemoryMib memory = 0;           // slice
   ComputePercent compute = 0;     // slice, as accounted
   ledger::SharingKey tenant_key;  // slice
+  // The request's allowed models as model bits (ClusterView::ModelMaskOf),
+  // when it names any: a node whose GPUs have none of them is passed over.
+  bool models_constrained = false;
+  std::uint64_t model_mask = 0;
+  ledger::ClusterView::SliceAsk ask;  // slice: for CheckSliceBrief
 };
 
 // nullopt when the request fits no GPU by its shape alone (the ledger's 90%
@@ -40,6 +45,9 @@ std::optional<Need> MakeNeed(const ledger::ClusterView& view,
 // One live GPU of the node at hand.
 struct GpuFacts {
   const ledger::GpuRecord* record = nullptr;
+  // The node's brief of the GPU, where it decided the GPU is a candidate
+  // (then `record` has not been read).
+  const ledger::NodeRecord::GpuBrief* brief = nullptr;
   int free_milli = 0;
   // A slice candidate's free milli once the slice is placed on it (the
   // formula of GpuFreeMilli on the changed record).
@@ -72,6 +80,9 @@ int AfterSliceMilli(const ledger::GpuRecord& gpu, const Need& need);
 bool Gather(const ledger::ClusterView& view, std::size_t slot, const Need& need,
             std::vector<GpuFacts>& gpus, NodeFacts& facts,
             bool with_free = true);
+// The free milli part of Gather (for a Gather without it).
+void GatherFree(const Need& need, std::vector<GpuFacts>& gpus,
+                NodeFacts& facts);
 
 // Whether candidate `i` has the same before / after milli as an earlier
 // candidate: it leaves the same node state, so the same score.
@@ -130,6 +141,9 @@ inline GpuSnap SnapOf(const GpuFacts& g) {
 
 // One node's memo: its state when last seen, and a measure of it then.
 struct NodeMemo {
+  // The node's NodeRecord::generation when `state` was last found exact:
+  // while it is unchanged, the state needs no comparing (UseNodeMemo).
+  std::uint64_t generation = 0;
   std::uint64_t version = 0;  // 0: never seen; unique across nodes
   CpuMilli cpu_free = 0;
   std::vector<GpuSnap> gpus;
@@ -142,6 +156,13 @@ struct NodeMemo {
 // `gpus`) and gives it a new version from `next_version`; true then, and the
 // caller recomputes `memo.frag`. False (nothing touched) when nothing
 // changed and not `force`.
+// When the node is at the generation `memo` was made at (and `memo` was
+// made): fills the free milli of `gpus` (a Gather without them) from
+// `memo`, and a slice candidate's milli after placement, and returns true;
+// otherwise false, and the caller gathers the free milli and syncs.
+bool UseNodeMemo(const NodeMemo& memo, const NodeFacts& facts, const Need& need,
+                 std::vector<GpuFacts>& gpus);
+
 bool SyncNodeMemo(const NodeFacts& facts, const std::vector<GpuFacts>& gpus,
                   bool force, std::uint64_t& next_version, NodeMemo& memo);
 
