@@ -56,6 +56,14 @@
 //       Counters: requests_per_s, p50_ms, p99_ms, response_bytes, and
 //       in-process means of ControlPlane::Stats (stats_core_ms) and of
 //       building, dumping and freeing its JSON (render_ms).
+//   BM_CreateTasksWithAgents/backend:B   1,000 simulated nodes (AgentLoad:
+//       8 threads speaking the agent API, not 1,000 processes) send their
+//       heartbeat (full report) every 5 s, phases spread evenly (200/s),
+//       while 16 clients create tasks for kAgentLoadSeconds, scheduler
+//       running, on SQLite (B = 0) or PostgreSQL (B = 1). Counters: as
+//       BM_CreateTasks, plus heartbeats, heartbeat_p50_ms / _p99_ms /
+//       _max_ms and heartbeat_errors. Targets: create p99 < 20 ms and
+//       heartbeat p99 < 20 ms.
 //   BM_CreateTasksOn/clients:16/backend:B and BM_BindPendingOnceOn/backend:B
 //       the same load generators as BM_CreateTasks and BM_BindPendingOnce
 //       (binds of kBackendBindTasks), on SQLite (B = 0) and on PostgreSQL
@@ -118,6 +126,12 @@ constexpr int kSmallClusterNodes = 125;  // 1,000 GPUs, room for 20,000 slices
 constexpr int kLargeClusterNodes = 250;  // 2,000 GPUs, room for 40,000 slices
 // The slices a cluster holds: kTaskBody / SliceTask ask 5% of a GPU.
 constexpr int kSlicesPerGpu = 20;
+// The agent load: this many simulated nodes, each heartbeating every
+// kHeartbeatPeriod, from kHeartbeatThreads client threads.
+constexpr int kAgentNodes = 1000;
+constexpr std::chrono::milliseconds kHeartbeatPeriod{5000};
+constexpr int kHeartbeatThreads = 8;
+constexpr double kAgentLoadSeconds = 16.0;  // past one write cycle (15 s)
 constexpr int kSmallClusterSlices =
     kSmallClusterNodes * kGpusPerNode * kSlicesPerGpu;
 constexpr double kLoadSeconds = 3.0;
@@ -291,6 +305,29 @@ json PostJson(httplib::Client& client, const std::string& path,
   return json::parse(res->body);
 }
 
+std::string NodeName(int n) { return "node-" + std::to_string(n); }
+
+// What the agent of simulated node `n` reports (registration without its
+// node_id, and every heartbeat): 8 GPUs of 81,920 MiB, MPS capable.
+json NodeReport(int n) {
+  const std::string name = NodeName(n);
+  json gpus = json::array();
+  for (int g = 0; g < kGpusPerNode; ++g) {
+    gpus.push_back({{"index", g},
+                    {"uuid", "GPU-" + name + "-" + std::to_string(g)},
+                    {"vendor", "nvidia"},
+                    {"model", "A100-SXM4-80GB"},
+                    {"memory_mb", kGpuMemoryMib},
+                    {"compute_capability", "8.0"},
+                    {"mig_capable", false},
+                    {"mps_capable", true},
+                    {"health", "ok"}});
+  }
+  return {{"containerized", false},  {"hook_available", true},
+          {"cpu_milli", 128000},     {"host_memory_mb", 2097152},
+          {"gpus", std::move(gpus)}, {"agent_version", "server_bench"}};
+}
+
 // The benchmark's task: a slice of 1,024 MiB and 5% of a GPU's compute.
 server::TaskCreate SliceTask() {
   server::TaskCreate task;
@@ -364,6 +401,7 @@ class BenchServer {
   TimedStore& store() { return *store_; }
   const server::Caller& admin() const { return admin_; }
   const std::string& user_token() const { return user_token_; }
+  const std::string& node_token() const { return node_token_; }
 
   // Tasks still pending, from the store.
   bool AnyPending() {
@@ -443,37 +481,18 @@ class BenchServer {
     throw std::runtime_error("the HTTP server did not come up");
   }
 
-  void RegisterNodes(int nodes) const {
+  void RegisterNodes(int nodes) {
     auto admin = MakeClient(port(), kAdminSecret);
-    const std::string node_token =
+    node_token_ =
         PostJson(*admin, "/api/v1/tokens",
                  {{"role", "node"}, {"description", "server_bench agents"}},
                  201)["token"]
             .get<std::string>();
-    auto agent = MakeClient(port(), node_token);
+    auto agent = MakeClient(port(), node_token_);
     for (int n = 0; n < nodes; ++n) {
-      const std::string name = "node-" + std::to_string(n);
-      json gpus = json::array();
-      for (int g = 0; g < kGpusPerNode; ++g) {
-        gpus.push_back({{"index", g},
-                        {"uuid", "GPU-" + name + "-" + std::to_string(g)},
-                        {"vendor", "nvidia"},
-                        {"model", "A100-SXM4-80GB"},
-                        {"memory_mb", kGpuMemoryMib},
-                        {"compute_capability", "8.0"},
-                        {"mig_capable", false},
-                        {"mps_capable", true},
-                        {"health", "ok"}});
-      }
-      (void)PostJson(*agent, "/api/v1/nodes/register",
-                     {{"node_id", name},
-                      {"containerized", false},
-                      {"hook_available", true},
-                      {"cpu_milli", 128000},
-                      {"host_memory_mb", 2097152},
-                      {"gpus", std::move(gpus)},
-                      {"agent_version", "server_bench"}},
-                     200);
+      json registration = NodeReport(n);
+      registration["node_id"] = NodeName(n);
+      (void)PostJson(*agent, "/api/v1/nodes/register", registration, 200);
     }
   }
 
@@ -485,6 +504,7 @@ class BenchServer {
   std::thread serve_thread_;
   server::Caller admin_;
   std::string user_token_;
+  std::string node_token_;
 };
 
 // ---------------------------------------------------------- load generator
@@ -800,6 +820,166 @@ void BM_BindPendingOnce(benchmark::State& state) {
   RunBindPendingOnce(state, Backend::kSqlite, kBindTasks);
 }
 BENCHMARK(BM_BindPendingOnce)
+    ->Iterations(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The agents of `nodes` simulated nodes, not one process each: threads
+// that each own a keep-alive connection (the node token) and a share of the
+// nodes, and send each node's heartbeat (its full report, no running tasks)
+// every kHeartbeatPeriod, the nodes' phases spread evenly over the period.
+// Runs from construction until Stop(); the heartbeats' latencies (at the
+// client, successful ones) and errors are kept.
+class AgentLoad {
+ public:
+  AgentLoad(int port, const std::string& node_token, int nodes) {
+    std::vector<std::string> bodies;
+    bodies.reserve(static_cast<std::size_t>(nodes));
+    for (int n = 0; n < nodes; ++n) {
+      json body = NodeReport(n);
+      body["tasks"] = json::array();
+      bodies.push_back(body.dump());
+    }
+    start_ = SteadyClock::now();
+    for (int t = 0; t < kHeartbeatThreads; ++t) {
+      std::vector<std::pair<int, std::string>> mine;
+      for (int n = t; n < nodes; n += kHeartbeatThreads) {
+        mine.emplace_back(n, bodies[static_cast<std::size_t>(n)]);
+      }
+      threads_.emplace_back(
+          [this, port, node_token, nodes, mine = std::move(mine)] {
+            Run(port, node_token, nodes, mine);
+          });
+    }
+  }
+  ~AgentLoad() { Stop(); }
+  AgentLoad(const AgentLoad&) = delete;
+  AgentLoad& operator=(const AgentLoad&) = delete;
+
+  void Stop() {
+    stop_.store(true);
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  // Latencies (sorted) and errors since the last call.
+  struct Totals {
+    std::vector<double> latency_ms;
+    std::int64_t errors = 0;
+    std::string first_error;
+  };
+  Totals Take() {
+    std::lock_guard lock(mu_);
+    Totals out = std::move(totals_);
+    totals_ = Totals{};
+    std::sort(out.latency_ms.begin(), out.latency_ms.end());
+    return out;
+  }
+
+ private:
+  void Run(int port, const std::string& token, int nodes,
+           const std::vector<std::pair<int, std::string>>& mine) {
+    auto client = MakeClient(port, token);
+    client->set_read_timeout(10, 0);
+    const auto period =
+        std::chrono::duration_cast<SteadyClock::duration>(kHeartbeatPeriod);
+    for (std::int64_t round = 0; !stop_.load(); ++round) {
+      for (const auto& [n, body] : mine) {
+        // Node n's phase: n / nodes of the period.
+        const auto due = start_ + period * round + period * n / nodes;
+        while (SteadyClock::now() < due) {
+          if (stop_.load()) return;
+          std::this_thread::sleep_until(std::min(
+              due, SteadyClock::now() + std::chrono::milliseconds(50)));
+        }
+        const auto sent = SteadyClock::now();
+        const httplib::Result res =
+            client->Post("/api/v1/nodes/" + NodeName(n) + "/heartbeat", body,
+                         "application/json");
+        const double ms = Millis(SteadyClock::now() - sent);
+        std::lock_guard lock(mu_);
+        if (res && res->status == 200) {
+          totals_.latency_ms.push_back(ms);
+        } else if (totals_.errors++ == 0) {
+          totals_.first_error = res ? "HTTP " + std::to_string(res->status) +
+                                          ": " + res->body.substr(0, 200)
+                                    : httplib::to_string(res.error());
+        }
+      }
+    }
+  }
+
+  SteadyClock::time_point start_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  Totals totals_;  // GUARDED_BY(mu_)
+};
+
+// Creates from 16 clients while kAgentNodes simulated nodes heartbeat every
+// 5 s (200 heartbeats/s): create and heartbeat latency together.
+void BM_CreateTasksWithAgents(benchmark::State& state) {
+  const auto backend = static_cast<Backend>(state.range(0));
+  constexpr int kClients = 16;
+  BenchServer server(kAgentNodes, /*start_scheduler=*/true, backend);
+  AgentLoad agents(server.port(), server.node_token(), kAgentNodes);
+  // One period of heartbeats before the creates, so every node is in step.
+  std::this_thread::sleep_for(kHeartbeatPeriod);
+  (void)agents.Take();
+  const auto clients_of = HttpClients(
+      server.port(), server.user_token(),
+      [](httplib::Client& c) {
+        return c.Post("/api/v1/tasks", kTaskBody, "application/json");
+      },
+      201);
+  for (auto _ : state) {
+    const LoadResult r =
+        RunLoad(kClients, kAgentLoadSeconds, clients_of,
+                std::int64_t{kAgentNodes} * kGpusPerNode * kSlicesPerGpu);
+    const AgentLoad::Totals beats = agents.Take();
+    agents.Stop();
+    if (!server.DrainPending(kDrainLimit)) {
+      state.SkipWithError("tasks still pending 120 s after the load ended");
+      return;
+    }
+    state.SetIterationTime(r.seconds);
+    const double rate = static_cast<double>(r.ok) / r.seconds;
+    state.counters["backend"] = static_cast<double>(backend);
+    state.counters["nodes"] = kAgentNodes;
+    state.counters["clients"] = kClients;
+    state.counters["creates_per_s"] = rate;
+    ReportLatency(state, r);
+    state.counters["heartbeats"] = static_cast<double>(beats.latency_ms.size());
+    state.counters["heartbeats_per_s"] =
+        static_cast<double>(beats.latency_ms.size()) / r.seconds;
+    state.counters["heartbeat_p50_ms"] = Percentile(beats.latency_ms, 50);
+    state.counters["heartbeat_p99_ms"] = Percentile(beats.latency_ms, 99);
+    state.counters["heartbeat_max_ms"] =
+        beats.latency_ms.empty() ? 0 : beats.latency_ms.back();
+    state.counters["heartbeat_errors"] = static_cast<double>(beats.errors);
+    if (beats.errors > 0) {
+      std::fprintf(stderr, "server_bench: %lld heartbeat errors, first: %s\n",
+                   static_cast<long long>(beats.errors),
+                   beats.first_error.c_str());
+    }
+    std::fprintf(stderr,
+                 "server_bench: create with %d agents (%s): %.0f creates/s, "
+                 "p50 %.2f ms, p99 %.2f ms; %zu heartbeats, p50 %.2f ms, "
+                 "p99 %.2f ms, max %.2f ms, errors %lld\n",
+                 kAgentNodes,
+                 backend == Backend::kSqlite ? "SQLite" : "PostgreSQL", rate,
+                 Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
+                 beats.latency_ms.size(), Percentile(beats.latency_ms, 50),
+                 Percentile(beats.latency_ms, 99),
+                 beats.latency_ms.empty() ? 0 : beats.latency_ms.back(),
+                 static_cast<long long>(beats.errors));
+  }
+}
+BENCHMARK(BM_CreateTasksWithAgents)
+    ->ArgName("backend")
+    ->Arg(static_cast<int>(Backend::kSqlite))
+    ->Arg(static_cast<int>(Backend::kPostgres))
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

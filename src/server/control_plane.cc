@@ -106,7 +106,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
                                                        : policy.observer),
       policy_(options_.policy_for_testing != nullptr
                   ? options_.policy_for_testing
-                  : owned_policy_.get()) {}
+                  : owned_policy_.get()),
+      beats_(options_.heartbeat_write_every_ms) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -238,6 +239,9 @@ Status ControlPlane::LearnHistoryLocked() {
 }
 
 Status ControlPlane::Recover() {
+  // The ledger is rebuilt from the store: every node's next report is
+  // applied in full.
+  beats_.Forget();
   std::vector<GroupRow> groups;
   std::vector<TenantRow> tenants;
   std::vector<store::NodeRow> nodes;
@@ -299,7 +303,7 @@ Status ControlPlane::Recover() {
   std::map<RowId, const store::NodeRow*> node_by_id;
   for (const store::NodeRow& n : nodes) {
     node_by_id[n.id] = &n;
-    node_seen_[n.id] = monotonic_->NowMillis();  // silence counts from now
+    beats_.Seen(n.id, monotonic_->NowMillis());  // silence counts from now
     auto id = LedgerNodeLocked(n);
     if (!id.ok()) return id.status();
   }

@@ -39,6 +39,7 @@
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
 #include "server/leadership.h"
+#include "server/node_beats.h"
 #include "server/slice_env.h"
 #include "server/telemetry.h"
 #include "store/store.h"
@@ -75,6 +76,10 @@ struct ControlPlaneOptions {
   // stopped and their slices released (RunGcOnce). Its other tasks keep
   // their slices.
   std::int64_t node_lost_ms = 600'000;
+  // A heartbeat that repeats its node's last applied report is answered
+  // from memory (NodeBeats); the node's stored row is written again once
+  // its last write is this old (0: every heartbeat is written).
+  std::int64_t heartbeat_write_every_ms = 15'000;
   // Measures node silence; never jumps with the wall clock. Null: the
   // process's steady clock. Must outlive the ControlPlane.
   const Clock* monotonic_clock = nullptr;
@@ -665,9 +670,10 @@ class ControlPlane {
   std::map<GpuKey, GpuId> ledger_gpus_;   // GUARDED_BY(mu_)
   std::map<GpuId, GpuKey> gpu_keys_;      // GUARDED_BY(mu_)
   std::map<RowId, bool> node_hook_;       // GUARDED_BY(mu_)
-  // When each node last registered or heartbeat (monotonic_ ms); a node
-  // not heard from since this server started counts from its start.
-  std::map<RowId, store::Millis> node_seen_;  // GUARDED_BY(mu_)
+  // When each node last registered or heartbeat (monotonic_ ms; a node
+  // not heard from since this server started counts from its start), and
+  // the report last applied for it. Its own lock (order: mu_, then it).
+  NodeBeats beats_;
   // Slices recovery could not restore, and the GPUs they fence.
   std::map<RowId, std::vector<GpuKey>> unrestored_;      // GUARDED_BY(mu_)
   std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)

@@ -632,6 +632,69 @@ TEST_F(ControlPlaneTest, AReportOlderThanTheNewestAppliedIsNotApplied) {
   EXPECT_TRUE(stale->newer_applied);
 }
 
+// A heartbeat that repeats its node's last applied report is answered from
+// memory: nothing is written (a write would fail here), and the node's
+// heartbeat time shows in GET /api/v1/nodes all the same. A changed report
+// is applied at once; the row is written again once it is due (15 s plus
+// up to 7/8 of it by node id); an out-of-date report is refused even when
+// only memory knows the newer number; a restart applies the next in full.
+TEST_F(ControlPlaneTest, ARepeatedHeartbeatIsWrittenOnlyWhenItsRowIsDue) {
+  ControlPlaneOptions options;
+  options.heartbeat_write_every_ms = 15'000;
+  Open(options);
+  const auto report = [&](std::int64_t seq, bool gpu0_lost) {
+    NodeReport r = Node("n1", {Gpu(0)});
+    r.gpus[0].lost = gpu0_lost;
+    r.number = ReportNumber{1, seq};
+    return r;
+  };
+  const auto heartbeat_at = [&] {
+    auto nodes = cp_->ListNodes(admin_);
+    EXPECT_TRUE(nodes.ok());
+    return nodes.ok() && !nodes->empty() ? (*nodes)[0].node.last_heartbeat_at
+                                         : store::Millis{0};
+  };
+  Register(report(1, false));
+  const store::Millis registered = heartbeat_at();
+  clock_.Advance(5'000);
+  store_->fail_writes = 1;
+  auto beat = cp_->Heartbeat(admin_, report(2, false), {});
+  ASSERT_TRUE(beat.ok()) << beat.status().ToString();
+  EXPECT_FALSE(beat->newer_applied);
+  EXPECT_EQ(store_->fail_writes.load(), 1) << "a repeat was written";
+  EXPECT_EQ(heartbeat_at(), registered + 5'000);
+  store_->fail_writes = 0;
+  // Out of date: the stored row says 1/1, memory 1/2.
+  beat = cp_->Heartbeat(admin_, report(2, false), {});
+  ASSERT_TRUE(beat.ok());
+  ASSERT_TRUE(beat->newer_applied);
+  EXPECT_EQ(*beat->newer_applied, (ReportNumber{1, 2}));
+  // A change is applied at once: GPU 0 lost takes no slice.
+  const Caller alice = TenantUser("alice");
+  ASSERT_TRUE(cp_->Heartbeat(admin_, report(3, true), {}).ok());
+  (void)Submit(alice, 1024);
+  EXPECT_EQ(Bind(), 0);
+  ASSERT_TRUE(cp_->Heartbeat(admin_, report(4, false), {}).ok());
+  EXPECT_EQ(Bind(), 1);
+  // Due after at most 15 s + 7/8 of it: the repeat writes (and so fails
+  // while writes fail), then is written.
+  clock_.Advance(29'000);
+  store_->fail_writes = 1;
+  EXPECT_FALSE(cp_->Heartbeat(admin_, report(5, false), {}).ok());
+  EXPECT_EQ(store_->fail_writes.load(), 0);
+  ASSERT_TRUE(cp_->Heartbeat(admin_, report(6, false), {}).ok());
+  // What was written survives a restart, which applies the next in full.
+  Open(options);
+  beat = cp_->Heartbeat(admin_, report(6, false), {});
+  ASSERT_TRUE(beat.ok());
+  ASSERT_TRUE(beat->newer_applied);
+  EXPECT_EQ(*beat->newer_applied, (ReportNumber{1, 6}));
+  store_->fail_writes = 1;
+  EXPECT_FALSE(cp_->Heartbeat(admin_, report(7, false), {}).ok())
+      << "the first report after a restart is applied in full";
+  store_->fail_writes = 0;
+}
+
 TEST_F(ControlPlaneTest, HfFragLearnsFromTheTaskHistoryAndKeepsItOnRestart) {
   ControlPlaneOptions options;
   options.learned.cold_start_tasks = 5;

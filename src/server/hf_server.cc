@@ -49,6 +49,7 @@ struct Flags {
   double gc_min_age_s = 60;
   double mig_command_deadline_s = 120;
   double node_lost_after_s = 600;
+  double heartbeat_write_every_s = 15;
   int heartbeat_interval_s = 5;
   int http_threads = 128;
   double idempotency_ttl_s = 86400;
@@ -185,6 +186,13 @@ int Main(int argc, char** argv) {
                  "slices are released (its other tasks keep theirs)")
       ->envname("HF_NODE_LOST_AFTER")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--heartbeat-write-every", f.heartbeat_write_every_s,
+                 "Seconds after which a node's row is written again when its "
+                 "heartbeats repeat its last report (plus up to 7/8 of it, "
+                 "spread by node); 0 writes every heartbeat")
+      ->envname("HF_HEARTBEAT_WRITE_EVERY")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--heartbeat-interval", f.heartbeat_interval_s,
                  "Seconds between agent heartbeats (told to agents)")
@@ -331,6 +339,8 @@ int Main(int argc, char** argv) {
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
   options.node_lost_ms = static_cast<std::int64_t>(f.node_lost_after_s * 1000);
+  options.heartbeat_write_every_ms =
+      static_cast<std::int64_t>(f.heartbeat_write_every_s * 1000);
   options.heartbeat_interval_s = f.heartbeat_interval_s;
   auto cp = hf::server::ControlPlane::Create(store->get(), &clock, options,
                                              &leadership);

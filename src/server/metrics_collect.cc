@@ -60,7 +60,7 @@ metrics::Families ControlPlane::CollectMetrics() {
         gpus.push_back(out_gpu);
       }
     });
-    seen.assign(node_seen_.begin(), node_seen_.end());
+    seen = beats_.SeenTimes();
   }
   metrics::FamilyBuilder total("heteroflow_gpu_memory_total_bytes",
                                "Memory of each GPU as its node reports it.");

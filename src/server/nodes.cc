@@ -105,6 +105,21 @@ bool SameGpu(const GpuRow& a, const GpuRow& b) {
 
 }  // namespace
 
+namespace {
+
+// The same stored node row, field by field.
+bool SameNodeRow(const NodeRow& a, const NodeRow& b) {
+  return a.id == b.id && a.name == b.name &&
+         a.containerized == b.containerized && a.cpu_milli == b.cpu_milli &&
+         a.host_memory_mib == b.host_memory_mib &&
+         a.agent_version == b.agent_version &&
+         a.registered_at == b.registered_at &&
+         a.last_heartbeat_at == b.last_heartbeat_at &&
+         a.report_epoch == b.report_epoch && a.report_seq == b.report_seq;
+}
+
+}  // namespace
+
 StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
                                              const std::string& node) {
   HF_RETURN_IF_ERROR(RequireAgentFor(caller, node));
@@ -158,7 +173,12 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     auto existing = txn.FindNode(report.name);
     if (existing.ok()) {
       row = *existing;
-      const ReportNumber applied{row.report_epoch, row.report_seq};
+      ReportNumber applied{row.report_epoch, row.report_seq};
+      // Repeats answered from memory may have gone past the stored number.
+      if (const auto noted = beats_.NewestNumber(report.name);
+          noted && applied < *noted) {
+        applied = *noted;
+      }
       if (report.number && *report.number <= applied) {
         // Sent before the newest one applied, delivered after it: what it
         // says is out of date, and none of it is applied.
@@ -239,10 +259,11 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     node_names_[stored.id] = stored.name;
   }
   node_hook_[stored.id] = report.hook_available;
-  node_seen_[stored.id] = monotonic_->NowMillis();
   for (const GpuRow& g : gpus) HF_RETURN_IF_ERROR(SyncGpuLocked(stored, g));
   auto node_id = LedgerNodeLocked(stored);
   if (!node_id.ok()) return node_id.status();
+  // Applied in full: a heartbeat that repeats it is answered from memory.
+  beats_.Applied(report, stored, now, monotonic_->NowMillis());
   WakeScheduler();
   return AppliedNodeReport{stored, std::nullopt};
 }
@@ -250,18 +271,64 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
 StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     const Caller& caller, const NodeReport& report,
     const std::vector<RunningTask>& tasks) {
-  auto node = NodeForAgent(caller, report.name);
-  if (!node.ok()) return node.status();
-  auto applied = RegisterNode(caller, report);  // capabilities afresh
-  if (!applied.ok()) return applied.status();
-  if (applied->newer_applied) {
-    // Its running tasks and partitions are as out of date as the rest.
-    HeartbeatReply reply;
-    reply.newer_applied = applied->newer_applied;
-    return reply;
+  HF_RETURN_IF_ERROR(RequireAgentFor(caller, report.name));
+  // The common case, nothing on the node changed: the report repeats the
+  // last one applied, noted in memory (no mu_), and its node row written
+  // again only now and then (time and report number).
+  const Millis wall_now = clock_->NowMillis();
+  NodeBeats::Decision beat;
+  if (fence_ == nullptr || fence_->MayAct()) {
+    beat = beats_.Classify(report, wall_now, monotonic_->NowMillis());
   }
-  const NodeRow* stored = &applied->node;
-  {
+  if (beat.kind == NodeBeats::Kind::kRefresh) {
+    const NodeRow known = beat.row;
+    bool same = false;
+    HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+      auto row = txn.GetNode(known.id);
+      if (!row.ok()) return row.status();
+      same = SameNodeRow(*row, known);
+      if (!same) return Status::Ok();  // changed meanwhile: apply in full
+      NodeRow next = *row;
+      next.last_heartbeat_at = wall_now;
+      if (report.number) {
+        next.report_epoch = report.number->epoch;
+        next.report_seq = report.number->seq;
+      }
+      auto up = txn.UpsertNode(next);
+      if (!up.ok()) return up.status();
+      beat.row = *up;
+      return Status::Ok();
+    }));
+    if (same) {
+      beats_.Written(report, beat.row, wall_now);
+    } else {
+      beat.kind = NodeBeats::Kind::kApply;
+    }
+  }
+  AppliedNodeReport applied_report;
+  if (beat.kind != NodeBeats::Kind::kApply) {
+    applied_report.node = beat.row;
+  } else {
+    auto node = NodeForAgent(caller, report.name);
+    if (!node.ok()) return node.status();
+    auto applied = RegisterNode(caller, report);  // capabilities afresh
+    if (!applied.ok()) return applied.status();
+    if (applied->newer_applied) {
+      // Its running tasks and partitions are as out of date as the rest.
+      HeartbeatReply reply;
+      reply.newer_applied = applied->newer_applied;
+      return reply;
+    }
+    applied_report = std::move(*applied);
+  }
+  const NodeRow* stored = &applied_report.node;
+  const bool any_running =
+      std::any_of(tasks.begin(), tasks.end(),
+                  [](const RunningTask& t) { return t.state == "running"; });
+  const bool any_mig =
+      std::any_of(report.gpus.begin(), report.gpus.end(),
+                  [](const GpuReport& g) { return g.mig_devices.has_value(); });
+  if (any_running || any_mig) {
     std::lock_guard lock(mu_);
     for (const RunningTask& t : tasks) {
       if (t.state != "running") continue;
@@ -278,6 +345,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     }
   }
   HeartbeatReply reply;
+  if (tasks.empty()) return reply;
   const Status hooks = NoteHookReports(*stored, tasks, reply);
   if (!hooks.ok()) {
     spdlog::warn("hook reports of {}: {}", stored->name, hooks.ToString());
@@ -1206,6 +1274,11 @@ StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
   for (NodeView& v : out) {
     auto it = node_hook_.find(v.node.id);
     v.hook_available = it != node_hook_.end() && it->second;
+    // A heartbeat answered from memory since the row was written.
+    if (const auto beat = beats_.LastBeatAt(v.node.id);
+        beat && *beat > v.node.last_heartbeat_at) {
+      v.node.last_heartbeat_at = *beat;
+    }
   }
   return out;
 }

@@ -514,11 +514,8 @@ StatusOr<int> ControlPlane::RunGcOnce() {
 StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   const Millis since = monotonic_->NowMillis();
   std::map<RowId, Millis> silent;  // node id -> how long
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& [node, seen] : node_seen_) {
-      if (since - seen > options_.node_lost_ms) silent[node] = since - seen;
-    }
+  for (const auto& [node, seen] : beats_.SeenTimes()) {
+    if (since - seen > options_.node_lost_ms) silent[node] = since - seen;
   }
   if (silent.empty()) return 0;
   const Millis now = clock_->NowMillis();
