@@ -695,6 +695,30 @@ TEST_F(ControlPlaneTest, ARepeatedHeartbeatIsWrittenOnlyWhenItsRowIsDue) {
   store_->fail_writes = 0;
 }
 
+// A waiting task's pending_reason is rewritten when its class changes, not
+// when only its counts move (a GPU joined that does not take it either);
+// that is written at most once a minute.
+TEST_F(ControlPlaneTest, APendingReasonIsRewrittenOnlyWhenItsClassChanges) {
+  Register(Node("n1", {Gpu(0)}));
+  const Caller alice = TenantUser("alice");
+  (void)Submit(alice, 61'440);
+  const TaskRow waiting = Submit(alice, 61'440);
+  EXPECT_EQ(Bind(), 1);
+  const std::string first = Get(waiting.id).pending_reason;
+  EXPECT_STREQ(PendingReasonClass(first), "memory") << first;
+  // Counts change (one more GPU, too small as well): not written.
+  Register(Node("n2", {Gpu(0, 40'960)}));
+  EXPECT_EQ(Bind(), 0);
+  EXPECT_EQ(Get(waiting.id).pending_reason, first);
+  // A minute on, the new counts are written.
+  clock_.Advance(61'000);
+  Register(Node("n3", {Gpu(0, 40'960)}));
+  EXPECT_EQ(Bind(), 0);
+  const std::string later = Get(waiting.id).pending_reason;
+  EXPECT_NE(later, first);
+  EXPECT_STREQ(PendingReasonClass(later), "memory") << later;
+}
+
 TEST_F(ControlPlaneTest, HfFragLearnsFromTheTaskHistoryAndKeepsItOnRestart) {
   ControlPlaneOptions options;
   options.learned.cold_start_tasks = 5;

@@ -8,13 +8,15 @@
 // command. A task whose claim loses (cancelled meanwhile) has its placement
 // undone; if the transaction fails, every placement of the batch is undone
 // and the tasks stay pending. Tasks that do not fit keep a `pending_reason`
-// and are retried when capacity frees up (the ledger generation moves) or
-// every retry interval.
+// (rewritten when its class changes, or at most once a minute when only
+// its counts moved) and are retried when capacity frees up (the ledger
+// generation moves) or every retry interval.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <string_view>
 
 #include "gpu/mig_profiles.h"
 #include "server/control_plane.h"
@@ -30,6 +32,10 @@ using store::TaskState;
 using store::Txn;
 
 namespace {
+
+// A waiting task's pending_reason whose class has not changed is written
+// again at most this often.
+constexpr store::Millis kPendingReasonRefreshMs = 60'000;
 
 struct Decision {
   RowId task_id = 0;
@@ -319,8 +325,15 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
         result.message = "the scheduler could not place it (" +
                          result.status.message() + "); retrying";
       }
+      // Written when its class changes (PendingReasonClass), or when its
+      // text changed and the stored one is kPendingReasonRefreshMs old:
+      // the counts in it move with every capacity change, and would
+      // otherwise rewrite every waiting task each time.
       const std::string& reason = result.message;
-      if (reason != task.pending_reason) {
+      const bool class_changed = std::string_view(PendingReasonClass(reason)) !=
+                                 PendingReasonClass(task.pending_reason);
+      if (reason != task.pending_reason &&
+          (class_changed || now - task.updated_at >= kPendingReasonRefreshMs)) {
         d.updated.pending_reason = reason;
         d.updated.updated_at = now;
         d.write = true;

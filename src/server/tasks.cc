@@ -167,7 +167,7 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
   row.env = std::move(task.env);
   row.labels = std::move(task.labels);
   row.state = TaskState::kPending;
-  row.pending_reason = "waiting for the scheduler";
+  row.pending_reason = kNotTriedReason;
   row.created_at = row.updated_at = clock_->NowMillis();
   TaskRow stored;
   HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {

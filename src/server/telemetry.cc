@@ -5,7 +5,7 @@
 namespace hf::server {
 
 const char* PendingReasonClass(const std::string& r) {
-  if (r.empty()) return "not_tried";
+  if (r.empty() || r == kNotTriedReason) return "not_tried";
   if (r.starts_with("never fits")) return "infeasible";
   if (r.starts_with("insufficient GPU memory")) return "memory";
   if (r.starts_with("insufficient GPU compute")) return "compute";

@@ -31,7 +31,11 @@ inline constexpr const char* kPendingReasons[] = {
     "not_tried", "memory",     "compute", "whole_gpus",
     "no_fit",    "infeasible", "error",   "other"};
 
-// The class of a pending task's `pending_reason` (one of kPendingReasons).
+// A new task's pending_reason until the scheduler has tried it.
+inline constexpr const char* kNotTriedReason = "waiting for the scheduler";
+
+// The class of a pending task's `pending_reason` (one of kPendingReasons):
+// "not_tried" for none or kNotTriedReason.
 const char* PendingReasonClass(const std::string& pending_reason);
 // The release path of a release by `actor` for `reason` (kReleasePaths).
 const char* ReleasePath(const std::string& actor, const std::string& reason);

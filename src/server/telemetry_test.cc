@@ -25,6 +25,7 @@ store::SliceRow Slice(store::RowId id, std::string qos,
 
 TEST(TelemetryTest, PendingReasonClasses) {
   EXPECT_STREQ(PendingReasonClass(""), "not_tried");
+  EXPECT_STREQ(PendingReasonClass(kNotTriedReason), "not_tried");
   EXPECT_STREQ(PendingReasonClass("never fits in this cluster: it has no GPUs"),
                "infeasible");
   EXPECT_STREQ(PendingReasonClass("insufficient GPU memory: 0 of 8 GPUs fit "
