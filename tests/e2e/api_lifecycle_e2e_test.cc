@@ -543,6 +543,61 @@ TEST_F(LifecycleTest, ConcurrentSubmissionsNeverOversell) {
 
 // ------------------------------------------------------------ orphan GC
 
+// The default policy, hf-frag, in the real server: Best-Fit until it has
+// seen --policy-cold-start-tasks tasks, then hf-frag against the workload
+// it learned, which it learns again from the store's history on restart.
+// Every task is bound, and no GPU is oversold, before and after.
+class HfFragTest : public LifecycleTest {
+ protected:
+  std::vector<std::string> Flags() const override {
+    return {"--default-compute-percent", "5", "--policy-cold-start-tasks", "8"};
+  }
+  json Placement() const {
+    HttpReply stats = http().Get("/api/v1/slices/stats", admin());
+    EXPECT_TRUE(HasStatus(stats, 200));
+    for (const json& g : stats.body["gpus"]) {
+      EXPECT_LE(g["accounted_memory_mb"].get<std::int64_t>(),
+                g["total_memory_mb"].get<std::int64_t>())
+          << "oversold: " << g.dump();
+    }
+    return stats.body["placement"];
+  }
+};
+
+TEST_F(HfFragTest, LeavesItsColdStartAndKeepsWhatItLearnedOverARestart) {
+  SimNode a(*api_, "a", {SimGpu{.index = 0}, SimGpu{.index = 1}});
+  SimNode b(*api_, "b",
+            {SimGpu{.index = 0, .model = "Tesla T4", .memory_mb = 15360}});
+  ASSERT_TRUE(a.Register());
+  ASSERT_TRUE(b.Register());
+  const std::string user = api_->CreateToken("user", api_->NewTenant("hf"));
+  json placement = Placement();
+  EXPECT_EQ(placement["policy"], "hf-frag");
+  EXPECT_EQ(placement["mode"], "best-fit") << placement.dump();
+  // Slices of a few shapes: more than the cold start.
+  const std::int64_t sizes[] = {4096, 8192, 2048, 4096, 12288, 1024};
+  for (int i = 0; i < 12; ++i) {
+    json t = Bound(
+        {{"name", "t" + std::to_string(i)}, {"gpu_memory_mb", sizes[i % 6]}},
+        user);
+    ASSERT_TRUE(t.is_object());
+  }
+  placement = Placement();
+  EXPECT_EQ(placement["mode"], "hf-frag") << placement.dump();
+  EXPECT_GE(placement["tasks_learned"].get<int>(), 12) << placement.dump();
+  ASSERT_TRUE(server_->Restart());
+  placement = Placement();
+  EXPECT_EQ(placement["mode"], "hf-frag") << placement.dump();
+  EXPECT_GE(placement["tasks_learned"].get<int>(), 12) << placement.dump();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(
+        Bound({{"name", "after" + std::to_string(i)}, {"gpu_memory_mb", 4096}},
+              user)
+            .is_object());
+  }
+  (void)Placement();
+}
+
 class GcTest : public LifecycleTest {
  protected:
   std::vector<std::string> Flags() const override {
