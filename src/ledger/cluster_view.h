@@ -282,4 +282,37 @@ class ClusterView {
   const ClusterState* state_;
 };
 
+// In the header: node scans call these for every node and GPU they read.
+inline std::optional<RejectReason> ClusterView::CheckNodeResources(
+    const NodeRecord& n, const PlacementRequest& request) const {
+  if (request.cpu_milli > n.free_cpu_milli()) return RejectReason::kNodeCpu;
+  if (request.host_memory_mib > n.free_host_memory_mib()) {
+    return RejectReason::kNodeHostMemory;
+  }
+  return std::nullopt;
+}
+
+inline ClusterView::BriefAnswer ClusterView::CheckSliceBrief(
+    const NodeRecord& node, std::size_t i, const SliceAsk& ask) const {
+  if (ask.needs_records || i >= node.gpu_briefs.size()) {
+    return BriefAnswer::kUnknown;
+  }
+  const NodeRecord::GpuBrief& b = node.gpu_briefs[i];
+  // CheckSlice's order; a reason found here is one CheckSlice finds too
+  // (perhaps after another: only fits / does not fit is answered).
+  if (!b.takes_slices) return BriefAnswer::kRejected;  // lost, held whole
+  if (ask.models_constrained) {
+    constexpr std::uint64_t kSharedBit = std::uint64_t{1} << 63;
+    if ((b.model_bit & kSharedBit) != 0) return BriefAnswer::kUnknown;
+    if ((b.model_bit & ask.model_mask) == 0) return BriefAnswer::kRejected;
+  }
+  // Tenancy (MayJoin without approvals).
+  if (!b.empty && !(b.domain == ask.tenant_key)) return BriefAnswer::kRejected;
+  if (b.mig) return BriefAnswer::kUnknown;
+  if (ask.memory > b.free_memory_mib || ask.compute > b.free_compute_percent) {
+    return BriefAnswer::kRejected;
+  }
+  return BriefAnswer::kFits;
+}
+
 }  // namespace hf::ledger
