@@ -223,8 +223,8 @@ class ClusterView {
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
                                          const PlacementRequest& request,
                                          const SharingKey& tenant_key) const;
-  // What CheckSliceBrief needs of a slice request, worked out once per
-  // request.
+  // What CheckSliceBrief needs of a slice request (and a node scan of any
+  // request: the sharing key, the model bits), worked out once per request.
   struct SliceAsk {
     MemoryMib memory = 0;
     ComputePercent compute = 0;  // as accounted

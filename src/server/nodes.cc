@@ -105,21 +105,6 @@ bool SameGpu(const GpuRow& a, const GpuRow& b) {
 
 }  // namespace
 
-namespace {
-
-// The same stored node row, field by field.
-bool SameNodeRow(const NodeRow& a, const NodeRow& b) {
-  return a.id == b.id && a.name == b.name &&
-         a.containerized == b.containerized && a.cpu_milli == b.cpu_milli &&
-         a.host_memory_mib == b.host_memory_mib &&
-         a.agent_version == b.agent_version &&
-         a.registered_at == b.registered_at &&
-         a.last_heartbeat_at == b.last_heartbeat_at &&
-         a.report_epoch == b.report_epoch && a.report_seq == b.report_seq;
-}
-
-}  // namespace
-
 StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
                                              const std::string& node) {
   HF_RETURN_IF_ERROR(RequireAgentFor(caller, node));
@@ -286,7 +271,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
       auto row = txn.GetNode(known.id);
       if (!row.ok()) return row.status();
-      same = SameNodeRow(*row, known);
+      same = *row == known;
       if (!same) return Status::Ok();  // changed meanwhile: apply in full
       NodeRow next = *row;
       next.last_heartbeat_at = wall_now;
@@ -512,30 +497,10 @@ std::optional<HookUsage> UsageFromJson(const store::SliceUsageRow& row) {
   if (!j.is_object()) return std::nullopt;
   HookUsage u;
   u.reported_at = row.reported_at;
-  u.task_id = j.value("task_id", RowId{0});
-  HookReport& h = u.report;
-  h.attached = j.value("attached", false);
-  h.attaches = j.value("attaches", std::int64_t{0});
-  h.processes = j.value("processes", 0);
-  h.used_bytes = j.value("used_bytes", std::int64_t{0});
-  h.peak_bytes = j.value("peak_bytes", std::int64_t{0});
-  if (j.contains("quota_bytes") && j["quota_bytes"].is_number_integer()) {
-    h.quota_bytes = j["quota_bytes"].get<std::int64_t>();
+  if (auto it = j.find("task_id"); it != j.end() && it->is_number_integer()) {
+    u.task_id = it->get<RowId>();
   }
-  h.quota_ooms = j.value("quota_ooms", std::int64_t{0});
-  h.physical_ooms = j.value("physical_ooms", std::int64_t{0});
-  h.driver_bytes = j.value("driver_bytes", std::int64_t{0});
-  if (j.contains("share_achieved_percent") &&
-      j["share_achieved_percent"].is_number()) {
-    h.share_achieved_percent = j["share_achieved_percent"].get<double>();
-  }
-  if (j.contains("unhooked_pids") && j["unhooked_pids"].is_array()) {
-    for (const auto& pid : j["unhooked_pids"]) {
-      if (pid.is_number_integer())
-        h.unhooked_pids.push_back(pid.get<std::int64_t>());
-    }
-  }
-  h.unhooked_reason = j.value("unhooked_reason", std::string());
+  u.report = wire::ReadHookReport(j);
   return u;
 }
 

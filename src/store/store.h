@@ -84,6 +84,7 @@ struct NodeRow {
   // applied over it. 0/0 before the first numbered report.
   std::int64_t report_epoch = 0;
   std::int64_t report_seq = 0;
+  friend bool operator==(const NodeRow&, const NodeRow&) = default;
 };
 
 struct GpuRow {

@@ -145,4 +145,37 @@ HeartbeatReply ReadHeartbeatReply(const json& reply) {
   return out;
 }
 
+HookReport ReadHookReport(const json& hook) {
+  HookReport h;
+  if (!hook.is_object()) return h;
+  if (auto it = hook.find("attached"); it != hook.end() && it->is_boolean()) {
+    h.attached = it->get<bool>();
+  }
+  h.attaches = Integer(hook, "attaches").value_or(0);
+  h.processes = static_cast<int>(Integer(hook, "processes").value_or(0));
+  h.used_bytes = Integer(hook, "used_bytes").value_or(0);
+  h.peak_bytes = Integer(hook, "peak_bytes").value_or(0);
+  h.quota_bytes = Integer(hook, "quota_bytes");
+  h.quota_ooms = Integer(hook, "quota_ooms").value_or(0);
+  h.physical_ooms = Integer(hook, "physical_ooms").value_or(0);
+  h.driver_bytes = Integer(hook, "driver_bytes").value_or(0);
+  if (auto it = hook.find("share_achieved_percent");
+      it != hook.end() && it->is_number()) {
+    h.share_achieved_percent = it->get<double>();
+  }
+  if (auto it = hook.find("unhooked_pids");
+      it != hook.end() && it->is_array()) {
+    for (const json& pid : *it) {
+      if (pid.is_number_integer()) {
+        h.unhooked_pids.push_back(pid.get<std::int64_t>());
+      }
+    }
+  }
+  if (auto it = hook.find("unhooked_reason");
+      it != hook.end() && it->is_string()) {
+    h.unhooked_reason = it->get<std::string>();
+  }
+  return h;
+}
+
 }  // namespace hf::wire

@@ -168,4 +168,9 @@ json ToJson(const MigResult& result);
 // thrown on. A reply that is not an object reads as an empty one.
 HeartbeatReply ReadHeartbeatReply(const json& reply);
 
+// ToJson(HookReport) read back, leniently in the same way (the server
+// reads its stored slice usage with it; a field of the wrong type reads as
+// its default). ReadHookReport(ToJson(h)) == h.
+HookReport ReadHookReport(const json& hook);
+
 }  // namespace hf::wire

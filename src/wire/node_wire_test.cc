@@ -42,6 +42,27 @@ TEST(HeartbeatReplyTest, LeavesOutWhatIsNotOfTheDocumentedShape) {
   EXPECT_EQ(*odd.newer_applied, ReportNumber{});
 }
 
+TEST(HookReportTest, ReadsBackWhatToJsonWrites) {
+  HookReport h;
+  h.attached = true;
+  h.attaches = 3;
+  h.processes = 2;
+  h.used_bytes = 240 << 20;
+  h.peak_bytes = 250 << 20;
+  h.quota_bytes = std::int64_t{256} << 20;
+  h.quota_ooms = 1;
+  h.physical_ooms = 2;
+  h.driver_bytes = 1 << 20;
+  h.share_achieved_percent = 47.5;
+  h.unhooked_pids = {4242};
+  h.unhooked_reason = "process 4242 runs without the hook";
+  EXPECT_EQ(ReadHookReport(ToJson(h)), h);
+  EXPECT_EQ(ReadHookReport(ToJson(HookReport{})), HookReport{});
+  EXPECT_EQ(ReadHookReport(json::array()), HookReport{});
+  EXPECT_EQ(ReadHookReport(json{{"used_bytes", "many"}}).used_bytes, 0);
+  EXPECT_FALSE(ReadHookReport(json{{"attached", 1}}).attached);
+}
+
 TEST(NodeReportTest, AHeartbeatBodyLeavesTheNameToThePath) {
   NodeReport r;
   r.name = "n1";

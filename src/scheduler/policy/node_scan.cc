@@ -33,8 +33,6 @@ std::optional<Need> MakeNeed(const ClusterView& view,
       need.milli =
           static_cast<int>(std::clamp<std::int64_t>(milli, 0, kMilliPerGpu));
       need.gpu_count = 1;
-      need.ask = view.AskFor(request);
-      need.tenant_key = need.ask.tenant_key;
       break;
     }
     case RequestKind::kWholeGpus:
@@ -46,8 +44,7 @@ std::optional<Need> MakeNeed(const ClusterView& view,
       break;
   }
   need.total_milli = std::int64_t{need.milli} * need.gpu_count;
-  need.models_constrained = !request.allowed_models.empty();
-  if (need.models_constrained) need.model_mask = view.ModelMaskOf(request);
+  need.ask = view.AskFor(request);
   return need;
 }
 
@@ -79,8 +76,8 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
     case RequestKind::kNodeOnly:
       break;
   }
-  if (need.kind != RequestKind::kNodeOnly && need.models_constrained &&
-      (node.gpu_model_mask & need.model_mask) == 0) {
+  if (need.kind != RequestKind::kNodeOnly && need.ask.models_constrained &&
+      (node.gpu_model_mask & need.ask.model_mask) == 0) {
     return false;
   }
   gpus.clear();
@@ -105,7 +102,7 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
         f.candidate = gpu.live && !gpu.whole_owned &&
                       gpu.free_memory_mib() >= need.memory &&
                       gpu.free_compute_percent() >= need.compute &&
-                      !view.CheckSlice(gpu, request, need.tenant_key);
+                      !view.CheckSlice(gpu, request, need.ask.tenant_key);
         break;
       }
       case RequestKind::kWholeGpus:

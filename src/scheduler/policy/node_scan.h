@@ -27,14 +27,12 @@ struct Need {
   int milli = 0;      // per GPU
   int gpu_count = 0;  // GPUs taken: 1 for a slice, 0 for a node-only task
   std::int64_t total_milli = 0;
-  MemoryMib memory = 0;           // slice
-  ComputePercent compute = 0;     // slice, as accounted
-  ledger::SharingKey tenant_key;  // slice
-  // The request's allowed models as model bits (ClusterView::ModelMaskOf),
-  // when it names any: a node whose GPUs have none of them is passed over.
-  bool models_constrained = false;
-  std::uint64_t model_mask = 0;
-  ledger::ClusterView::SliceAsk ask;  // slice: for CheckSliceBrief
+  MemoryMib memory = 0;        // slice
+  ComputePercent compute = 0;  // slice, as accounted
+  // The requester's sharing key and the request's model bits (a node whose
+  // GPUs have none of them is passed over); for a slice, what
+  // CheckSliceBrief reads.
+  ledger::ClusterView::SliceAsk ask;
 };
 
 // nullopt when the request fits no GPU by its shape alone (the ledger's 90%
