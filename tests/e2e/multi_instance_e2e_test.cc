@@ -469,7 +469,10 @@ TEST_F(MultiInstanceTest, StoppedLeaderHandsOverAtOnce) {
   Api api(Client(1), admin_);
   FailoverAgent agent({Client(1)}, "n1", api.CreateToken("node", std::nullopt),
                       1);
-  ASSERT_TRUE(agent.Register());
+  // Until it has rebuilt its ledger from the database the new leader
+  // answers the agent API with 503 (docs/OPERATIONS.md, Promotion); an
+  // agent retries.
+  ASSERT_TRUE(WaitFor([&] { return agent.Register(); }));
   const json task = api.CreateTask(
       {{"name", "after-handover"}, {"gpu_memory_mb", 1024}}, admin_);
   ASSERT_TRUE(task.is_object() && task.contains("id")) << task.dump();
