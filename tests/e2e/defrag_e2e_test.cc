@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -37,7 +38,7 @@ class DefragE2eTest : public ::testing::Test {
     user_ = api_->CreateToken("user", tenant_);
     AgentProcessOptions a;
     a.node_id = "n1";
-    a.inventory = SimInventory("n1", json::array({T4(), T4()}));
+    a.inventory = SimInventory("n1", Gpus());
     a.token = CreateNodeToken(*api_, "n1");
     agent_ = std::make_unique<AgentProcess>(server_->url(), a);
     ASSERT_TRUE(agent_->Start());
@@ -53,6 +54,9 @@ class DefragE2eTest : public ::testing::Test {
   virtual std::vector<std::string> ServerFlags() const {
     return {"--gc-interval", "1"};
   }
+  // The simulated GPUs of node n1 and the memory of each.
+  virtual json Gpus() const { return json::array({T4(), T4()}); }
+  virtual std::int64_t GpuMb() const { return kGpuMb; }
 
   void TearDown() override {
     if (agent_ && agent_->running()) {
@@ -63,10 +67,10 @@ class DefragE2eTest : public ::testing::Test {
     }
   }
 
-  std::int64_t Start(bool preemptible) {
+  std::int64_t Start(bool preemptible, std::int64_t memory_mb = kTaskMb) {
     json t = api_->CreateTask({{"name", "long"},
                                {"command", "sleep 600"},
-                               {"gpu_memory_mb", kTaskMb},
+                               {"gpu_memory_mb", memory_mb},
                                {"gpu_compute_ratio", 0.1},
                                {"preemptible", preemptible}},
                               user_);
@@ -219,7 +223,7 @@ class DefragE2eTest : public ::testing::Test {
     for (const json& s : LiveSlices()) {
       used[s["gpu_index"].get<int>()] += s["memory_mb"].get<std::int64_t>();
     }
-    for (const auto& [gpu, mb] : used) EXPECT_LE(mb, kGpuMb) << "GPU " << gpu;
+    for (const auto& [gpu, mb] : used) EXPECT_LE(mb, GpuMb()) << "GPU " << gpu;
     // The history records every move.
     int moved = 0;
     for (const json& m : plan["moves"]) moved += m["state"] == "done";
@@ -508,6 +512,132 @@ TEST_F(DefragAutoE2eTest, APendingTaskThatWouldFitGetsAPlanApplied) {
   ASSERT_EQ(done["moves"].size(), 1u);
   tasks.push_back(big_id);
   ExpectConsistent(tasks, done);
+}
+
+// Gold: on GPUs in MIG mode a slice is a partition, and a move destroys the
+// task's partition on its source and creates one on its target through the
+// MIG channel (the real hf-agent, the simulated MIG driver).
+class DefragGoldE2eTest : public DefragE2eTest {
+ protected:
+  json Gpus() const override { return json::array({H100Mig(), H100Mig()}); }
+  std::int64_t GpuMb() const override { return 81559; }
+
+  json MigState() const {
+    std::ifstream in(agent_->state_dir() / "sim-mig-state.json");
+    json state = json::parse(in, nullptr, false);
+    return state.is_object() ? state : json();
+  }
+  std::size_t Partitions(int gpu) const {
+    json state = MigState();
+    if (!state.is_object()) return 0;
+    return state["gpus"][gpu]["devices"].size();
+  }
+};
+
+TEST_F(DefragGoldE2eTest,
+       AGoldMoveDestroysThePartitionAndCreatesOneOnTheTarget) {
+  // 4096 MB on an H100 in MIG mode is a 1g.10gb partition: seven per GPU.
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 8; ++i) {
+    ids.push_back(Start(/*preemptible=*/true, /*memory_mb=*/4096));
+  }
+  std::map<int, std::vector<std::int64_t>> by_gpu;
+  for (std::int64_t id : ids) {
+    json t = api_->GetTask(id, user_);
+    EXPECT_EQ(t["qos_level"], "gold") << t.dump();
+    by_gpu[t["gpu_indices"][0].get<int>()].push_back(id);
+  }
+  ASSERT_EQ(by_gpu.size(), 2u) << "eight partitions fit no one GPU";
+  // The GPU with fewer partitions keeps one, the other at most five: the
+  // other has room for it, and moving it frees a whole card.
+  const int lone = by_gpu[0].size() <= by_gpu[1].size() ? 0 : 1;
+  const int full = 1 - lone;
+  std::vector<std::int64_t> kept;
+  for (std::size_t i = 0; i < by_gpu[lone].size(); ++i) {
+    if (i + 1 < by_gpu[lone].size()) {
+      Cancel(by_gpu[lone][i]);
+    } else {
+      kept.push_back(by_gpu[lone][i]);
+    }
+  }
+  for (std::size_t i = 0; i < by_gpu[full].size(); ++i) {
+    if (i + 5 < by_gpu[full].size()) {
+      Cancel(by_gpu[full][i]);
+    } else {
+      kept.push_back(by_gpu[full][i]);
+    }
+  }
+  const std::int64_t mover = kept.front();
+  ASSERT_TRUE(
+      WaitFor([&] { return LiveSlices().size() == kept.size(); }, kTimeout));
+  ASSERT_TRUE(WaitFor([&] {
+    return Partitions(lone) == 1 && Partitions(full) == kept.size() - 1;
+  })) << MigState().dump();
+  const json before = api_->GetTask(mover, user_);
+  const std::string old_device =
+      before["labels"].value("heteroflow.mig_device_id", "");
+  ASSERT_TRUE(old_device.starts_with("MIG-")) << before.dump();
+
+  json plan = Plan({{"node_id", "n1"}});
+  ASSERT_EQ(plan["state"], "proposed") << plan.dump();
+  ASSERT_EQ(plan["moves"].size(), 1u) << plan.dump();
+  EXPECT_EQ(plan["moves"][0]["task_id"], mover);
+  EXPECT_EQ(plan["moves"][0]["from"]["gpu_index"], lone);
+  EXPECT_EQ(plan["moves"][0]["to"]["gpu_index"], full);
+  const std::int64_t id = plan["id"];
+  ASSERT_EQ(api_->http()
+                .Post("/api/v1/defrag/plans/" + std::to_string(id) + "/apply",
+                      json::object(), api_->admin())
+                .status,
+            202);
+  json done = WaitPlan(
+      id, [](const json& p) { return p["state"] != "applying"; },
+      milliseconds(90'000));
+  ASSERT_EQ(done["state"], "applied") << done.dump() << server_->Log();
+  ExpectConsistent(kept, done);
+
+  // The task runs in a new partition on the target GPU.
+  json after = api_->GetTask(mover, user_);
+  EXPECT_EQ(after["gpu_indices"][0], full) << after.dump();
+  EXPECT_EQ(after["qos_level"], "gold");
+  const std::string new_device =
+      after["labels"].value("heteroflow.mig_device_id", "");
+  EXPECT_TRUE(new_device.starts_with("MIG-")) << after.dump();
+  EXPECT_NE(new_device, old_device);
+  json slice =
+      api_->GetSlice(after["slice_id"].get<std::int64_t>(), api_->admin());
+  EXPECT_EQ(slice["mig_device_id"], new_device) << slice.dump();
+  EXPECT_EQ(slice["enforcement"], json({"mig"})) << slice.dump();
+  // Through the MIG channel: the source partition destroyed, the target's
+  // created, both done.
+  bool destroyed = false;
+  bool created = false;
+  for (const json& r :
+       api_->ListAll("/api/v1/slice-requests?node_id=n1", api_->admin())) {
+    if (r["action"] == "destroy" && r["device_id"] == old_device) {
+      EXPECT_EQ(r["state"], "done") << r.dump();
+      destroyed = true;
+    }
+    if (r["action"] == "create" && r["device_id"] == new_device) {
+      EXPECT_EQ(r["state"], "done") << r.dump();
+      EXPECT_EQ(r["slice_id"], after["slice_id"]) << r.dump();
+      created = true;
+    }
+  }
+  EXPECT_TRUE(destroyed) << "no destroy of " << old_device;
+  EXPECT_TRUE(created) << "no create of " << new_device;
+  // The (simulated) hardware agrees: the source GPU holds no partition, the
+  // target one per kept task.
+  EXPECT_TRUE(WaitFor([&] {
+    return Partitions(lone) == 0 && Partitions(full) == kept.size();
+  })) << MigState().dump();
+  // The freed card takes a whole-GPU partition (7g.80gb) at once.
+  json big = api_->CreateTask(
+      {{"name", "big"}, {"command", "sleep 600"}, {"gpu_memory_mb", 65536}},
+      user_);
+  json placed =
+      api_->WaitNotPending(big["id"].get<std::int64_t>(), user_, kTimeout);
+  EXPECT_EQ(placed["gpu_indices"][0], lone) << placed.dump();
 }
 
 }  // namespace
