@@ -89,6 +89,8 @@ namespace fs = std::filesystem;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr int kDefaultChaosSeconds = 40;
+// hf-frag places with Best-Fit until it has learned this many tasks.
+constexpr int kColdStart = 10;
 // After the chaos: every task ends within this...
 constexpr milliseconds kSettleBound{75'000};
 // ...and every slice is released (GC included) within this after that.
@@ -218,7 +220,14 @@ class ChaosE2eTest : public ::testing::Test {
               << std::flush;
 
     ServerOptions options;
-    options.flags = {"--gc-interval", "1", "--gc-min-age", "1"};
+    // The default policy (hf-frag) leaves its cold start (Best-Fit) after
+    // a few tasks, so most of the chaos is placed by hf-frag itself.
+    options.flags = {"--gc-interval",
+                     "1",
+                     "--gc-min-age",
+                     "1",
+                     "--policy-cold-start-tasks",
+                     std::to_string(kColdStart)};
     server_ = std::make_unique<ServerProcess>(options);
     ASSERT_TRUE(server_->Start());
     const Api api(*server_);
@@ -1206,6 +1215,13 @@ TEST_F(ChaosE2eTest, AnOperatorsWorstDayKeepsEveryInvariant) {
     EXPECT_EQ(Int(g, "accounted_memory_mb"), 0)
         << "[chaos] the ledger still accounts memory: " << g.dump();
   }
+  // The chaos was placed by hf-frag past its cold start, not by Best-Fit.
+  const json& placement = stats.body["placement"];
+  EXPECT_EQ(placement.value("policy", ""), "hf-frag") << placement.dump();
+  EXPECT_EQ(placement.value("mode", ""), "hf-frag") << placement.dump();
+  EXPECT_GE(placement.value("tasks_learned", 0), kColdStart)
+      << placement.dump();
+  std::cout << "[chaos] placement " << placement.dump() << "\n";
 
   // Every MIG partition is gone, or reported orphaned.
   std::vector<std::tuple<std::string, int, std::string>> devices;
