@@ -725,6 +725,17 @@ StatusOr<server::HookReport> ParseHookReport(const json& hook,
     }
     r.share_achieved_percent = share->get<double>();
   }
+  if (const json* ratio = Field(hook, "interference");
+      ratio != nullptr && !ratio->is_null()) {
+    if (!ratio->is_number() || !(ratio->get<double>() > 0) ||
+        ratio->get<double>() > wire::kMaxInterference) {
+      return Wrong(at + ".interference",
+                   "must be a number above 0 and at most " +
+                       std::to_string(static_cast<int>(wire::kMaxInterference)));
+    }
+    r.interference = ratio->get<double>();
+    HF_RETURN_IF_ERROR(count("interference_samples", r.interference_samples));
+  }
   if (const json* pids = Field(hook, "unhooked_pids")) {
     if (!pids->is_array() || pids->size() > wire::kMaxUnhookedPids) {
       return Wrong(at + ".unhooked_pids",
@@ -974,6 +985,9 @@ json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
         {"share_achieved_percent", h.share_achieved_percent
                                        ? json(*h.share_achieved_percent)
                                        : json(nullptr)},
+        {"interference",
+         h.interference ? json(*h.interference) : json(nullptr)},
+        {"interference_samples", h.interference_samples},
         {"reported_at", Iso(usage->reported_at)}};
     if (!h.unhooked_pids.empty()) j["enforcement_note"] = h.unhooked_reason;
   }

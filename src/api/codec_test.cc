@@ -340,6 +340,8 @@ TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
   hooked.hook->physical_ooms = 1;
   hooked.hook->driver_bytes = 300LL << 20;
   hooked.hook->share_achieved_percent = 24.5;
+  hooked.hook->interference = 1.42;
+  hooked.hook->interference_samples = 310;
   wire::RunningTask uncapped = hooked;
   uncapped.task_id = 43;
   uncapped.hook->quota_bytes.reset();
@@ -374,7 +376,13 @@ TEST(ParseRunningTasksTest, RefusesAMalformedProofOfTheHook) {
         std::string(R"({"attached": true, "driver_bytes": -1})"),
         std::string(R"({"attached": true, "share_achieved_percent": 101})"),
         std::string(R"({"attached": true, "share_achieved_percent": -1})"),
-        std::string(R"({"attached": true, "share_achieved_percent": "9"})")}) {
+        std::string(R"({"attached": true, "share_achieved_percent": "9"})"),
+        std::string(R"({"attached": true, "interference": 0})"),
+        std::string(R"({"attached": true, "interference": 1001})"),
+        std::string(R"({"attached": true, "interference": "1.2"})"),
+        std::string(
+            R"({"attached": true, "interference": 1.2,)"
+            R"( "interference_samples": -3})")}) {
     const json body = json::parse(R"({"tasks": [{"task_id": 1, "state": )"
                                   R"("running", "hook": )" +
                                   hook + "}]}");

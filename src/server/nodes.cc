@@ -525,6 +525,9 @@ bool WorthStoring(const HookUsage& now, const HookUsage* stored) {
           b.share_achieved_percent.has_value() ||
       std::abs(a.share_achieved_percent.value_or(0) -
                b.share_achieved_percent.value_or(0)) > 5 ||
+      a.interference.has_value() != b.interference.has_value() ||
+      std::abs(a.interference.value_or(0) - b.interference.value_or(0)) >
+          0.05 ||
       now.task_id != stored->task_id) {
     return true;
   }

@@ -71,6 +71,10 @@ json ToJson(const HookReport& h) {
   if (h.share_achieved_percent) {
     j["share_achieved_percent"] = *h.share_achieved_percent;
   }
+  if (h.interference) {
+    j["interference"] = *h.interference;
+    j["interference_samples"] = h.interference_samples;
+  }
   if (!h.unhooked_pids.empty()) {
     j["unhooked_pids"] = h.unhooked_pids;
     j["unhooked_reason"] = h.unhooked_reason;
@@ -162,6 +166,10 @@ HookReport ReadHookReport(const json& hook) {
   if (auto it = hook.find("share_achieved_percent");
       it != hook.end() && it->is_number()) {
     h.share_achieved_percent = it->get<double>();
+  }
+  if (auto it = hook.find("interference"); it != hook.end() && it->is_number()) {
+    h.interference = it->get<double>();
+    h.interference_samples = Integer(hook, "interference_samples").value_or(0);
   }
   if (auto it = hook.find("unhooked_pids");
       it != hook.end() && it->is_array()) {

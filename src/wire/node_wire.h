@@ -88,6 +88,13 @@ struct HookReport {
   // last feedback window (NVML per-process utilisation), 0..100; none when
   // not measured (no throttled single-GPU slice, or no sample yet).
   std::optional<double> share_achieved_percent;
+  // Interference (docs/HOOK.md, "Interference"): the slice's sampled
+  // kernels' time while other slices used its GPU, divided by the same
+  // kernels' time while it had the GPU alone (1.0: no slowdown, 1.5: 50%
+  // slower), over the agent's recent windows; none until both were seen.
+  // interference_samples: the timed launches behind it.
+  std::optional<double> interference;
+  std::int64_t interference_samples = 0;
   // The proof (agent/hook_proof.h): processes of the task on its GPUs that
   // have not attached to its region within the agent's grace time, at most
   // kMaxUnhookedPids of them, and why, for people ("process 4242 runs
@@ -99,6 +106,8 @@ struct HookReport {
 };
 inline constexpr std::size_t kMaxUnhookedPids = 64;
 inline constexpr std::size_t kMaxUnhookedReason = 1024;
+// The largest interference ratio a report may carry.
+inline constexpr double kMaxInterference = 1000;
 
 // A heartbeat's `tasks[]` entry.
 struct RunningTask {

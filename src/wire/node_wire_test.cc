@@ -54,6 +54,8 @@ TEST(HookReportTest, ReadsBackWhatToJsonWrites) {
   h.physical_ooms = 2;
   h.driver_bytes = 1 << 20;
   h.share_achieved_percent = 47.5;
+  h.interference = 1.37;
+  h.interference_samples = 812;
   h.unhooked_pids = {4242};
   h.unhooked_reason = "process 4242 runs without the hook";
   EXPECT_EQ(ReadHookReport(ToJson(h)), h);
