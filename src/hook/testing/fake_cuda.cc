@@ -12,8 +12,8 @@
 //
 // This file: configuration and cuInit, error strings, devices, contexts and
 // the test-only hfFakeCuda* exports. fake_cuda_memory.cc has allocations,
-// pools, VMM and arrays; fake_cuda_exec.cc streams, modules, launches and
-// graphs; fake_cuda_proc.cc cuGetProcAddress.
+// pools, VMM and arrays; fake_cuda_exec.cc streams, events, modules,
+// launches and graphs; fake_cuda_proc.cc cuGetProcAddress.
 //
 // Configuration (environment, read by the first successful cuInit):
 //   HF_FAKE_CUDA_DEVICES    number of devices, 0..64 (default 1; 0 makes
@@ -476,6 +476,9 @@ void ReleaseContextResources(CUctx_st* ctx) {
   }
   for (auto& [handle, stream] : st.streams) {
     if (stream->ctx == ctx) stream->live = false;
+  }
+  for (auto& [handle, event] : st.events) {
+    if (event->ctx == ctx) event->live = false;
   }
 }
 

@@ -1,10 +1,12 @@
-// fake_cuda_exec.cc: the fake driver's streams, modules, kernel launches and
-// graphs. Nothing runs: a launch only queues HF_FAKE_CUDA_KERNEL_US of
-// simulated GPU time on its context's channel of the device's timeline
-// (fake_gpu.h: one timeline per device, shared by every process, which
-// time-slices between the contexts with work), and synchronizing sleeps
-// until the context's work queued so far has run. See fake_cuda.cc and
-// docs/FAKE_CUDA.md.
+// fake_cuda_exec.cc: the fake driver's streams, events, modules, kernel
+// launches and graphs. Nothing runs: a launch only queues
+// HF_FAKE_CUDA_KERNEL_US of simulated GPU time on its context's channel of
+// the device's timeline (fake_gpu.h: one timeline per device, shared by every
+// process, which time-slices between the contexts with work), synchronizing
+// sleeps until the context's work queued so far has run, and an event
+// completes at the simulated instant the channel's work crossed the point it
+// recorded. See fake_cuda.cc and docs/FAKE_CUDA.md.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -138,6 +140,143 @@ CUresult QueryStream(CUstream stream) {
   return ContextIdle(target) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+CUresult StreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  HF_FAKE_LOCK_INITIALIZED();
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* target = nullptr;
+  const CUresult rc = StreamContext(stream, &target);
+  if (rc != CUDA_SUCCESS) return rc;
+  // The fake has no stream capture (no cuStreamBeginCapture), so no stream
+  // is ever capturing.
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+// ---- Events ----
+
+bool LiveEvent(CUevent event) {
+  return event != nullptr && S().events.count(event) != 0 && event->live;
+}
+
+fake_gpu::SharedDevice* EventDevice(const CUevent_st* event) {
+  return S().devices[event->ctx->device].gpu.get();
+}
+
+// Whether the work the event captured is done; the first time it is seen
+// done, notes when that happened on the device's timeline (never before the
+// event was recorded: the device reaches an event only once it is
+// submitted).
+bool EventDone(CUevent_st* event) {
+  if (!event->recorded || event->done) return true;
+  int64_t at = 0;
+  if (!EventDevice(event)->ReachedAt(event->channel, event->mark, &at)) {
+    return false;
+  }
+  event->done = true;
+  event->done_ns = std::max(at, event->recorded_ns);
+  return true;
+}
+
+CUresult CreateEvent(CUevent* event, unsigned int flags) {
+  HF_FAKE_LOCK_INITIALIZED();
+  constexpr unsigned int kKnown =
+      CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+  if (event == nullptr || (flags & ~kKnown) != 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // "CU_EVENT_INTERPROCESS must be specified along with
+  // CU_EVENT_DISABLE_TIMING."
+  if ((flags & CU_EVENT_INTERPROCESS) != 0 &&
+      (flags & CU_EVENT_DISABLE_TIMING) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CUctx_st* ctx = nullptr;
+  const CUresult rc = CurrentContext(&ctx);
+  if (rc != CUDA_SUCCESS) return rc;
+  auto created = std::make_unique<CUevent_st>();
+  created->ctx = ctx;
+  created->flags = flags;
+  *event = created.get();
+  st.events.emplace(created.get(), std::move(created));
+  return CUDA_SUCCESS;
+}
+
+CUresult DestroyEvent(CUevent event) {
+  HF_FAKE_LOCK_INITIALIZED();
+  if (!LiveEvent(event)) return CUDA_ERROR_INVALID_HANDLE;
+  // The driver may destroy an event before it completes, without waiting.
+  event->live = false;
+  return CUDA_SUCCESS;
+}
+
+CUresult RecordEvent(CUevent event, CUstream stream, unsigned int flags) {
+  HF_FAKE_LOCK_INITIALIZED();
+  if (!LiveEvent(event)) return CUDA_ERROR_INVALID_HANDLE;
+  // CU_EVENT_RECORD_EXTERNAL "is invalid outside of stream capture", and
+  // no stream of the fake is ever capturing.
+  if (flags != CU_EVENT_RECORD_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* target = nullptr;
+  const CUresult rc = StreamContext(stream, &target);
+  if (rc != CUDA_SUCCESS) return rc;
+  // "hEvent and hStream must be from the same context otherwise
+  // CUDA_ERROR_INVALID_HANDLE is returned."
+  if (target != event->ctx) return CUDA_ERROR_INVALID_HANDLE;
+  // Every stream of a context feeds its one channel, so "the work queued so
+  // far on the stream" is the channel's queued work now. A context that
+  // never launched has no channel and nothing to wait for.
+  event->recorded = true;
+  event->recorded_ns = fake_gpu::SharedDevice::NowNs();
+  event->channel = target->channel;
+  event->mark = 0;
+  event->done = false;
+  fake_gpu::SharedDevice* gpu = EventDevice(event);
+  if (event->channel >= 0) event->mark = gpu->Mark(event->channel);
+  if (event->channel < 0 || gpu->Reached(event->channel, event->mark)) {
+    // Nothing ahead of it: done as soon as it is submitted.
+    event->done = true;
+    event->done_ns = event->recorded_ns;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult QueryEvent(CUevent event) {
+  HF_FAKE_LOCK_INITIALIZED();
+  if (!LiveEvent(event)) return CUDA_ERROR_INVALID_HANDLE;
+  return EventDone(event) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult SynchronizeEvent(CUevent event) {
+  HF_FAKE_LOCK_INITIALIZED();
+  for (;;) {
+    // Looked at again after each wait: another thread may have re-recorded
+    // the event, or destroyed it or its context, meanwhile.
+    if (!LiveEvent(event)) return CUDA_ERROR_INVALID_HANDLE;
+    if (EventDone(event)) return CUDA_SUCCESS;
+    fake_gpu::SharedDevice* gpu = EventDevice(event);
+    const int channel = event->channel;
+    const uint64_t mark = event->mark;
+    lock.unlock();
+    gpu->WaitFor(channel, mark);
+    lock.lock();
+  }
+}
+
+CUresult EventElapsedTime(float* milliseconds, CUevent start, CUevent end) {
+  HF_FAKE_LOCK_INITIALIZED();
+  if (milliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!LiveEvent(start) || !LiveEvent(end)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!start->recorded || !end->recorded ||
+      ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) != 0) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  const bool start_done = EventDone(start);
+  const bool end_done = EventDone(end);
+  if (!start_done || !end_done) return CUDA_ERROR_NOT_READY;
+  *milliseconds = static_cast<float>(
+      static_cast<double>(end->done_ns - start->done_ns) / 1e6);
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 CUresult StreamContext(CUstream stream, CUctx_st** ctx) {
@@ -208,6 +347,70 @@ HF_FAKE_EXPORT CUresult cuStreamQuery(CUstream hStream) {
 
 HF_FAKE_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream) {
   return QueryStream(hStream);
+}
+
+HF_FAKE_EXPORT CUresult
+cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return StreamIsCapturing(hStream, captureStatus);
+}
+
+HF_FAKE_EXPORT CUresult cuStreamIsCapturing_ptsz(
+    CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return StreamIsCapturing(hStream, captureStatus);
+}
+
+// ---- Events ----
+
+HF_FAKE_EXPORT CUresult cuEventCreate(CUevent* phEvent, unsigned int Flags) {
+  return CreateEvent(phEvent, Flags);
+}
+
+HF_FAKE_EXPORT CUresult cuEventDestroy(CUevent hEvent) {
+  return DestroyEvent(hEvent);
+}
+
+HF_FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent) {
+  return DestroyEvent(hEvent);
+}
+
+HF_FAKE_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return RecordEvent(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
+}
+
+HF_FAKE_EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  return RecordEvent(hEvent, hStream, CU_EVENT_RECORD_DEFAULT);
+}
+
+HF_FAKE_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream,
+                                               unsigned int flags) {
+  return RecordEvent(hEvent, hStream, flags);
+}
+
+HF_FAKE_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent,
+                                                    CUstream hStream,
+                                                    unsigned int flags) {
+  return RecordEvent(hEvent, hStream, flags);
+}
+
+HF_FAKE_EXPORT CUresult cuEventQuery(CUevent hEvent) {
+  return QueryEvent(hEvent);
+}
+
+HF_FAKE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
+  return SynchronizeEvent(hEvent);
+}
+
+// cuda.h (internal mode) declares both: the v1 name is what callers built
+// before CUDA 12.8 link against; CUDA 13's cuda.h #defines the base name to
+// _v2. They behave alike.
+HF_FAKE_EXPORT CUresult cuEventElapsedTime(float* pMilliseconds, CUevent hStart,
+                                           CUevent hEnd) {
+  return EventElapsedTime(pMilliseconds, hStart, hEnd);
+}
+
+HF_FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* pMilliseconds,
+                                              CUevent hStart, CUevent hEnd) {
+  return EventElapsedTime(pMilliseconds, hStart, hEnd);
 }
 
 // ---- Modules ----

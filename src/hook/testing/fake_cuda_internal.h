@@ -50,6 +50,21 @@ struct CUstream_st {
   bool live = true;
   unsigned int flags = 0;
 };
+// An event marks a point in its context's work: the channel's queued work
+// (fake_gpu's mark) when it was recorded. It completes when the channel's
+// executed work crosses the mark, at a simulated time the device remembers
+// (SharedDevice::ReachedAt), which is what cuEventElapsedTime subtracts.
+struct CUevent_st {
+  CUctx_st* ctx = nullptr;
+  unsigned int flags = 0;
+  bool live = true;
+  bool recorded = false;
+  int channel = -1;  // the context's channel when recorded (-1: no work)
+  uint64_t mark = 0;
+  int64_t recorded_ns = 0;  // CLOCK_MONOTONIC
+  bool done = false;        // completion seen; done_ns is when it happened
+  int64_t done_ns = 0;
+};
 struct CUmod_st {
   CUctx_st* ctx = nullptr;
   bool live = true;
@@ -177,6 +192,7 @@ struct State {
   // Owners of every handle object ever made (see the note on CUctx_st).
   std::unordered_map<CUctx_st*, std::unique_ptr<CUctx_st>> contexts;
   std::unordered_map<CUstream_st*, std::unique_ptr<CUstream_st>> streams;
+  std::unordered_map<CUevent_st*, std::unique_ptr<CUevent_st>> events;
   std::unordered_map<CUmod_st*, std::unique_ptr<CUmod_st>> modules;
   std::unordered_map<CUfunc_st*, std::unique_ptr<CUfunc_st>> functions;
   std::unordered_map<CUarray_st*, std::unique_ptr<CUarray_st>> arrays;
@@ -228,7 +244,7 @@ void Unmap(void* base, uint64_t bytes);
 uint64_t PageRound(uint64_t bytes);
 
 // Frees what a context owns (context-bound allocations, arrays, modules,
-// streams) when it is destroyed or its primary context is reset.
+// streams, events) when it is destroyed or its primary context is reset.
 void ReleaseContextResources(CUctx_st* ctx);
 void FreeDeviceAlloc(std::map<uint64_t, DeviceAlloc>::iterator it);
 

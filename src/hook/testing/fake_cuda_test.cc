@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,8 @@
 // Base names cuda.h #defines to a variant; the tests name variants exactly.
 #undef cuGetProcAddress
 #undef cuDeviceGetUuid
+#undef cuEventDestroy
+#undef cuEventElapsedTime
 
 extern "C" {
 // Prototypes cuda.h does not give in its public mode (old or per-thread
@@ -49,6 +52,13 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX,
                              unsigned int sharedMemBytes, CUstream hStream,
                              void** kernelParams, void** extra);
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuEventDestroy(CUevent hEvent);
+CUresult cuEventElapsedTime(float* pMilliseconds, CUevent hStart, CUevent hEnd);
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream);
+CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
+                                     unsigned int flags);
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
+                                  CUstreamCaptureStatus* captureStatus);
 uint64_t hfFakeCudaLaunchCount(void);
 uint64_t hfFakeCudaBusyNs(int device);
 uint64_t hfFakeCudaDeviceUsedBytes(int device);
@@ -110,6 +120,20 @@ constexpr uint64_t kGran = 2 * kMiB;
   X(cuStreamCreate)                 \
   X(cuStreamDestroy_v2)             \
   X(cuStreamSynchronize)            \
+  X(cuStreamQuery)                  \
+  X(cuStreamIsCapturing)            \
+  X(cuStreamIsCapturing_ptsz)       \
+  X(cuEventCreate)                  \
+  X(cuEventDestroy)                 \
+  X(cuEventDestroy_v2)              \
+  X(cuEventRecord)                  \
+  X(cuEventRecord_ptsz)             \
+  X(cuEventRecordWithFlags)         \
+  X(cuEventRecordWithFlags_ptsz)    \
+  X(cuEventQuery)                   \
+  X(cuEventSynchronize)             \
+  X(cuEventElapsedTime)             \
+  X(cuEventElapsedTime_v2)          \
   X(cuDeviceGetDefaultMemPool)      \
   X(cuDeviceGetMemPool)             \
   X(cuDeviceSetMemPool)             \
@@ -332,6 +356,17 @@ const char* const kNeedInit[] = {
     "cuDevicePrimaryCtxRetain",
     "cuDeviceSetMemPool",
     "cuDeviceTotalMem_v2",
+    "cuEventCreate",
+    "cuEventDestroy",
+    "cuEventDestroy_v2",
+    "cuEventElapsedTime",
+    "cuEventElapsedTime_v2",
+    "cuEventQuery",
+    "cuEventRecord",
+    "cuEventRecordWithFlags",
+    "cuEventRecordWithFlags_ptsz",
+    "cuEventRecord_ptsz",
+    "cuEventSynchronize",
     "cuGraphCreate",
     "cuGraphDestroy",
     "cuGraphExecDestroy",
@@ -397,6 +432,8 @@ const char* const kNeedInit[] = {
     "cuStreamCreate",
     "cuStreamDestroy",
     "cuStreamDestroy_v2",
+    "cuStreamIsCapturing",
+    "cuStreamIsCapturing_ptsz",
     "cuStreamQuery",
     "cuStreamQuery_ptsz",
     "cuStreamSynchronize",
@@ -1185,6 +1222,20 @@ TEST_F(FakeCudaTest, GetProcAddressResolvesBaseNamesToTheirVariants) {
       {"cuMemCreate", 10020, 0, "cuMemCreate"},
       {"cuArrayCreate", 12000, 0, "cuArrayCreate_v2"},
       {"cuArray3DCreate", 12000, 0, "cuArray3DCreate_v2"},
+      {"cuEventCreate", 13000, pt, "cuEventCreate"},
+      {"cuEventDestroy", 3020, 0, "cuEventDestroy"},
+      {"cuEventDestroy", 4000, 0, "cuEventDestroy_v2"},
+      {"cuEventRecord", 6050, pt, "cuEventRecord"},
+      {"cuEventRecord", 13000, 0, "cuEventRecord"},
+      {"cuEventRecord", 13000, pt, "cuEventRecord_ptsz"},
+      {"cuEventRecordWithFlags", 11010, 0, "cuEventRecordWithFlags"},
+      {"cuEventRecordWithFlags", 11010, pt, "cuEventRecordWithFlags_ptsz"},
+      {"cuEventQuery", 13000, pt, "cuEventQuery"},
+      {"cuEventSynchronize", 13000, 0, "cuEventSynchronize"},
+      {"cuEventElapsedTime", 12000, 0, "cuEventElapsedTime"},
+      {"cuEventElapsedTime", 12080, 0, "cuEventElapsedTime_v2"},
+      {"cuStreamIsCapturing", 10000, 0, "cuStreamIsCapturing"},
+      {"cuStreamIsCapturing", 13000, pt, "cuStreamIsCapturing_ptsz"},
       {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
       {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
   };
@@ -1377,6 +1428,255 @@ TEST_F(FakeCudaTest, EachDeviceHasItsOwnTimeline) {
   EXPECT_EQ(fake->hfFakeCudaBusyNs(0), 1'000'000u);
   EXPECT_EQ(fake->hfFakeCudaBusyNs(1), 3'000'000u);
   EXPECT_EQ(fake->hfFakeCudaLaunchCount(), 4u);
+}
+
+// ---- Events ----
+
+// Loads module "x" and returns its kernel "k" in the current context.
+CUfunction Kernel(const Fake& fake) {
+  CUmodule mod = nullptr;
+  CUfunction fn = nullptr;
+  EXPECT_EQ(fake.cuModuleLoadData(&mod, "x"), CUDA_SUCCESS);
+  EXPECT_EQ(fake.cuModuleGetFunction(&fn, mod, "k"), CUDA_SUCCESS);
+  return fn;
+}
+
+CUresult Launch(const Fake& fake, CUfunction fn, CUstream stream = nullptr) {
+  return fake.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, nullptr,
+                             nullptr);
+}
+
+TEST_F(FakeCudaTest, EventsFollowTheDriverRules) {
+  auto fake = Start();
+  CUcontext primary = nullptr;
+  ASSERT_EQ(fake->cuCtxGetCurrent(&primary), CUDA_SUCCESS);
+  CUevent ev = nullptr, other = nullptr;
+  EXPECT_EQ(fake->cuEventCreate(nullptr, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fake->cuEventCreate(&ev, 0x8), CUDA_ERROR_INVALID_VALUE);
+  // CU_EVENT_INTERPROCESS needs CU_EVENT_DISABLE_TIMING.
+  EXPECT_EQ(fake->cuEventCreate(&ev, CU_EVENT_INTERPROCESS),
+            CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(fake->cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventCreate(&ev, 0), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(fake->cuCtxSetCurrent(primary), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventCreate(&ev, CU_EVENT_BLOCKING_SYNC), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventCreate(&other, 0), CUDA_SUCCESS);
+  CUevent untimed = nullptr, ipc = nullptr;
+  ASSERT_EQ(fake->cuEventCreate(&untimed, CU_EVENT_DISABLE_TIMING),
+            CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventCreate(
+                &ipc, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING),
+            CUDA_SUCCESS);
+
+  // Never recorded: an empty set of work, done, but without a time.
+  EXPECT_EQ(fake->cuEventQuery(ev), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventSynchronize(ev), CUDA_SUCCESS);
+  float ms = -1;
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, ev, other),
+            CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(fake->cuEventRecord(ev, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, ev, other),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventElapsedTime(&ms, other, ev),
+            CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(fake->cuEventRecord(other, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(nullptr, ev, other),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, ev, other), CUDA_SUCCESS);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_LT(ms, 50.0f);
+  // Without timing data.
+  ASSERT_EQ(fake->cuEventRecord(untimed, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(untimed), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, ev, untimed),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, untimed, ev),
+            CUDA_ERROR_INVALID_HANDLE);
+
+  // Record flags: only the default outside stream capture.
+  EXPECT_EQ(fake->cuEventRecordWithFlags(ev, nullptr, CU_EVENT_RECORD_DEFAULT),
+            CUDA_SUCCESS);
+  EXPECT_EQ(
+      fake->cuEventRecordWithFlags_ptsz(ev, nullptr, CU_EVENT_RECORD_EXTERNAL),
+      CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fake->cuEventRecordWithFlags(ev, nullptr, 0x10),
+            CUDA_ERROR_INVALID_VALUE);
+
+  // A stream of another context than the event's.
+  CUcontext second = fake->NewContext();
+  CUstream theirs = nullptr;
+  ASSERT_EQ(fake->cuStreamCreate(&theirs, 0), CUDA_SUCCESS);
+  CUevent their_event = nullptr;
+  ASSERT_EQ(fake->cuEventCreate(&their_event, 0), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventRecord(ev, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(fake->cuCtxPopCurrent_v2(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventRecord(ev, theirs), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventRecord_ptsz(ev, theirs), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventRecord(their_event, theirs), CUDA_SUCCESS);
+  // Without a current context there is no default stream to record on.
+  ASSERT_EQ(fake->cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventRecord(ev, nullptr), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(fake->cuCtxSetCurrent(primary), CUDA_SUCCESS);
+  // Destroying a context destroys its events.
+  ASSERT_EQ(fake->cuCtxDestroy_v2(second), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(their_event), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventRecord(ev, theirs), CUDA_ERROR_INVALID_HANDLE);
+
+  // Null and destroyed events.
+  EXPECT_EQ(fake->cuEventRecord(nullptr, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventQuery(nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventDestroy_v2(nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventDestroy_v2(other), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventDestroy(other), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventQuery(other), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventSynchronize(other), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventRecord(other, nullptr), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, ev, other),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake->cuEventDestroy(ev), CUDA_SUCCESS);
+
+  // No stream is ever capturing in the fake.
+  CUstream stream = nullptr;
+  ASSERT_EQ(fake->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING),
+            CUDA_SUCCESS);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  EXPECT_EQ(fake->cuStreamIsCapturing(stream, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  EXPECT_EQ(fake->cuStreamIsCapturing_ptsz(nullptr, &status), CUDA_SUCCESS);
+  EXPECT_EQ(status, CU_STREAM_CAPTURE_STATUS_NONE);
+  EXPECT_EQ(fake->cuStreamIsCapturing(stream, nullptr),
+            CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(fake->cuStreamIsCapturing(theirs, &status),
+            CUDA_ERROR_INVALID_HANDLE);
+  ASSERT_EQ(fake->cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuStreamIsCapturing(nullptr, &status),
+            CUDA_ERROR_INVALID_CONTEXT);
+}
+
+TEST_F(FakeCudaTest, EventsTimeKernelsOnTheTimeline) {
+  auto fake = Start({{"HF_FAKE_CUDA_KERNEL_US", "10000"}});
+  const CUfunction fn = Kernel(*fake);
+  CUstream stream = nullptr;
+  ASSERT_EQ(fake->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING),
+            CUDA_SUCCESS);
+  CUevent start = nullptr, end = nullptr;
+  ASSERT_EQ(fake->cuEventCreate(&start, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventCreate(&end, CU_EVENT_BLOCKING_SYNC), CUDA_SUCCESS);
+
+  // 5 launches of 10 ms between the events: 50 ms of the device.
+  const auto wall = Clock::now();
+  ASSERT_EQ(fake->cuEventRecord_ptsz(start, stream), CUDA_SUCCESS);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_EQ(Launch(*fake, fn, stream), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventRecordWithFlags(end, stream, 0), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(start), CUDA_SUCCESS);  // nothing before it
+  EXPECT_EQ(fake->cuEventQuery(end), CUDA_ERROR_NOT_READY);
+  float ms = -1;
+  EXPECT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(fake->cuEventSynchronize(end), CUDA_SUCCESS);
+  EXPECT_GE(Clock::now() - wall, std::chrono::milliseconds(49));
+  EXPECT_EQ(fake->cuEventQuery(end), CUDA_SUCCESS);
+  // Asked later, the answer is still when the work finished, not now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ASSERT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 49.9f);
+  EXPECT_LT(ms, 56.0f);
+  float v1 = -1;
+  ASSERT_EQ(fake->cuEventElapsedTime(&v1, start, end), CUDA_SUCCESS);
+  EXPECT_EQ(v1, ms);
+  ASSERT_EQ(fake->cuEventElapsedTime(&v1, end, start), CUDA_SUCCESS);
+  EXPECT_EQ(v1, -ms);
+
+  // Not looked at until long after the work is done: still 50 ms.
+  ASSERT_EQ(fake->cuEventRecord(start, stream), CUDA_SUCCESS);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_EQ(Launch(*fake, fn, stream), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventRecord(end, stream), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(90));
+  ASSERT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 49.9f);
+  EXPECT_LT(ms, 56.0f);
+
+  // Recording again re-captures: on the legacy default stream of the same
+  // context, around one launch, with the stream synchronized instead.
+  ASSERT_EQ(fake->cuEventRecord(start, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(Launch(*fake, fn), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventRecord(end, CU_STREAM_LEGACY), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(end), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(fake->cuStreamSynchronize(stream), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(end), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 9.9f);
+  EXPECT_LT(ms, 16.0f);
+  // With no work between them, two events are (almost) simultaneous.
+  ASSERT_EQ(fake->cuEventRecord(start, stream), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventRecord(end, stream), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(end), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_LT(ms, 5.0f);
+}
+
+TEST_F(FakeCudaTest, EventsCountTheTimeAnotherProcessHadTheDevice) {
+  const std::string gpus = (dir_ / "gpus").string();
+  fs::create_directories(gpus);
+  const Env env = {{"HF_FAKE_CUDA_GPU_DIR", gpus},
+                   {"HF_FAKE_CUDA_KERNEL_US", "10000"}};
+  auto neighbour = Load();  // the other process's copy, initialized there
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Another process on the same device: 300 ms of kernels queued, then
+    // waited for.
+    bool ok = InitWith(*neighbour, env) == CUDA_SUCCESS;
+    CUcontext ctx = nullptr;
+    ok = ok && neighbour->cuDevicePrimaryCtxRetain(&ctx, 0) == CUDA_SUCCESS &&
+         neighbour->cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+    const CUfunction fn = ok ? Kernel(*neighbour) : nullptr;
+    for (int i = 0; ok && i < 30; ++i) ok = Launch(*neighbour, fn) == 0;
+    const char c = ok ? 'y' : 'n';
+    ok = write(ready[1], &c, 1) == 1 && ok;
+    ok = ok && neighbour->cuCtxSynchronize() == CUDA_SUCCESS;
+    _exit(ok ? 0 : 1);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  close(ready[0]);
+  close(ready[1]);
+
+  auto fake = Start(env);
+  const CUfunction fn = Kernel(*fake);
+  CUevent start = nullptr, end = nullptr;
+  ASSERT_EQ(fake->cuEventCreate(&start, 0), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventCreate(&end, 0), CUDA_SUCCESS);
+  // 10 launches of 10 ms, time-sliced against the neighbour's work: about
+  // 200 ms of the device go by before they are done.
+  ASSERT_EQ(fake->cuEventRecord(start, nullptr), CUDA_SUCCESS);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(Launch(*fake, fn), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventRecord(end, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(fake->cuEventQuery(end), CUDA_ERROR_NOT_READY);
+  ASSERT_EQ(fake->cuEventSynchronize(end), CUDA_SUCCESS);
+  float ms = -1;
+  ASSERT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 180.0f);
+  EXPECT_LT(ms, 225.0f);
+
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+
+  // The device to itself again: the same launches measure 100 ms.
+  ASSERT_EQ(fake->cuEventRecord(start, nullptr), CUDA_SUCCESS);
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(Launch(*fake, fn), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventRecord(end, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventSynchronize(end), CUDA_SUCCESS);
+  ASSERT_EQ(fake->cuEventElapsedTime_v2(&ms, start, end), CUDA_SUCCESS);
+  EXPECT_GE(ms, 99.9f);
+  EXPECT_LT(ms, 112.0f);
 }
 
 // ---- Threads ----

@@ -63,12 +63,33 @@ uint64_t Pending(const Channel& c) { return c.enqueued_ns - c.executed_ns; }
 struct Timeline {
   Channel* channels;
   ProcessSlot* procs;  // null in a projection
+  RunRing* runs;       // null in a projection
   int64_t* sim_ns;
   int32_t* current;
   uint64_t* current_run_ns;
   uint64_t* busy_ns;
   uint64_t timeslice_ns;
 };
+
+// Notes that the device ran a channel for `length` from `start`, when the
+// channel had executed `executed`: one more segment, or the newest one
+// longer when this continues it (the same slice resumed after the timeline
+// was advanced to "now", or the channel picked again with no one else to
+// run), so a channel running alone keeps one segment however long it runs.
+void NoteRun(RunRing& ring, int64_t start, uint64_t executed, uint64_t length) {
+  if (ring.count > 0) {
+    RunSegment& last =
+        ring.segments[(ring.next + kRunSegments - 1) % kRunSegments];
+    if (last.start_ns + static_cast<int64_t>(last.length_ns) == start &&
+        last.executed_ns + last.length_ns == executed) {
+      last.length_ns += length;
+      return;
+    }
+  }
+  ring.segments[ring.next] = RunSegment{start, executed, length};
+  ring.next = (ring.next + 1) % kRunSegments;
+  if (ring.count < kRunSegments) ++ring.count;
+}
 
 // The next channel with work after `from`, round robin; -1 when none.
 int NextWithWork(const Channel* channels, int from) {
@@ -115,6 +136,7 @@ int64_t RunUntil(Timeline& t, int64_t limit, int stop_channel,
     if (stop_channel == cur) {
       run = std::min(run, stop_mark - c.executed_ns);
     }
+    if (t.runs != nullptr) NoteRun(t.runs[cur], *t.sim_ns, c.executed_ns, run);
     c.executed_ns += run;
     *t.current_run_ns += run;
     *t.sim_ns += static_cast<int64_t>(run);
@@ -340,6 +362,8 @@ int SharedDevice::OpenChannel(uint64_t key, uint64_t kernel_ns) {
         c.process = slot;
         c.key = key;
         c.kernel_ns = kernel_ns;
+        layout_->runs[i].next = 0;
+        layout_->runs[i].count = 0;
         found = i;
       }
     }
@@ -361,8 +385,8 @@ void SharedDevice::CloseChannel(int channel) {
 void SharedDevice::AdvanceLocked(int64_t now) {
   Layout& l = *layout_;
   if (now <= l.sim_ns) return;
-  Timeline t{l.channels,        l.procs,    &l.sim_ns,     &l.current,
-             &l.current_run_ns, &l.busy_ns, l.timeslice_ns};
+  Timeline t{l.channels, l.procs,           l.runs,     &l.sim_ns,
+             &l.current, &l.current_run_ns, &l.busy_ns, l.timeslice_ns};
   RunUntil(t, now, -1, 0);
   SnapshotLocked(now);
 }
@@ -375,7 +399,8 @@ int64_t SharedDevice::ProjectLocked(int channel, uint64_t mark) const {
   int32_t current = l.current;
   uint64_t run = l.current_run_ns;
   uint64_t busy = l.busy_ns;
-  Timeline t{channels, nullptr, &sim, &current, &run, &busy, l.timeslice_ns};
+  Timeline t{channels, nullptr, nullptr, &sim,
+             &current, &run,    &busy,   l.timeslice_ns};
   return RunUntil(t, INT64_MAX, channel, mark);
 }
 
@@ -434,6 +459,37 @@ bool SharedDevice::Reached(int channel, uint64_t mark) {
   AdvanceLocked(NowNs());
   const Channel& c = layout_->channels[channel];
   const bool done = c.process < 0 || c.executed_ns >= mark;
+  Unlock();
+  return done;
+}
+
+bool SharedDevice::ReachedAt(int channel, uint64_t mark, int64_t* at_ns) {
+  *at_ns = 0;
+  if (channel < 0 || channel >= kMaxChannels || !Lock()) return true;
+  const int64_t now = NowNs();
+  AdvanceLocked(now);
+  const Channel& c = layout_->channels[channel];
+  bool done = true;
+  if (c.process < 0) {
+    *at_ns = now;
+  } else if (c.executed_ns < mark) {
+    done = false;
+  } else {
+    // Newest first: the segment in which the executed work went past the
+    // mark (executed_ns < mark <= executed_ns + length_ns); else the mark was
+    // reached no later than the oldest segment kept began.
+    const RunRing& ring = layout_->runs[channel];
+    for (uint32_t k = 1; k <= ring.count; ++k) {
+      const RunSegment& s =
+          ring.segments[(ring.next + kRunSegments - k) % kRunSegments];
+      *at_ns = s.start_ns;
+      if (mark > s.executed_ns) {
+        *at_ns +=
+            static_cast<int64_t>(std::min(mark - s.executed_ns, s.length_ns));
+        break;
+      }
+    }
+  }
   Unlock();
   return done;
 }

@@ -20,6 +20,9 @@
 //  - a history of what the timeline did (per-process GPU time, sampled every
 //    20 ms of activity), from which NVML's per-process and device
 //    utilisation are answered.
+//  - per channel, its most recent run segments (when the device ran it, and
+//    how far its work had got), so that the instant a channel's work crossed
+//    a mark can be told afterwards: what a CUDA event's completion time is.
 //
 // With an empty directory the device is private to the process (an
 // anonymous mapping): the same code, one process.
@@ -41,7 +44,7 @@
 namespace hf::fake_gpu {
 
 inline constexpr uint32_t kMagic = 0x48464731;  // "HFG1"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr int kMaxProcesses = 256;
 inline constexpr int kMaxChannels = 256;
 inline constexpr int kHistory = 256;
@@ -50,6 +53,10 @@ inline constexpr int64_t kSampleEveryNs = 20'000'000;
 // real driver's pushbuffer also fills up and blocks the launching thread).
 inline constexpr uint64_t kMaxQueuedLaunches = 1024;
 inline constexpr uint64_t kDefaultTimesliceNs = 2'000'000;
+// Run segments kept per channel. Two busy channels in 2 ms slices give each
+// a segment every 4 ms, so this covers about half a second of history (a
+// channel running alone is one segment however long it runs).
+inline constexpr int kRunSegments = 128;
 
 struct ProcessSlot {
   int32_t pid;  // 0: free
@@ -66,6 +73,22 @@ struct Channel {
   uint64_t kernel_ns;  // the owner's time per launch (0: launches are free)
   uint64_t enqueued_ns;
   uint64_t executed_ns;
+};
+
+// A stretch of time the device ran one channel without a break: from
+// `start_ns` (simulated CLOCK_MONOTONIC) for `length_ns`, starting when the
+// channel had executed `executed_ns` of its work.
+struct RunSegment {
+  int64_t start_ns;
+  uint64_t executed_ns;
+  uint64_t length_ns;
+};
+
+// A channel's most recent run segments: a ring, the newest at next - 1.
+struct RunRing {
+  uint32_t next;
+  uint32_t count;
+  RunSegment segments[kRunSegments];
 };
 
 struct Snapshot {
@@ -96,6 +119,7 @@ struct Layout {
   uint32_t history_next;
   uint32_t history_count;
   Snapshot history[kHistory];
+  RunRing runs[kMaxChannels];  // by channel; emptied when a channel opens
 };
 
 struct DeviceOptions {
@@ -164,6 +188,15 @@ class SharedDevice {
   // The work queued on `channel` so far.
   uint64_t Mark(int channel);
   bool Reached(int channel, uint64_t mark);
+  // When `channel` finished its work up to `mark`, after advancing the
+  // timeline to now: true with *at_ns the simulated CLOCK_MONOTONIC instant
+  // its executed work reached `mark`, so the time the device spent running
+  // other channels in between counts; false while it has not. Answered from
+  // the channel's last kRunSegments run segments: a mark reached at or before
+  // the oldest kept one's start gets that start (later than the truth), one
+  // on a channel that never ran gets 0. A closed channel (its work dropped)
+  // gets now.
+  bool ReachedAt(int channel, uint64_t mark, int64_t* at_ns);
   // Sleeps until the channel has run everything up to `mark` (or closed).
   void WaitFor(int channel, uint64_t mark);
 

@@ -159,6 +159,97 @@ TEST_F(FakeGpuTest, ProcessesShareOneTimelineAndNvmlSeesEach) {
   EXPECT_GE(u.gpu_percent, 90u);
 }
 
+TEST_F(FakeGpuTest, ReachedAtTellsWhenAChannelCrossedAMark) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const int ch = gpu.OpenChannel(1, 0);
+  ASSERT_GE(ch, 0);
+  int64_t at = -1;
+  EXPECT_TRUE(gpu.ReachedAt(ch, 0, &at));  // nothing ever ran
+  EXPECT_EQ(at, 0);
+  const int64_t start = SharedDevice::NowNs();
+  const uint64_t first = gpu.Enqueue(ch, 30 * kMs);
+  const uint64_t second = gpu.Enqueue(ch, 30 * kMs);
+  EXPECT_FALSE(gpu.ReachedAt(ch, first, &at));  // 30 ms ahead
+  gpu.WaitFor(ch, second);
+  const int64_t woke = SharedDevice::NowNs();
+  int64_t at_first = 0, at_second = 0, at_half = 0;
+  ASSERT_TRUE(gpu.ReachedAt(ch, first, &at_first));
+  ASSERT_TRUE(gpu.ReachedAt(ch, second, &at_second));
+  ASSERT_TRUE(gpu.ReachedAt(ch, first / 2, &at_half));
+  // Alone on the device, its work runs without a break from the first
+  // launch: the marks are crossed 15, 30 and 60 ms in, whenever asked.
+  EXPECT_GE(at_first, start + 30 * kMs);
+  EXPECT_LT(at_first, start + 35 * kMs);
+  EXPECT_EQ(at_second - at_first, 30 * kMs);
+  EXPECT_EQ(at_first - at_half, 15 * kMs);
+  EXPECT_LE(at_second, woke);
+  ::usleep(20'000);
+  int64_t later = 0;
+  ASSERT_TRUE(gpu.ReachedAt(ch, second, &later));
+  EXPECT_EQ(later, at_second);
+
+  // Idle time between two bursts is not the channel's: after a 20 ms pause
+  // the next 10 ms of work ends 10 ms after it was queued, not 30.
+  const int64_t resumed = SharedDevice::NowNs();
+  const uint64_t third = gpu.Enqueue(ch, 10 * kMs);
+  gpu.WaitFor(ch, third);
+  ASSERT_TRUE(gpu.ReachedAt(ch, third, &at));
+  EXPECT_GE(at, resumed + 10 * kMs);
+  EXPECT_LT(at, resumed + 15 * kMs);
+}
+
+TEST_F(FakeGpuTest, ReachedAtCountsTheTimeOtherChannelsRan) {
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, Options(), &error)) << error;
+  const int a = gpu.OpenChannel(1, 0);
+  const int b = gpu.OpenChannel(2, 0);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  const int64_t start = SharedDevice::NowNs();
+  const uint64_t half = gpu.Enqueue(a, 10 * kMs);
+  const uint64_t all = gpu.Enqueue(a, 10 * kMs);
+  gpu.WaitFor(b, gpu.Enqueue(b, 20 * kMs));
+  gpu.WaitFor(a, all);
+  int64_t at_half = 0, at_all = 0;
+  ASSERT_TRUE(gpu.ReachedAt(a, half, &at_half));
+  ASSERT_TRUE(gpu.ReachedAt(a, all, &at_all));
+  // In 2 ms slices against b, a's second 10 ms of work takes 20 ms of the
+  // device (10 of its own, 10 of b's), and all of it about 40 ms.
+  EXPECT_NEAR(static_cast<double>(at_all - at_half), 20.0 * kMs, 0.1 * kMs);
+  EXPECT_GE(at_all - start, 37 * kMs);
+  EXPECT_LT(at_all - start, 45 * kMs);
+}
+
+TEST_F(FakeGpuTest, ReachedAtAnswersOldMarksWithTheOldestSegmentKept) {
+  DeviceOptions o = Options();
+  o.timeslice_ns = 100'000;  // 100 µs slices: many segments quickly
+  SharedDevice gpu;
+  std::string error;
+  ASSERT_TRUE(gpu.Open(dir_, 0, o, &error)) << error;
+  const int a = gpu.OpenChannel(1, 0);
+  const int b = gpu.OpenChannel(2, 0);
+  const int64_t start = SharedDevice::NowNs();
+  // a runs in 100 µs slices alternating with b: about 300 segments, more
+  // than the kRunSegments kept.
+  const uint64_t early = gpu.Enqueue(a, 100'000);
+  const uint64_t all = gpu.Enqueue(a, 30 * kMs - 100'000);
+  gpu.Enqueue(b, 30 * kMs);
+  gpu.WaitFor(a, all);
+  int64_t at_early = 0, at_zero = 0, at_all = 0;
+  ASSERT_TRUE(gpu.ReachedAt(a, early, &at_early));
+  ASSERT_TRUE(gpu.ReachedAt(a, 0, &at_zero));
+  ASSERT_TRUE(gpu.ReachedAt(a, all, &at_all));
+  // Truly crossed about 0.1 ms in; answered with the oldest kept segment's
+  // start, about (300 - kRunSegments) x 200 µs in.
+  EXPECT_EQ(at_early, at_zero);
+  EXPECT_GT(at_early - start, 20 * kMs);
+  EXPECT_LT(at_early, at_all - (kRunSegments - 2) * 200'000);
+  EXPECT_GE(at_all - start, 59 * kMs);
+}
+
 TEST_F(FakeGpuTest, ALaunchWaitsWhileItsQueueIsFull) {
   SharedDevice gpu;
   std::string error;
@@ -183,6 +274,9 @@ TEST_F(FakeGpuTest, ClosingAChannelDropsItsWork) {
   const int64_t start = SharedDevice::NowNs();
   gpu.WaitFor(ch, mark);  // returns: the work is gone
   EXPECT_LT(SharedDevice::NowNs() - start, 100 * kMs);
+  int64_t at = 0;
+  EXPECT_TRUE(gpu.ReachedAt(ch, mark, &at));  // as of now
+  EXPECT_GE(at, start);
 }
 
 TEST_F(FakeGpuTest, ADeadProcessStopsUsingTheDevice) {
