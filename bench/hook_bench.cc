@@ -19,8 +19,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace {
@@ -36,6 +38,8 @@ struct Api {
 Api g_plain;
 Api g_hook;
 Api g_share;
+Api g_sampled;    // a copy of the hook, sampling on (the default)
+Api g_unsampled;  // a copy with HETEROFLOW_HOOK_SAMPLING=off
 CUfunction g_fn = nullptr;
 
 template <typename T>
@@ -52,6 +56,46 @@ void LoadApi(Api& api, void* lib) {
   Load(api.free, lib, "cuMemFree_v2");
   Load(api.get_info, lib, "cuMemGetInfo_v2");
   Load(api.launch, lib, "cuLaunchKernel");
+}
+
+// A copy of the hook (its own state, so its own configuration), loaded.
+void* LoadCopy() {
+  char copy[] = "/tmp/hf-hook-bench-XXXXXX";
+  const int fd = mkstemp(copy);
+  FILE* in = std::fopen(HF_HOOK_PATH, "rb");
+  if (fd < 0 || in == nullptr) {
+    std::fprintf(stderr, "hook_bench: cannot copy the hook\n");
+    std::exit(1);
+  }
+  char buffer[65536];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), in)) > 0;) {
+    if (write(fd, buffer, n) != static_cast<ssize_t>(n)) std::exit(1);
+  }
+  std::fclose(in);
+  close(fd);
+  void* lib = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+  unlink(copy);
+  if (lib == nullptr) {
+    std::fprintf(stderr, "hook_bench: %s\n", dlerror());
+    std::exit(1);
+  }
+  return lib;
+}
+
+// A copy of the hook without a compute share, sampling `sampling` ("on" or
+// "off"), initialised now (its first call reads the environment).
+void LoadSamplingCopy(Api& api, const char* sampling) {
+  const char* share = std::getenv("HETEROFLOW_SLICE_COMPUTE_PERCENT");
+  const std::string kept = share == nullptr ? "" : share;
+  unsetenv("HETEROFLOW_SLICE_COMPUTE_PERCENT");
+  setenv("HETEROFLOW_HOOK_SAMPLING", sampling, 1);
+  LoadApi(api, LoadCopy());
+  size_t free = 0;
+  size_t total = 0;
+  api.get_info(&free, &total);
+  unsetenv("HETEROFLOW_HOOK_SAMPLING");
+  if (share != nullptr)
+    setenv("HETEROFLOW_SLICE_COMPUTE_PERCENT", kept.c_str(), 1);
 }
 
 void Setup() {
@@ -77,26 +121,10 @@ void Setup() {
   setenv("HETEROFLOW_SLICE_COMPUTE_PERCENT", "50", 1);
   setenv("HETEROFLOW_SLICE_COMPUTE_MODE", "work-conserving", 1);
   unsetenv("HETEROFLOW_HOOK_GPU_REGION");
-  char copy[] = "/tmp/hf-hook-bench-XXXXXX";
-  const int fd = mkstemp(copy);
-  FILE* in = std::fopen(HF_HOOK_PATH, "rb");
-  if (fd < 0 || in == nullptr) {
-    std::fprintf(stderr, "hook_bench: cannot copy the hook\n");
-    std::exit(1);
-  }
-  char buffer[65536];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), in)) > 0;) {
-    if (write(fd, buffer, n) != static_cast<ssize_t>(n)) std::exit(1);
-  }
-  std::fclose(in);
-  close(fd);
-  void* share = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
-  unlink(copy);
-  if (share == nullptr) {
-    std::fprintf(stderr, "hook_bench: %s\n", dlerror());
-    std::exit(1);
-  }
+  void* share = LoadCopy();
   LoadApi(g_share, share);
+  LoadSamplingCopy(g_sampled, "on");
+  LoadSamplingCopy(g_unsampled, "off");
   CUresult (*init)(unsigned int);
   CUresult (*device_get)(CUdevice*, int);
   CUresult (*retain)(CUcontext*, CUdevice);
@@ -165,6 +193,42 @@ void BM_LaunchKernel(benchmark::State& state) {
   state.SetLabel(LabelFor(state));
 }
 BENCHMARK(BM_LaunchKernel)->Arg(0)->Arg(1)->Arg(2);
+
+// Interference sampling's cost (docs/HOOK.md, "Interference"): launches
+// through a copy of the hook that samples (the default) and one with
+// HETEROFLOW_HOOK_SAMPLING=off, in alternating blocks within one run so
+// that both see the same machine. Target: overhead_percent <= 1.
+void BM_LaunchSampling(benchmark::State& state) {
+  constexpr int kBlock = 16384;
+  double on_ns = 0;
+  double off_ns = 0;
+  double launches = 0;
+  const auto now = [] { return std::chrono::steady_clock::now(); };
+  const auto block = [&](const Api& api) {
+    const auto t0 = now();
+    for (int i = 0; i < kBlock; ++i) {
+      api.launch(g_fn, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+    }
+    return std::chrono::duration<double, std::nano>(now() - t0).count();
+  };
+  bool sampled_first = true;
+  for (auto _ : state) {
+    // Alternate which goes first: neither gains from the other's warm-up.
+    if (sampled_first) {
+      on_ns += block(g_sampled);
+      off_ns += block(g_unsampled);
+    } else {
+      off_ns += block(g_unsampled);
+      on_ns += block(g_sampled);
+    }
+    sampled_first = !sampled_first;
+    launches += kBlock;
+  }
+  state.counters["sampled_ns_per_launch"] = on_ns / launches;
+  state.counters["unsampled_ns_per_launch"] = off_ns / launches;
+  state.counters["overhead_percent"] = 100.0 * (on_ns - off_ns) / off_ns;
+}
+BENCHMARK(BM_LaunchSampling);
 
 }  // namespace
 

@@ -272,6 +272,7 @@ Status Agent::Cycle() {
   Probe();
   CheckHookProof();
   FeedShares();
+  MeasureInterference();
   HF_RETURN_IF_ERROR(RegisterOrHeartbeat());
   Status first = HandleMigCommands();
   const Status assignments = HandleAssignments();
@@ -521,6 +522,76 @@ void Agent::FeedShares() {
   }
 }
 
+void Agent::MeasureInterference() {
+  // The hooked single-GPU slices, by GPU.
+  std::map<int, std::vector<std::int64_t>> tasks_on;
+  std::set<std::int64_t> live;
+  for (const auto& [id, t] : tasks_) {
+    if (!t.region || t.finished || t.gpu_indices.size() != 1 ||
+        t.slice_id <= 0) {
+      continue;
+    }
+    tasks_on[t.gpu_indices[0]].push_back(id);
+    live.insert(t.slice_id);
+  }
+  interference_.Retain(live);
+  std::erase_if(interference_seen_,
+                [&](const auto& e) { return !live.contains(e.first); });
+  std::erase_if(interference_sampled_us_,
+                [&](const auto& e) { return !tasks_on.contains(e.first); });
+  const auto now_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (const auto& [index, ids] : tasks_on) {
+    // Each slice's classes, and whether its timed launches grew.
+    std::map<std::int64_t, std::vector<KernelCounts>> counts;
+    std::set<std::int64_t> launched;  // tasks
+    for (std::int64_t id : ids) {
+      const LocalTask& t = tasks_.at(id);
+      hook::Region::KernelView views[hook::kKernelClasses];
+      const int n = t.region->ReadKernels(views, hook::kKernelClasses);
+      std::vector<KernelCounts>& c = counts[id];
+      std::uint64_t total = 0;
+      for (int i = 0; i < n; ++i) {
+        c.push_back({views[i].key, views[i].samples, views[i].total_ns});
+        total += views[i].samples;
+      }
+      std::uint64_t& seen = interference_seen_[t.slice_id];
+      if (total != seen) launched.insert(id);
+      seen = total;
+    }
+    // What else used the GPU since the last round, by the driver: any busy
+    // process of another task, or of no task of this node.
+    std::set<std::int64_t> busy;
+    bool busy_stranger = false;
+    std::uint64_t& since = interference_sampled_us_[index];
+    if (since != 0) {
+      auto samples = driver_->SampleProcessUtilization(index, since);
+      if (samples.ok()) {
+        const std::map<std::int64_t, std::int64_t> task_of =
+            hook_proof_.TasksOfProcesses(index);
+        for (const gpu::ProcessUtilization& p : *samples) {
+          if (p.sm_percent == 0) continue;
+          auto it = task_of.find(p.pid);
+          if (it == task_of.end()) {
+            busy_stranger = true;
+          } else {
+            busy.insert(it->second);
+          }
+        }
+      }
+    }
+    since = now_us;
+    for (std::int64_t id : ids) {
+      bool shared = busy_stranger;
+      for (std::int64_t other : launched) shared = shared || other != id;
+      for (std::int64_t other : busy) shared = shared || other != id;
+      interference_.Observe(tasks_.at(id).slice_id, counts[id], shared);
+    }
+  }
+}
+
 void Agent::ApplyQuotas(const wire::HeartbeatReply& reply) {
   for (const wire::QuotaDirective& q : reply.quotas) {
     auto it = tasks_.find(q.task_id);
@@ -714,6 +785,14 @@ Status Agent::RegisterOrHeartbeat() {
                   std::clamp(f.achieved_percent, 0.0, 100.0);
             }
           }
+        }
+      }
+      if (t.slice_id > 0) {
+        const InterferenceMeter::Reading r = interference_.Read(t.slice_id);
+        if (r.ratio) {
+          running.hook->interference =
+              std::clamp(*r.ratio, 0.01, wire::kMaxInterference);
+          running.hook->interference_samples = r.samples;
         }
       }
       HookProof::Verdict proof = hook_proof_.VerdictOf(id);

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "agent/hook_proof.h"
+#include "agent/interference.h"
 #include "agent/server_client.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -242,6 +243,9 @@ class Agent {
   // slice used outside its turns is charged to it. After CheckHookProof,
   // whose attribution of processes to tasks it uses.
   void FeedShares();
+  // Feeds each hooked slice's kernel samples to the interference meter,
+  // with whether anything else used its GPU since the last round.
+  void MeasureInterference();
   // Sets the quotas the server's heartbeat reply names on their regions.
   void ApplyQuotas(const wire::HeartbeatReply& reply);
   const gpu::GpuInfo* GpuAt(int index) const;
@@ -290,6 +294,12 @@ class Agent {
     std::vector<hook::SliceFeedback> last;
   };
   std::map<int, GpuShares> gpu_shares_;
+  InterferenceMeter interference_;
+  // Per GPU: when NVML's process utilisation was last asked for the
+  // interference meter (microseconds since the epoch; 0: not yet).
+  std::map<int, std::uint64_t> interference_sampled_us_;
+  // Per slice: its regions' timed launches at the last round.
+  std::map<std::int64_t, std::uint64_t> interference_seen_;
 
   // What a scrape reads (SnapshotMetrics), apart from the agent's thread.
   struct SliceMetrics {
@@ -298,6 +308,7 @@ class Agent {
     double share_set = 0;                  // ratio, from the region
     double share_achieved = 0;             // ratio, the last window
     double waited_seconds = 0;             // in the GPU region's turns
+    double interference = 0;               // 0: not measured
   };
   struct GpuMetrics {
     int index = 0;

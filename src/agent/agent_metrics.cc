@@ -18,6 +18,7 @@ void Agent::SnapshotMetrics() {
     m.region = t.region;
     if (t.region) {
       m.share_set = t.region->compute_percent() / 100.0;
+      m.interference = interference_.Read(t.slice_id).ratio.value_or(0);
     }
     if (t.gpu_indices.size() == 1) {
       auto g = gpu_shares_.find(t.gpu_indices[0]);
@@ -94,6 +95,15 @@ metrics::Families Agent::CollectMetrics() const {
       "heteroflow_slice_compute_achieved_ratio",
       "The GPU time the slice's processes used over the last sampling "
       "window, as a fraction of the GPU (NVML).");
+  FamilyBuilder interference(
+      "heteroflow_slice_interference_ratio",
+      "The slice's sampled kernels' time while other slices used its GPU, "
+      "divided by their time while it had the GPU alone (0: not measured "
+      "yet).");
+  FamilyBuilder kernel_samples("heteroflow_slice_kernel_samples_total",
+                               "Kernel launches of the slice the hook timed "
+                               "for the interference measure.",
+                               MetricType::Counter);
   FamilyBuilder gpu_util("heteroflow_node_gpu_utilization_ratio",
                          "GPU time used by the slices' processes over the "
                          "last sampling window (NVML), 0..1.");
@@ -127,6 +137,8 @@ metrics::Families Agent::CollectMetrics() const {
     waited.Add(l, s.waited_seconds);
     share_set.Add(l, s.share_set);
     share_achieved.Add(l, s.share_achieved);
+    interference.Add(l, s.interference);
+    kernel_samples.Add(l, static_cast<double>(r.kernel_samples));
   }
   for (const GpuMetrics& g : gpu_metrics_) {
     const metrics::Labels l{{"gpu", std::to_string(g.index)}};
@@ -141,8 +153,8 @@ metrics::Families Agent::CollectMetrics() const {
   metrics::Families out;
   for (FamilyBuilder* f :
        {&used, &peak, &quota, &quota_ooms, &physical_ooms, &processes, &waited,
-        &share_set, &share_achieved, &gpu_util, &gpu_total, &gpu_used, &gpu_up,
-        &mig, &mps, &cycles}) {
+        &share_set, &share_achieved, &interference, &kernel_samples, &gpu_util,
+        &gpu_total, &gpu_used, &gpu_up, &mig, &mps, &cycles}) {
     out.push_back(f->Take());
   }
   return out;

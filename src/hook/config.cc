@@ -120,6 +120,14 @@ HookConfig ReadConfig(EnvLookup lookup, void* ctx) {
                   "/dev/shm/heteroflow-slice-%llu",
                   static_cast<unsigned long long>(c.slice_id));
   }
+  if (const char* sampling = get_env(kEnvSampling)) {
+    if (std::strcmp(sampling, "off") == 0 || std::strcmp(sampling, "0") == 0) {
+      c.sampling = false;
+    } else if (std::strcmp(sampling, "on") != 0 &&
+               std::strcmp(sampling, "1") != 0) {
+      fail(kEnvSampling, "must be \"on\" or \"off\"");
+    }
+  }
   if (const char* uuid = get_env(kEnvGpuUuid)) {
     // Never cut short: a truncated list could name a GPU it did not. Too
     // long, no UUID is kept (the quota view then applies to every GPU the

@@ -25,6 +25,7 @@ inline constexpr const char* kEnvGpuRegion = "HETEROFLOW_HOOK_GPU_REGION";
 inline constexpr const char* kEnvContextMb = "HETEROFLOW_HOOK_CONTEXT_MB";
 inline constexpr const char* kEnvLog = "HETEROFLOW_HOOK_LOG";
 inline constexpr const char* kEnvDisable = "HETEROFLOW_HOOK_DISABLE";
+inline constexpr const char* kEnvSampling = "HETEROFLOW_HOOK_SAMPLING";
 
 enum class LogLevel { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
@@ -46,6 +47,9 @@ struct HookConfig {
   // the children it forks.
   char gpu_region_path[256] = {};
   LogLevel log_level = LogLevel::kWarn;
+  // Whether a sample of kernel launches is timed for the interference
+  // measure (HETEROFLOW_HOOK_SAMPLING=off turns it off).
+  bool sampling = true;
   // The first variable that could not be parsed (then the quota is 0:
   // fail closed) and why.
   const char* bad_variable = nullptr;

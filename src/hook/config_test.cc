@@ -78,6 +78,20 @@ TEST(HookConfigTest, ABadComputeValueIsNamedAndIgnored) {
   EXPECT_EQ(c.quota_bytes, uint64_t{64} << 20);
 }
 
+TEST(HookConfigTest, SamplingIsOnUnlessTurnedOff) {
+  EXPECT_TRUE(Read({{"HETEROFLOW_SLICE_MEMORY_MB", "64"}}).sampling);
+  HookConfig off = Read({{"HETEROFLOW_SLICE_MEMORY_MB", "64"},
+                         {"HETEROFLOW_HOOK_SAMPLING", "off"}});
+  EXPECT_FALSE(off.sampling);
+  EXPECT_EQ(off.bad_variable, nullptr);
+  HookConfig bad = Read({{"HETEROFLOW_SLICE_MEMORY_MB", "64"},
+                         {"HETEROFLOW_HOOK_SAMPLING", "sometimes"}});
+  ASSERT_NE(bad.bad_variable, nullptr);
+  EXPECT_STREQ(bad.bad_variable, "HETEROFLOW_HOOK_SAMPLING");
+  EXPECT_TRUE(bad.sampling);
+  EXPECT_EQ(bad.quota_bytes, uint64_t{64} << 20);  // nothing else lost
+}
+
 TEST(HookConfigTest, DisableTurnsTheHookOff) {
   HookConfig c = Read(
       {{"HETEROFLOW_SLICE_MEMORY_MB", "64"}, {"HETEROFLOW_HOOK_DISABLE", "1"}});

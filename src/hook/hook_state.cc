@@ -32,6 +32,22 @@ void ResolveReal(HookState& s) {
   HF_HOOK_WRAPPED(HF_RESOLVE)
   HF_HOOK_USED(HF_RESOLVE)
 #undef HF_RESOLVE
+  // Drivers before CUDA 12.8 export the first version only (same
+  // signature).
+  if (s.real.cuEventElapsedTime_v2 == nullptr) {
+    s.real.cuEventElapsedTime_v2 =
+        reinterpret_cast<decltype(s.real.cuEventElapsedTime_v2)>(
+            RealDlsym(s.libcuda, "cuEventElapsedTime"));
+  }
+}
+
+// Interference sampling needs the event entry points.
+bool CanSample(const HookState& s) {
+  return s.real.cuCtxGetCurrent != nullptr && s.real.cuEventCreate != nullptr &&
+         s.real.cuEventDestroy_v2 != nullptr &&
+         s.real.cuEventRecord != nullptr && s.real.cuEventQuery != nullptr &&
+         s.real.cuEventElapsedTime_v2 != nullptr &&
+         s.real.cuStreamIsCapturing != nullptr;
 }
 
 void AttachSelf(HookState& s) {
@@ -48,6 +64,7 @@ void AfterForkInChild() {
   s->table.ResetAfterFork();
   if (s->counting) {
     s->region.ResetAfterFork();
+    s->sampler.ResetAfterFork();
     AttachSelf(*s);
     JoinGpu(*s);
   }
@@ -101,6 +118,7 @@ void Initialise(HookState& s) {
   AttachSelf(s);
   s.counting = true;
   JoinGpu(s);
+  s.sampler.Start(s, s.config.sampling && CanSample(s));
   pthread_atfork(nullptr, nullptr, &AfterForkInChild);
   Log(LogLevel::kInfo, nullptr,
       "enforcing: quota %llu bytes, compute %u%%, region %s",

@@ -17,6 +17,7 @@
 #include "hook/cuda_api.h"
 #include "hook/gpu_region.h"
 #include "hook/region.h"
+#include "hook/sampler.h"
 
 namespace hf::hook {
 
@@ -67,9 +68,15 @@ namespace hf::hook {
   X(cuGetProcAddress)               \
   X(cuGetProcAddress_v2)
 
-#define HF_HOOK_USED(X) \
-  X(cuCtxGetCurrent)    \
-  X(cuDevicePrimaryCtxGetState)
+#define HF_HOOK_USED(X)         \
+  X(cuCtxGetCurrent)            \
+  X(cuDevicePrimaryCtxGetState) \
+  X(cuEventCreate)              \
+  X(cuEventDestroy_v2)          \
+  X(cuEventRecord)              \
+  X(cuEventQuery)               \
+  X(cuEventElapsedTime_v2)      \
+  X(cuStreamIsCapturing)
 
 struct RealCuda {
 // NOLINTNEXTLINE(bugprone-macro-parentheses): `name` is a declarator.
@@ -95,6 +102,8 @@ struct HookState {
   // this process's entry in it (-1: not joined; throttling is then off).
   GpuRegion gpu;
   std::atomic<int> gpu_process{-1};
+  // Times a sample of the launches for the interference measure.
+  KernelSampler sampler;
   AllocTable table;
   void* libcuda = nullptr;
 };

@@ -542,6 +542,38 @@ TEST_F(HookTest, ComputeShareHoldsOnEveryLaunchPath) {
   }
 }
 
+// Interference sampling: a sample of the launches is timed with events on
+// the (fake) GPU, and the times land in the slice's region by kernel class.
+TEST_F(HookTest, ASampleOfLaunchesIsTimedIntoTheSlicesRegion) {
+  Env env = SliceEnv(64);
+  env["HF_FAKE_CUDA_KERNEL_US"] = "500";
+  for (const char* path : {"kernel", "ex", "ptsz"}) {
+    fs::remove(region_);
+    json j = Run("procaddr", {"launch", "500", path}, env);
+    ASSERT_EQ(j["result"], "CUDA_SUCCESS") << j.dump();
+    Region r;  // as the agent sees it
+    const char* error = nullptr;
+    ASSERT_TRUE(r.Open(region_.c_str(), 64 * kMiB, 0, &error)) << error;
+    Region::KernelView views[kKernelClasses];
+    const int n = r.ReadKernels(views, kKernelClasses);
+    ASSERT_EQ(n, 1) << path << ": one kernel, one shape, one class";
+    // About a thousand launches, each waiting for the GPU: sampling is
+    // cheap against that, so the period falls to its floor.
+    EXPECT_GE(views[0].samples, 10u) << path;
+    const double mean_us = static_cast<double>(views[0].total_ns) /
+                           static_cast<double>(views[0].samples) / 1000.0;
+    EXPECT_NEAR(mean_us, 500, 100) << path << ": the kernel's time, alone";
+    EXPECT_EQ(r.Stats().kernel_samples, views[0].samples);
+    EXPECT_GT(r.sample_period(), 0u);
+  }
+  // Turned off: nothing is timed.
+  env["HETEROFLOW_HOOK_SAMPLING"] = "off";
+  fs::remove(region_);
+  ASSERT_EQ(Run("procaddr", {"launch", "200", "kernel"}, env)["result"],
+            "CUDA_SUCCESS");
+  EXPECT_EQ(OpenRegion(64).Stats().kernel_samples, 0u);
+}
+
 // NVML (nvidia-smi, monitoring agents in the task) sees the quota on the
 // slice's GPU and the truth on the others.
 TEST_F(HookTest, NvmlShowsTheQuotaOnTheSlicesGpuOnly) {

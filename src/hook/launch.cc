@@ -1,7 +1,9 @@
 // Kernel launches: every launch path (plain, extended, cooperative, graph,
 // and their per-thread-stream variants) passes through the GPU's turn
 // (gpu_region.h) when the slice has a compute share. Without one, the
-// wrapper is one relaxed load and a tail call: no lock, no syscall.
+// wrapper is two relaxed loads, a thread-local countdown and the call: no
+// lock, no syscall. One launch in the sampler's period (sampler.h) is
+// timed with a pair of events for the interference measure.
 //
 // With a share, a launch first waits for this process to hold the GPU's
 // turn; the turn is shared with the other slices on the GPU by their
@@ -118,6 +120,14 @@ inline void AwaitTurn(HookState& s, const BusyCall& call) {
   s.gpu.AwaitTurn(call.process(), &Drain, &s);
 }
 
+// A launch, timed when the sampler says so (sampler.h).
+template <typename Key, typename Launch>
+inline CUresult MaybeTimed(HookState& s, CUstream stream, const Key& key,
+                           const Launch& launch) {
+  if (!s.sampler.Due()) return launch();
+  return s.sampler.Time(s, key(), stream, launch);
+}
+
 }  // namespace
 }  // namespace hf::hook
 
@@ -125,27 +135,34 @@ using hf::hook::AwaitTurn;
 using hf::hook::BusyCall;
 using hf::hook::Hook;
 using hf::hook::HookState;
+using hf::hook::KernelClassKey;
+using hf::hook::MaybeTimed;
 
 extern "C" {
 
-#define HF_LAUNCH_KERNEL(name)                                                \
-  __attribute__((visibility("default"))) CUresult name(                       \
-      CUfunction f, unsigned int gridDimX, unsigned int gridDimY,             \
-      unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,  \
-      unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,  \
-      void** kernelParams, void** extra) {                                    \
-    HookState& s = Hook();                                                    \
-    if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;            \
-    if (!s.throttling.load(std::memory_order_relaxed)) {                      \
-      return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX,          \
-                         blockDimY, blockDimZ, sharedMemBytes, hStream,       \
-                         kernelParams, extra);                                \
-    }                                                                         \
-    BusyCall call(s);                                                         \
-    AwaitTurn(s, call);                                                       \
-    return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, \
-                       blockDimZ, sharedMemBytes, hStream, kernelParams,      \
-                       extra);                                                \
+#define HF_LAUNCH_KERNEL(name)                                               \
+  __attribute__((visibility("default"))) CUresult name(                      \
+      CUfunction f, unsigned int gridDimX, unsigned int gridDimY,            \
+      unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, \
+      unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, \
+      void** kernelParams, void** extra) {                                   \
+    HookState& s = Hook();                                                   \
+    if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;           \
+    const auto launch = [&] {                                                \
+      return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX,         \
+                         blockDimY, blockDimZ, sharedMemBytes, hStream,      \
+                         kernelParams, extra);                               \
+    };                                                                       \
+    const auto key = [&] {                                                   \
+      return KernelClassKey(f, gridDimX, gridDimY, gridDimZ, blockDimX,      \
+                            blockDimY, blockDimZ);                           \
+    };                                                                       \
+    if (!s.throttling.load(std::memory_order_relaxed)) {                     \
+      return MaybeTimed(s, hStream, key, launch);                            \
+    }                                                                        \
+    BusyCall call(s);                                                        \
+    AwaitTurn(s, call);                                                      \
+    return MaybeTimed(s, hStream, key, launch);                              \
   }
 HF_LAUNCH_KERNEL(cuLaunchKernel)
 HF_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
@@ -157,50 +174,70 @@ HF_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
       void** extra) {                                                  \
     HookState& s = Hook();                                             \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;     \
-    if (!s.throttling.load(std::memory_order_relaxed)) {               \
+    const auto launch = [&] {                                          \
       return s.real.name(config, f, kernelParams, extra);              \
+    };                                                                 \
+    const auto key = [&] {                                             \
+      return KernelClassKey(f, config->gridDimX, config->gridDimY,     \
+                            config->gridDimZ, config->blockDimX,       \
+                            config->blockDimY, config->blockDimZ);     \
+    };                                                                 \
+    if (config == nullptr) return launch();                            \
+    if (!s.throttling.load(std::memory_order_relaxed)) {               \
+      return MaybeTimed(s, config->hStream, key, launch);              \
     }                                                                  \
     BusyCall call(s);                                                  \
     AwaitTurn(s, call);                                                \
-    return s.real.name(config, f, kernelParams, extra);                \
+    return MaybeTimed(s, config->hStream, key, launch);                \
   }
 HF_LAUNCH_KERNEL_EX(cuLaunchKernelEx)
 HF_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
 #undef HF_LAUNCH_KERNEL_EX
 
-#define HF_LAUNCH_COOPERATIVE(name)                                           \
-  __attribute__((visibility("default"))) CUresult name(                       \
-      CUfunction f, unsigned int gridDimX, unsigned int gridDimY,             \
-      unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,  \
-      unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,  \
-      void** kernelParams) {                                                  \
-    HookState& s = Hook();                                                    \
-    if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;            \
-    if (!s.throttling.load(std::memory_order_relaxed)) {                      \
-      return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX,          \
-                         blockDimY, blockDimZ, sharedMemBytes, hStream,       \
-                         kernelParams);                                       \
-    }                                                                         \
-    BusyCall call(s);                                                         \
-    AwaitTurn(s, call);                                                       \
-    return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, \
-                       blockDimZ, sharedMemBytes, hStream, kernelParams);     \
+#define HF_LAUNCH_COOPERATIVE(name)                                          \
+  __attribute__((visibility("default"))) CUresult name(                      \
+      CUfunction f, unsigned int gridDimX, unsigned int gridDimY,            \
+      unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, \
+      unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, \
+      void** kernelParams) {                                                 \
+    HookState& s = Hook();                                                   \
+    if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;           \
+    const auto launch = [&] {                                                \
+      return s.real.name(f, gridDimX, gridDimY, gridDimZ, blockDimX,         \
+                         blockDimY, blockDimZ, sharedMemBytes, hStream,      \
+                         kernelParams);                                      \
+    };                                                                       \
+    const auto key = [&] {                                                   \
+      return KernelClassKey(f, gridDimX, gridDimY, gridDimZ, blockDimX,      \
+                            blockDimY, blockDimZ);                           \
+    };                                                                       \
+    if (!s.throttling.load(std::memory_order_relaxed)) {                     \
+      return MaybeTimed(s, hStream, key, launch);                            \
+    }                                                                        \
+    BusyCall call(s);                                                        \
+    AwaitTurn(s, call);                                                      \
+    return MaybeTimed(s, hStream, key, launch);                              \
   }
 HF_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
 HF_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
 #undef HF_LAUNCH_COOPERATIVE
 
+// A graph launch is timed as a whole, its class the executable graph.
 #define HF_GRAPH_LAUNCH(name)                                                  \
   __attribute__((visibility("default"))) CUresult name(CUgraphExec hGraphExec, \
                                                        CUstream hStream) {     \
     HookState& s = Hook();                                                     \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED;             \
+    const auto launch = [&] { return s.real.name(hGraphExec, hStream); };      \
+    const auto key = [&] {                                                     \
+      return KernelClassKey(hGraphExec, 0, 0, 0, 0, 0, 0);                     \
+    };                                                                         \
     if (!s.throttling.load(std::memory_order_relaxed)) {                       \
-      return s.real.name(hGraphExec, hStream);                                 \
+      return MaybeTimed(s, hStream, key, launch);                              \
     }                                                                          \
     BusyCall call(s);                                                          \
     AwaitTurn(s, call);                                                        \
-    return s.real.name(hGraphExec, hStream);                                   \
+    return MaybeTimed(s, hStream, key, launch);                                \
   }
 HF_GRAPH_LAUNCH(cuGraphLaunch)
 HF_GRAPH_LAUNCH(cuGraphLaunch_ptsz)

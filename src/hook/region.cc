@@ -372,6 +372,47 @@ uint64_t Region::ClearDriverBytesLocked(RegionSlot& slot) {
   return bytes;
 }
 
+void Region::RecordKernel(uint64_t key, uint64_t ns) {
+  if (key == 0) return;
+  // Probe from the key's own entry: a class usually finds itself at once.
+  const int start = static_cast<int>(key % kKernelClasses);
+  for (int i = 0; i < kKernelClasses; ++i) {
+    KernelClass& k = layout_->kernels[(start + i) % kKernelClasses];
+    uint64_t have = k.key.load(std::memory_order_acquire);
+    if (have == 0) {
+      if (k.key.compare_exchange_strong(have, key, std::memory_order_acq_rel)) {
+        have = key;
+      }
+    }
+    if (have != key) continue;
+    k.total_ns.fetch_add(ns, kRelaxed);
+    k.samples.fetch_add(1, std::memory_order_release);
+    layout_->kernel_samples.fetch_add(1, kRelaxed);
+    return;
+  }
+  layout_->kernel_dropped.fetch_add(1, kRelaxed);
+}
+
+void Region::NoteSamplePeriod(uint32_t period) {
+  if (layout_->sample_period.load(kRelaxed) != period) {
+    layout_->sample_period.store(period, kRelaxed);
+  }
+}
+
+int Region::ReadKernels(KernelView* out, int max) const {
+  int n = 0;
+  for (int i = 0; i < kKernelClasses && n < max; ++i) {
+    const KernelClass& k = layout_->kernels[i];
+    const uint64_t key = k.key.load(std::memory_order_acquire);
+    if (key == 0) continue;
+    out[n].key = key;
+    out[n].samples = k.samples.load(std::memory_order_acquire);
+    out[n].total_ns = k.total_ns.load(kRelaxed);
+    ++n;
+  }
+  return n;
+}
+
 RegionStats Region::Stats() const {
   RegionStats s;
   s.quota_bytes = layout_->quota_bytes.load(kRelaxed);
@@ -386,6 +427,8 @@ RegionStats Region::Stats() const {
   s.reclaimed_bytes = layout_->reclaimed_bytes.load(kRelaxed);
   s.recoveries = layout_->recoveries.load(kRelaxed);
   s.lock_stalls = layout_->lock_stalls.load(kRelaxed);
+  s.kernel_samples = layout_->kernel_samples.load(kRelaxed);
+  s.kernel_dropped = layout_->kernel_dropped.load(kRelaxed);
   // Slots held, not a liveness check: the reader (the agent) may live in
   // another pid namespace than the task, where the pids mean nothing. A
   // dead process holds its slot until the hook reclaims it.

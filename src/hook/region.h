@@ -39,7 +39,7 @@
 namespace hf::hook {
 
 inline constexpr uint32_t kRegionMagic = 0x48465231;  // "HFR1"
-inline constexpr uint32_t kRegionVersion = 3;
+inline constexpr uint32_t kRegionVersion = 4;
 inline constexpr int kRegionSlots = 1024;
 // Slot 0 is shared by processes that found no free slot: its usage is never
 // reclaimed (fail closed: leaked quota, never oversold memory).
@@ -62,6 +62,19 @@ struct alignas(64) RegionSlot {
   // agent sets it (SetDriverBytes); whoever frees the slot clears it.
   // REQUIRES: the region lock for writes.
   std::atomic<uint64_t> driver_bytes;
+};
+
+// Interference sampling (docs/HOOK.md, "Interference"): the GPU time of a
+// sample of the slice's kernel launches, per kernel class (the kernel and
+// its launch shape), added by every hooked process of the slice, read by
+// the agent. The counters only grow; a class once claimed keeps its entry
+// for the region's life.
+inline constexpr int kKernelClasses = 64;
+
+struct alignas(64) KernelClass {
+  std::atomic<uint64_t> key;  // 0: free
+  std::atomic<uint64_t> samples;
+  std::atomic<uint64_t> total_ns;
 };
 
 struct RegionLayout {
@@ -91,6 +104,14 @@ struct RegionLayout {
   std::atomic<uint64_t> claims;           // slot claim counter
   std::atomic<uint64_t> lock_stalls;      // lock waits that timed out
   RegionSlot slots[kRegionSlots];
+  std::atomic<uint64_t> kernel_samples;  // timed launches recorded
+  std::atomic<uint64_t> kernel_dropped;  // timed, but every class taken
+  // The sampling period (launches per timed launch) the last process that
+  // started or changed it chose; 0: sampling is off (turned off, or over
+  // its cost budget).
+  std::atomic<uint32_t> sample_period;
+  std::atomic<uint32_t> unused;
+  KernelClass kernels[kKernelClasses];
 };
 
 // What Reserve decided.
@@ -109,6 +130,8 @@ struct RegionStats {
   uint64_t reclaimed_bytes = 0;
   uint64_t recoveries = 0;
   uint64_t lock_stalls = 0;
+  uint64_t kernel_samples = 0;  // timed launches recorded
+  uint64_t kernel_dropped = 0;
   int live_processes = 0;  // slots held (dead holders until reclaimed)
 };
 
@@ -211,6 +234,23 @@ class Region {
   };
   void SetDriverBytes(const DriverBytes* entries, int count,
                       uint64_t unattached_bytes);
+
+  // Interference sampling. RecordKernel adds one timed launch of kernel
+  // class `key` (not 0) that took `ns` on the GPU; a class that finds no
+  // free entry is counted as dropped. Lock-free.
+  void RecordKernel(uint64_t key, uint64_t ns);
+  void NoteSamplePeriod(uint32_t period);
+  struct KernelView {
+    uint64_t key = 0;
+    uint64_t samples = 0;
+    uint64_t total_ns = 0;
+  };
+  // Copies the claimed classes into `out` (at most `max`); returns how
+  // many. The two counters of a class may be one launch apart.
+  int ReadKernels(KernelView* out, int max) const;
+  uint32_t sample_period() const {
+    return layout_->sample_period.load(std::memory_order_relaxed);
+  }
 
   RegionStats Stats() const;
   bool is_open() const { return layout_ != nullptr; }

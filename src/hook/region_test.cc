@@ -63,6 +63,52 @@ TEST_F(RegionTest, ReservesUpToTheQuotaExactly) {
   EXPECT_EQ(r.Stats().quota_ooms, 1u);
 }
 
+TEST_F(RegionTest, KernelSamplesAddUpPerClassAcrossThreadsAndMappings) {
+  Region a;
+  Region b;  // a second mapping of the same file: another process's view
+  ASSERT_TRUE(Open(a, kUnlimited));
+  ASSERT_TRUE(Open(b, kUnlimited));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Region& r = t % 2 == 0 ? a : b;
+      for (int i = 0; i < 1000; ++i) r.RecordKernel(7 + (i % 3), 100 + t);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  Region::KernelView views[kKernelClasses];
+  const int n = a.ReadKernels(views, kKernelClasses);
+  ASSERT_EQ(n, 3);
+  uint64_t samples = 0;
+  uint64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_GE(views[i].key, 7u);
+    EXPECT_LE(views[i].key, 9u);
+    samples += views[i].samples;
+    total += views[i].total_ns;
+  }
+  EXPECT_EQ(samples, 4000u);
+  EXPECT_EQ(total, 1000u * (100 + 101 + 102 + 103));
+  EXPECT_EQ(a.Stats().live_processes >= 1, true);
+}
+
+TEST_F(RegionTest, KernelClassesBeyondTheTableAreCountedAsDropped) {
+  Region r;
+  ASSERT_TRUE(Open(r, kUnlimited));
+  for (uint64_t key = 1; key <= kKernelClasses + 5; ++key) {
+    r.RecordKernel(key, 10);
+  }
+  r.RecordKernel(0, 10);  // no class: ignored
+  Region::KernelView views[kKernelClasses + 8];
+  EXPECT_EQ(r.ReadKernels(views, kKernelClasses + 8), kKernelClasses);
+  // A class already in the table still counts.
+  r.RecordKernel(1, 10);
+  r.ReadKernels(views, kKernelClasses);
+  uint64_t samples = 0;
+  for (const auto& v : views) samples += v.samples;
+  EXPECT_EQ(samples, kKernelClasses + 1u);
+}
+
 TEST_F(RegionTest, ReleaseNeverUnderflows) {
   Region r;
   ASSERT_TRUE(Open(r, 1 << 20));
