@@ -745,5 +745,83 @@ TEST_F(ShareFeedbackTest, NothingIsChargedWhenTheTurnsSawEverything) {
   EXPECT_GT(CreditAfterTwoCycles(), -20'000'000);
 }
 
+// Interference on the shared fake GPU: the slice's process runs alone
+// first (its baseline), then a process of no task keeps the GPU busy too.
+// The driver time-slices between them, the slice's sampled kernels take
+// about twice as long, and the agent reports it.
+class InterferenceTest : public HookProofTest {
+ protected:
+  void SetUpGpu() {
+    gpu_dir_ = dir_ / "gpu";
+    fs::create_directories(gpu_dir_);
+    UseNvml({}, gpu_dir_.string(), 4096);
+    StartAgent();
+  }
+
+  std::vector<std::string> CudaEnv() const {
+    return {std::string("LD_LIBRARY_PATH=") + HF_FAKE_CUDA_DIR,
+            "HF_FAKE_CUDA_GPU_DIR=" + gpu_dir_.string(),
+            "HF_FAKE_CUDA_KERNEL_US=1000"};
+  }
+
+  // share_worker, GPU-bound for `ms`: the slice's (under the hook) or a
+  // stranger's (no task's environment, no hook).
+  void StartWorker(bool slice, int ms) {
+    std::vector<std::string> env = CudaEnv();
+    if (slice) {
+      for (const std::string& e : TaskEnv()) env.push_back(e);
+      env.push_back(std::string("LD_PRELOAD=") + HF_HOOK_PATH);
+    } else {
+      env.push_back("PATH=/usr/bin:/bin");
+    }
+    SpawnArgv({HF_SHARE_WORKER_PATH, "kernel", std::to_string(ms), "1000"},
+              env);
+  }
+
+  // `n` agent cycles 0.7 s apart.
+  void Cycles(int n) {
+    for (int i = 0; i < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(700));
+      ASSERT_TRUE(agent_->RunOnce().ok());
+    }
+  }
+
+  fs::path gpu_dir_;
+};
+
+TEST_F(InterferenceTest,
+       AStrangerOnTheGpuSlowsTheSlicesKernelsAndItIsReported) {
+  SetUpGpu();
+  StartWorker(/*slice=*/true, 12'000);
+  ASSERT_NO_FATAL_FAILURE(Cycles(4));  // alone: the baseline
+  json h = LastHook();
+  ASSERT_TRUE(h.is_object());
+  EXPECT_FALSE(h.contains("interference")) << "alone: " << h.dump();
+  StartWorker(/*slice=*/false, 10'000);
+  ASSERT_NO_FATAL_FAILURE(Cycles(4));
+  h = LastHook();
+  ASSERT_TRUE(h.contains("interference")) << h.dump();
+  const double ratio = h["interference"].get<double>();
+  // Two busy contexts in 2 ms time slices: of the two 1 ms kernels in each
+  // of the slice's time slices, the first also waited out the other's 2 ms
+  // (its start was recorded behind the previous kernel): 2x on average.
+  EXPECT_GT(ratio, 1.6) << h.dump();
+  EXPECT_LT(ratio, 2.6) << h.dump();
+  EXPECT_GE(h["interference_samples"].get<std::int64_t>(), 10) << h.dump();
+  std::printf(
+      "interference with a busy neighbour: %.2f (%lld samples)\n", ratio,
+      static_cast<long long>(h["interference_samples"].get<std::int64_t>()));
+}
+
+// The control: alone all along, the slice is never reported as slowed.
+TEST_F(InterferenceTest, AloneNothingIsReported) {
+  SetUpGpu();
+  StartWorker(/*slice=*/true, 8'000);
+  ASSERT_NO_FATAL_FAILURE(Cycles(7));
+  const json h = LastHook();
+  ASSERT_TRUE(h.is_object());
+  EXPECT_FALSE(h.contains("interference")) << h.dump();
+}
+
 }  // namespace
 }  // namespace hf::agent

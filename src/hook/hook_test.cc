@@ -562,7 +562,10 @@ TEST_F(HookTest, ASampleOfLaunchesIsTimedIntoTheSlicesRegion) {
     EXPECT_GE(views[0].samples, 10u) << path;
     const double mean_us = static_cast<double>(views[0].total_ns) /
                            static_cast<double>(views[0].samples) / 1000.0;
-    EXPECT_NEAR(mean_us, 500, 100) << path << ": the kernel's time, alone";
+    // The kernel's time alone: never less; more only by what the CPU
+    // took between the start event and the launch (a loaded machine).
+    EXPECT_GE(mean_us, 490) << path;
+    EXPECT_LT(mean_us, 1500) << path;
     EXPECT_EQ(r.Stats().kernel_samples, views[0].samples);
     EXPECT_GT(r.sample_period(), 0u);
   }

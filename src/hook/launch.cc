@@ -243,16 +243,21 @@ HF_GRAPH_LAUNCH(cuGraphLaunch)
 HF_GRAPH_LAUNCH(cuGraphLaunch_ptsz)
 #undef HF_GRAPH_LAUNCH
 
-// Synchronising calls: the process is busy (its kernels run) while in them.
+// Synchronising calls: the process is busy (its kernels run) while in them,
+// and afterwards the sampler reads the timed launches they waited for.
 #define HF_SYNC(name, type, arg)                                   \
   __attribute__((visibility("default"))) CUresult name(type arg) { \
     HookState& s = Hook();                                         \
     if (s.real.name == nullptr) return CUDA_ERROR_NOT_INITIALIZED; \
+    CUresult rc;                                                   \
     if (!s.throttling.load(std::memory_order_relaxed)) {           \
-      return s.real.name(arg);                                     \
+      rc = s.real.name(arg);                                       \
+    } else {                                                       \
+      BusyCall call(s);                                            \
+      rc = s.real.name(arg);                                       \
     }                                                              \
-    BusyCall call(s);                                              \
-    return s.real.name(arg);                                       \
+    s.sampler.AfterSync(s);                                        \
+    return rc;                                                     \
   }
 HF_SYNC(cuCtxSynchronize_v2, CUcontext, ctx)
 HF_SYNC(cuStreamSynchronize, CUstream, hStream)
@@ -263,11 +268,15 @@ HF_SYNC(cuEventSynchronize, CUevent, hEvent)
 __attribute__((visibility("default"))) CUresult cuCtxSynchronize(void) {
   HookState& s = Hook();
   if (s.real.cuCtxSynchronize == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
+  CUresult rc;
   if (!s.throttling.load(std::memory_order_relaxed)) {
-    return s.real.cuCtxSynchronize();
+    rc = s.real.cuCtxSynchronize();
+  } else {
+    BusyCall call(s);
+    rc = s.real.cuCtxSynchronize();
   }
-  BusyCall call(s);
-  return s.real.cuCtxSynchronize();
+  s.sampler.AfterSync(s);
+  return rc;
 }
 
 }  // extern "C"

@@ -15,6 +15,8 @@ inline constexpr uint32_t kStartSamplePeriod = 128;
 inline constexpr uint32_t kMaxSamplePeriod = 1U << 16;
 // The most of the launch path's time sampling may take.
 inline constexpr double kSampleBudget = 0.01;
+// A timed launch whose call took longer than this is not kept (sampler.h).
+inline constexpr int64_t kMaxTimedLaunchNs = 200'000;
 // Event pairs a process may have in flight at once.
 inline constexpr int kSamplePairs = 8;
 

@@ -9,6 +9,8 @@ namespace hf::hook {
 
 thread_local int KernelSampler::countdown_
     __attribute__((tls_model("initial-exec"))) = 0;
+thread_local uint32_t KernelSampler::rng_
+    __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace {
 
@@ -41,6 +43,7 @@ void KernelSampler::ResetAfterFork() {
     p.context = nullptr;
     p.state.store(kFree, kRelaxed);
   }
+  in_flight_.store(0, kRelaxed);
   countdown_ = 0;
 }
 
@@ -104,7 +107,17 @@ void KernelSampler::End(HookState& s, int pair, uint64_t key, CUresult launched,
     return;
   }
   p.key = key;
+  in_flight_.fetch_add(1, kRelaxed);
   p.state.store(kInFlight, std::memory_order_release);
+}
+
+void KernelSampler::Abandon(int pair) {
+  if (pair < 0) return;
+  int expected = kInFlight;
+  if (pairs_[pair].state.compare_exchange_strong(expected, kFree,
+                                                 std::memory_order_acq_rel)) {
+    in_flight_.fetch_sub(1, kRelaxed);
+  }
 }
 
 void KernelSampler::Collect(HookState& s) {

@@ -47,7 +47,7 @@ class KernelSampler {
     const uint32_t period = period_.load(std::memory_order_relaxed);
     if (period == 0) return false;
     if (--countdown_ > 0) return false;
-    countdown_ = static_cast<int>(period);
+    countdown_ = Jittered(period);
     return true;
   }
 
@@ -56,14 +56,28 @@ class KernelSampler {
   CUresult Time(HookState& s, uint64_t key, CUstream stream, Launch&& launch) {
     const int64_t t0 = NowNs();
     Collect(s);
-    const int pair = Begin(s, stream);
     const int64_t t1 = NowNs();
+    const int pair = Begin(s, stream);
+    const int64_t began = NowNs();
     const CUresult rc = launch();
     const int64_t t2 = NowNs();
     End(s, pair, key, rc, stream);
     const int64_t t3 = NowNs();
-    Account(s, static_cast<uint64_t>((t1 - t0) + (t3 - t2)), t3);
+    // When the stream was idle, any delay between the two event records
+    // (the thread descheduled, a queue full) lands between the events: such
+    // a sample says nothing about the kernel and is not kept.
+    if (t3 - t1 > kMaxTimedLaunchNs) Abandon(pair);
+    // Sampling's cost: everything but the launch itself.
+    Account(s, static_cast<uint64_t>((began - t0) + (t3 - t2)), t3);
     return rc;
+  }
+
+  // After a synchronising call: the timed launches it waited for are done,
+  // so their times are read now rather than at the next timed launch (a
+  // program that waits for each step is read while its events are fresh).
+  // One relaxed load when nothing is in flight.
+  void AfterSync(HookState& s) {
+    if (in_flight_.load(std::memory_order_relaxed) > 0) Collect(s);
   }
 
   uint32_t period() const { return period_.load(std::memory_order_relaxed); }
@@ -79,11 +93,27 @@ class KernelSampler {
   };
 
   static int64_t NowNs();
+  // The launches until the next timed one: `period` on average, drawn from
+  // [period/2, 3*period/2) so that the sample never locks onto a cycle in
+  // the program (a step of N launches) or in the GPU's time slices.
+  static int Jittered(uint32_t period) {
+    uint32_t x = rng_;
+    if (x == 0)
+      x = 0x9e3779b9U ^
+          static_cast<uint32_t>(reinterpret_cast<uintptr_t>(&rng_));
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    rng_ = x;
+    return static_cast<int>(period / 2 + x % period) + 1;
+  }
   // Claims a pair and records its start event; -1 when the launch is not
   // to be timed after all.
   int Begin(HookState& s, CUstream stream);
   void End(HookState& s, int pair, uint64_t key, CUresult launched,
            CUstream stream);
+  // Drops a pair End put in flight (its sample is not kept).
+  void Abandon(int pair);
   // Adds the finished pairs' times to the region.
   void Collect(HookState& s);
   // One more timed launch that cost `extra_ns`, ending at `now_ns`.
@@ -95,11 +125,13 @@ class KernelSampler {
   std::atomic<uint64_t> interval_avg_ns_{0};  // between timed launches
   std::atomic<int64_t> last_timed_ns_{0};
   std::atomic<bool> off_logged_{false};
+  std::atomic<int> in_flight_{0};  // pairs in kInFlight
   Pair pairs_[kSamplePairs];
   // Initial-exec: a plain load off the thread pointer, no __tls_get_addr
   // call on every launch (the library is preloaded, and one int fits the
   // static TLS a dlopen may still take).
   static thread_local int countdown_ __attribute__((tls_model("initial-exec")));
+  static thread_local uint32_t rng_ __attribute__((tls_model("initial-exec")));
 };
 
 }  // namespace hf::hook
