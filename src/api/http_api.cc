@@ -12,6 +12,7 @@
 #include <set>
 #include <utility>
 
+#include "api/advice.h"
 #include "api/codec.h"
 #include "api/forward.h"
 #include "api/idempotency.h"
@@ -136,6 +137,7 @@ bool LeaderOnly(std::string_view method, std::string_view path) {
   static const std::set<std::pair<std::string_view, std::string_view>> kTable =
       {
           {"GET", "/api/v1/slices/stats"},
+          {"GET", "/api/v1/advice"},
           {"POST", "/api/v1/tasks/{id}/cancel"},
           {"POST", "/api/v1/slices"},
           {"PATCH", "/api/v1/slices/{id}"},
@@ -614,6 +616,20 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         auto slice = cp.DeleteSlice(c.caller, *id, reason);
         if (!slice.ok()) return slice.status();
         return Ok(SliceJson(cp, *slice));
+      });
+
+  // ---- interference advice (docs/API.md, "Interference advice"): where
+  // slices should go, which needs the ledger
+  add("GET", "/api/v1/advice", kTenantAdmins, {"threshold", "node_id"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        AdviceQuery q;
+        auto threshold = ParseAdviceThreshold(Query(c.req, "threshold"));
+        if (!threshold.ok()) return threshold.status();
+        q.threshold = *threshold;
+        if (auto v = Query(c.req, "node_id"); v && !v->empty()) q.node = *v;
+        auto body = AdviceJson(*cpp, c.caller, q);
+        if (!body.ok()) return body.status();
+        return Ok(std::move(*body));
       });
 
   // ---- MIG command channel

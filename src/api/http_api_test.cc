@@ -141,6 +141,7 @@ ExpectedRoles() {
         {{"GET", "/api/v1/slices/{id}"}, any},
         {{"PATCH", "/api/v1/slices/{id}"}, tenant_admins},
         {{"DELETE", "/api/v1/slices/{id}"}, tenant_admins},
+        {{"GET", "/api/v1/advice"}, tenant_admins},
         {{"GET", "/api/v1/slice-requests"}, admin},
         {{"POST", "/api/v1/slice-requests/{id}/result"}, agents},
         {{"POST", "/api/v1/tenants"}, admin},

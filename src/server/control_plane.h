@@ -198,6 +198,16 @@ struct HookUsage {
 };
 inline constexpr store::Millis kSliceUsagePersistMs = 30'000;
 
+// A GPU where a live slice would be admitted now (ControlPlane::SliceTargets,
+// for GET /api/v1/advice).
+struct SliceTarget {
+  std::string node;  // the node's name
+  int gpu_index = 0;
+  int slices = 0;  // live slices on it now
+  // In MIG mode: the partition the slice would get there; "" otherwise.
+  std::string mig_profile;
+};
+
 // What RegisterNode made of a report.
 struct AppliedNodeReport {
   store::NodeRow node;
@@ -403,6 +413,15 @@ class ControlPlane {
                                     const SliceResizeRequest& request);
   // The hook usage last reported for slice `id`, if any.
   std::optional<HookUsage> SliceHookUsage(RowId id);
+  // The GPUs other than its own that would take live slice `id` now, as it
+  // is (its tenant, memory, compute share and its task's GPU models), by
+  // the ledger's admission rules (ClusterView::CheckSlice: health, models,
+  // tenancy, whole-GPU holds, memory, compute, MIG geometry), without the
+  // GPUs the scheduler leaves out (fenced, MIG GPUs taking no new
+  // partition). Ascending (node, index). Changes nothing (but withdraws
+  // expired approvals, as every placement does first); NotFound for a slice
+  // that is not live on one GPU. Needs the ledger (the leader).
+  StatusOr<std::vector<SliceTarget>> SliceTargets(RowId id);
   StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
       const Caller& caller, const store::SliceRequestFilter& f);
 

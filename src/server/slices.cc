@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "server/control_plane.h"
 #include "server/internal.h"
@@ -519,6 +520,80 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
                         ? ", so they may not reach the raised quota before"
                         : ""));
   }
+  return out;
+}
+
+StatusOr<std::vector<SliceTarget>> ControlPlane::SliceTargets(RowId id) {
+  std::optional<SliceRow> slice;
+  std::optional<std::string> gpu_type;  // the task's; none: any model
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto s = txn.GetSlice(id);
+    if (!s.ok()) {
+      return s.status().code() == StatusCode::kNotFound ? Status::Ok()
+                                                        : s.status();
+    }
+    slice = *s;
+    if (s->task_id) {
+      auto t = txn.GetTask(*s->task_id);
+      if (t.ok()) gpu_type = t->gpu_type;
+    }
+    return Status::Ok();
+  }));
+  if (!slice || slice->state == store::SliceState::kReleased || slice->whole ||
+      slice->gpu_indices.size() != 1) {
+    return Status::NotFound("no live slice " + std::to_string(id) +
+                            " on one GPU");
+  }
+  // The slice as it is now (a resized quota, the compute it is accounted
+  // at), asked again the way the scheduler asks: the ledger's own checks
+  // decide, so this never disagrees with what a placement would do.
+  ledger::PlacementRequest request = ledger::PlacementRequest::Slice(
+      TenantId(slice->tenant_id), slice->memory_mib,
+      slice->compute_defaulted
+          ? std::nullopt
+          : std::optional<ComputePercent>(slice->compute_percent));
+  const GpuKey own{slice->node_id, slice->gpu_indices[0]};
+  std::vector<std::pair<GpuKey, SliceTarget>> found;
+  {
+    std::lock_guard lock(mu_);
+    ExpireApprovalsLocked();  // as every placement does first
+    if (gpu_type) request.allowed_models = AllowedModelsLocked(*gpu_type);
+    // What PlaceLocked and the defragmentation planner leave out, worked
+    // out before the ledger's lock is taken (MigBlockedLocked reads it).
+    std::set<GpuId> skipped;
+    for (const auto& [key, gpu] : ledger_gpus_) {
+      if (key == own || FencedLocked(key) || !MigBlockedLocked(gpu).empty()) {
+        skipped.insert(gpu);
+      }
+    }
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      const ledger::SharingKey tenant_key = view.SharingKeyOf(request.tenant);
+      for (const auto& [key, gpu] : ledger_gpus_) {
+        if (skipped.contains(gpu) || !view.HasGpu(gpu)) continue;
+        const ledger::GpuRecord& g = view.gpu(gpu);
+        if (view.CheckSlice(g, request, tenant_key)) continue;
+        SliceTarget t;
+        t.gpu_index = key.index;
+        t.slices = g.allocation_count;
+        if (g.mig != nullptr) {
+          if (auto instance = view.MigInstanceFor(g, request)) {
+            t.mig_profile = instance->profile;
+          }
+        }
+        found.emplace_back(key, std::move(t));
+      }
+    });
+  }
+  std::vector<SliceTarget> out;
+  out.reserve(found.size());
+  for (auto& [key, target] : found) {
+    target.node = NodeName(key.node_id);
+    out.push_back(std::move(target));
+  }
+  std::sort(
+      out.begin(), out.end(), [](const SliceTarget& a, const SliceTarget& b) {
+        return std::tie(a.node, a.gpu_index) < std::tie(b.node, b.gpu_index);
+      });
   return out;
 }
 

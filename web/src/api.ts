@@ -128,6 +128,12 @@ export interface HookReport {
   physical_ooms: number;
   // The GPU time share achieved in the agent's last window (0..100).
   share_achieved_percent?: number | null;
+  /** The task's sampled kernels' time while other slices used its GPU
+   *  divided by their time while it had the GPU alone (1.0: no slowdown;
+   *  1.5: 50% slower); null until the agent has seen both. */
+  interference?: number | null;
+  /** The timed launches behind `interference`. */
+  interference_samples?: number;
   reported_at: string;
 }
 
@@ -316,4 +322,50 @@ export interface DefragPlan {
   cancel_requested: boolean;
   message: string;
   created_by: string;
+}
+
+/** A GPU place, as advice names a target (GET /advice). */
+export interface AdvicePlace {
+  node_id: string;
+  gpu_index: number;
+}
+
+/** A live slice on an advised GPU and its agent's last report. */
+export interface AdviceSlice {
+  slice_id: number;
+  task_id: number | null;
+  tenant: string;
+  qos: string;
+  compute_percent: number;
+  memory_mb: number;
+  share_achieved_percent: number | null;
+  interference: number | null;
+  interference_samples: number;
+  reported_at: string | null;
+}
+
+export interface AdviceAction {
+  action: "move" | "gold" | "lower_share";
+  /** The slice to act on; null for another tenant's neighbour (tenant-admins). */
+  slice_id: number | null;
+  task_id: number | null;
+  to: AdvicePlace | null;
+  reason: string;
+}
+
+export interface AdviceItem {
+  node_id: string;
+  gpu_index: number;
+  gpu_model: string | null;
+  interference_max: number;
+  slices: AdviceSlice[];
+  /** The slices not listed (other tenants', for a tenant-admin). */
+  others: { slices: number; compute_percent: number };
+  advice: AdviceAction[];
+}
+
+/** GET /advice (admin, tenant-admin): GPUs where a slice suffers from sharing. */
+export interface Advice {
+  threshold: number;
+  items: AdviceItem[];
 }

@@ -12,6 +12,7 @@ import { StatsPage } from "./pages/stats";
 import { HistoryPage } from "./pages/history";
 import { AdminPage } from "./pages/admin";
 import { DefragPage } from "./pages/defrag";
+import { AdvicePage } from "./pages/advice";
 import "./style.css";
 
 function useHash(): string {
@@ -78,14 +79,16 @@ function SignIn({ onSignedIn }: { onSignedIn: (who: WhoAmI) => void }) {
   );
 }
 
-const NAV: { href: string; label: string; admin?: boolean }[] = [
+// `roles`: only these roles see the entry (the API refuses the others).
+const NAV: { href: string; label: string; roles?: WhoAmI["role"][] }[] = [
   { href: "#/tasks", label: "Tasks" },
   { href: "#/slices", label: "Slices" },
-  { href: "#/nodes", label: "Nodes", admin: true },
+  { href: "#/nodes", label: "Nodes", roles: ["admin"] },
   { href: "#/stats", label: "Stats" },
   { href: "#/history", label: "History" },
-  { href: "#/defrag", label: "Defrag", admin: true },
-  { href: "#/admin", label: "Admin", admin: true },
+  { href: "#/advice", label: "Advice", roles: ["admin", "tenant-admin"] },
+  { href: "#/defrag", label: "Defrag", roles: ["admin"] },
+  { href: "#/admin", label: "Admin", roles: ["admin"] },
 ];
 
 function Route({ hash, who }: { hash: string; who: WhoAmI }) {
@@ -100,6 +103,14 @@ function Route({ hash, who }: { hash: string; who: WhoAmI }) {
   if (path === "/history") return <HistoryPage />;
   if (path === "/admin" && isAdmin) return <AdminPage />;
   if (path === "/defrag" && isAdmin) return <DefragPage />;
+  if (path === "/advice") {
+    if (isAdmin || who.role === "tenant-admin") return <AdvicePage />;
+    return (
+      <Page title="Not available">
+        <p>This page is for platform admins and tenant admins.</p>
+      </Page>
+    );
+  }
   if (path === "/nodes" || path === "/admin" || path === "/defrag")
     return (
       <Page title="Not available">
@@ -163,7 +174,7 @@ function App() {
         </button>
         <nav id="primary-nav" class={menuOpen ? "open" : ""} aria-label="Primary">
           <ul>
-            {NAV.filter((n) => !n.admin || who.role === "admin").map((n) => (
+            {NAV.filter((n) => !n.roles || n.roles.includes(who.role)).map((n) => (
               <li key={n.href}>
                 <a href={n.href} aria-current={active === n.href ? "page" : undefined}>
                   {n.label}

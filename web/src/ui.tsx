@@ -42,6 +42,16 @@ export function fmtBytes(b: number | null | undefined): string {
   if (b === null || b === undefined) return "—";
   return fmtMb(Math.round(b / (1024 * 1024)));
 }
+/**
+ * A slice's measured interference for people: "1.42x slower when shared,
+ * 310 samples", or "not measured" (no report, or the agent has not yet
+ * timed the task both alone and shared).
+ */
+export function fmtInterference(interference: number | null | undefined, samples: number | null | undefined): string {
+  if (interference === null || interference === undefined) return "not measured";
+  return `${interference.toFixed(2)}x slower when shared, ${samples ?? 0} samples`;
+}
+
 export function fmtTime(s: string | null | undefined): string {
   if (!s) return "—";
   return s.replace("T", " ").replace(/\.\d+Z$/, "Z");
@@ -209,6 +219,8 @@ export function SliceUsage({ slice }: { slice: Slice }) {
         <dd data-testid="usage-share">
           {h.share_achieved_percent == null ? "not measured" : `${h.share_achieved_percent.toFixed(1)}% (set ${slice.compute_percent}%)`}
         </dd>
+        <dt>Interference</dt>
+        <dd data-testid="usage-interference">{fmtInterference(h.interference, h.interference_samples)}</dd>
         <dt>Processes</dt>
         <dd>{h.processes}</dd>
         <dt>Measured</dt>

@@ -408,12 +408,68 @@ test("a slice the hook does not enforce carries a visible warning on the card, t
   await p.api("POST", `/api/v1/tasks/${task.id}/cancel`, {});
 });
 
+// GET /advice as the server would answer it for a GPU where a slice runs
+// 1.42x slower shared (the simulated agent times no kernels, so the real
+// reply has no items): the page renders the numbers and the advice given.
+const ADVICE = {
+  threshold: 1.3,
+  items: [
+    {
+      node_id: "local",
+      gpu_index: 1,
+      gpu_model: "NVIDIA A100-SXM4-80GB",
+      interference_max: 1.42,
+      slices: [
+        { slice_id: 901, task_id: 902, tenant: "ta", qos: "bronze", compute_percent: 30, memory_mb: 4096,
+          share_achieved_percent: 21.5, interference: 1.42, interference_samples: 310, reported_at: "2026-12-01T00:00:00.000Z" },
+        { slice_id: 903, task_id: 904, tenant: "ta", qos: "bronze", compute_percent: 50, memory_mb: 8192,
+          share_achieved_percent: null, interference: null, interference_samples: 0, reported_at: null },
+      ],
+      others: { slices: 1, compute_percent: 20 },
+      advice: [
+        { action: "move", slice_id: 901, task_id: 902, to: { node_id: "local", gpu_index: 2 },
+          reason: "slice 901 (task 902) runs 1.42x slower when it shares GPU 1 of node local than alone (310 samples); GPU 2 of node local has room: move it there" },
+        { action: "lower_share", slice_id: null, task_id: null, to: null,
+          reason: "a slice of another tenant takes the most of this GPU's time: ask a platform admin to lower that slice's compute share" },
+      ],
+    },
+  ],
+};
+
+test("the advice page lists a suffering GPU's slices, their interference and the advice", async () => {
+  const { context, page, errors } = await newPage();
+  let asked = 0;
+  await context.route("**/api/v1/advice**", async (route) => {
+    asked++;
+    await route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify(ADVICE) });
+  });
+  await signIn(page, p.adminToken);
+  await go(page, "#/advice");
+  const card = page.locator('[data-advice-gpu="local/1"]');
+  await card.waitFor();
+  assert.match(await card.locator("[data-testid=interference-max]").textContent(), /1\.42x slower/);
+  assert.match(await card.locator('tr[data-slice-id="901"]').textContent(), /1\.42x slower when shared, 310 samples/);
+  assert.match(await card.locator('tr[data-slice-id="903"]').textContent(), /not measured/);
+  assert.match(await card.textContent(), /1 slice\(s\) of other tenants, 20% compute in all/);
+  const move = card.locator('[data-advice="move"]');
+  assert.match(await move.textContent(), /Move slice 901 \(task 902\) → local · GPU 2: .*310 samples/);
+  assert.match(await card.locator('[data-advice="lower_share"]').textContent(), /ask a platform admin/);
+  // A threshold the API would refuse is explained, not sent.
+  await page.fill("#advice-threshold", "0.5");
+  await page.waitForFunction(() => document.querySelector("#advice-threshold-error")?.textContent?.includes("above 1"));
+  assert.ok(asked > 0);
+  await screenshot(page, "advice-items");
+  await context.close();
+  assert.deepEqual(errors, []);
+});
+
 const PAGES = [
   ["tasks", "#/tasks"],
   ["slices", "#/slices"],
   ["nodes", "#/nodes"],
   ["stats", "#/stats"],
   ["history", "#/history"],
+  ["advice", "#/advice"],
   ["admin", "#/admin"],
   ["defrag", "#/defrag"],
 ];
@@ -429,6 +485,8 @@ test("every page renders without console errors at 1366x768 and 390x844", async 
     if (name === "nodes") await desk.page.waitForSelector("[data-node=local]");
     if (name === "admin") await desk.page.waitForSelector("text=MIG commands");
     if (name === "defrag") await desk.page.waitForSelector("text=Propose a plan");
+    // The real server: the simulated agent measures no interference.
+    if (name === "advice") await desk.page.waitForSelector("[data-testid=advice-empty], [data-advice-gpu]");
     assert.ok((await desk.page.textContent("#page-title")).length > 0, name);
     await screenshot(desk.page, name);
   }
@@ -469,7 +527,7 @@ test("every page renders without console errors at 1366x768 and 390x844", async 
   for (const [name, hash] of PAGES) {
     await go(user.page, hash);
     await user.page.waitForLoadState("networkidle");
-    if (name === "nodes" || name === "admin") {
+    if (name === "nodes" || name === "admin" || name === "advice") {
       assert.equal(await user.page.textContent("#page-title"), "Not available");
     }
   }

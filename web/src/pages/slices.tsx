@@ -7,7 +7,7 @@
 // not called for them.
 import { useState } from "preact/hooks";
 import { api, type List, type NodeInfo, type Slice, type Stats, type StatsGpu, type WhoAmI } from "../api";
-import { ENFORCEMENT_TEXT, EnforcementNote, enforcementText, ErrorNote, fmtBytes, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
+import { ENFORCEMENT_TEXT, EnforcementNote, enforcementText, ErrorNote, fmtBytes, fmtInterference, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
 
 function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: string }) {
   const mine = slices.filter((s) => s.node_id === g.node_id && s.gpu_indices.includes(g.gpu_index));
@@ -52,6 +52,7 @@ function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: st
             <li key={s.id} data-slice-usage={s.id}>
               slice {s.id}: {fmtBytes(s.hook?.used_bytes ?? 0)} used
               {s.hook?.share_achieved_percent != null ? `, ${s.hook.share_achieved_percent.toFixed(0)}% of the GPU's time (set ${s.compute_percent}%)` : ""}
+              {`, interference: ${fmtInterference(s.hook?.interference, s.hook?.interference_samples)}`}
               {s.hook?.quota_ooms ? `, ${s.hook.quota_ooms} refused by the quota` : ""} · {fmtTime(s.hook?.reported_at ?? "")}
             </li>
           ))}
@@ -169,7 +170,7 @@ export function SlicesPage({ who }: { who: WhoAmI }) {
                 </td>
                 <td data-label="measured">
                   {s.hook
-                    ? `${fmtBytes(s.hook.used_bytes)} (peak ${fmtBytes(s.hook.peak_bytes)}${s.hook.quota_ooms ? `; ${s.hook.quota_ooms} refused by the quota` : ""}${s.hook.physical_ooms ? `; ${s.hook.physical_ooms} by the GPU` : ""})`
+                    ? `${fmtBytes(s.hook.used_bytes)} (peak ${fmtBytes(s.hook.peak_bytes)}${s.hook.quota_ooms ? `; ${s.hook.quota_ooms} refused by the quota` : ""}${s.hook.physical_ooms ? `; ${s.hook.physical_ooms} by the GPU` : ""}); interference: ${fmtInterference(s.hook.interference, s.hook.interference_samples)}`
                     : "—"}
                 </td>
                 <td data-label="state">{s.state}</td>
