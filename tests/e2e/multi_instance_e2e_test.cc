@@ -216,8 +216,10 @@ class FailoverAgent {
     json body = Report();
     json tasks = json::array();
     for (const auto& [id, gpus] : running_) {
-      tasks.push_back(
-          {{"task_id", id}, {"state", "running"}, {"gpu_indices", gpus}});
+      json entry = {
+          {"task_id", id}, {"state", "running"}, {"gpu_indices", gpus}};
+      if (!hook_.is_null()) entry["hook"] = hook_;
+      tasks.push_back(std::move(entry));
     }
     body["tasks"] = tasks;
     HttpReply hb =
@@ -251,6 +253,10 @@ class FailoverAgent {
     }
   }
 
+  // What the hook measured in every running task, sent with each
+  // heartbeat from now on (the agent's thread only).
+  void SetHook(json hook) { hook_ = std::move(hook); }
+
   int ok_cycles() const { return ok_cycles_.load(); }
   int failovers() const { return failovers_.load(); }
   std::size_t running() const { return running_.size(); }
@@ -274,6 +280,7 @@ class FailoverAgent {
   int gpus_;
   std::size_t current_ = 0;
   std::map<std::int64_t, json> running_;  // only the agent's thread
+  json hook_;                             // only the agent's thread
   std::atomic<int> ok_cycles_{0};
   std::atomic<int> failovers_{0};
 };
@@ -478,6 +485,64 @@ TEST_F(MultiInstanceTest, StoppedLeaderHandsOverAtOnce) {
   ASSERT_TRUE(task.is_object() && task.contains("id")) << task.dump();
   const json bound = api.WaitNotPending(task["id"].get<std::int64_t>(), admin_);
   EXPECT_NE(bound["status"], "pending") << bound.dump();
+}
+
+// What the hook measured in a task (memory, the share achieved,
+// interference) is kept by the leader in the database: a follower serves it
+// as the leader does, and the advice (a leader route) reaches the leader
+// through the follower.
+TEST_F(MultiInstanceTest, AFollowerServesTheSlicesMeasuredUsage) {
+  auto pg = store::pg_testing::PgServer::Start();
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  pg_ = std::move(*pg);
+  ASSERT_TRUE(pg_->CreateDatabase("usage").ok());
+  const std::string url = pg_->Url("usage");
+  ASSERT_NO_FATAL_FAILURE(StartCluster({url, url}));
+  Api api(Client(0), admin_);
+  FailoverAgent agent({Client(0)}, "n-usage",
+                      api.CreateToken("node", std::nullopt), 1);
+  ASSERT_TRUE(agent.Register());
+  const json task =
+      api.CreateTask({{"name", "measured"}, {"gpu_memory_mb", 4096}}, admin_);
+  ASSERT_TRUE(task.is_object() && task.contains("id")) << task.dump();
+  const std::int64_t id = task["id"].get<std::int64_t>();
+  ASSERT_TRUE(WaitFor([&] { return agent.Cycle() && agent.running() == 1; }))
+      << "the task never ran";
+  agent.SetHook({{"attached", true},
+                 {"attaches", 1},
+                 {"processes", 1},
+                 {"used_bytes", std::int64_t{3} << 30},
+                 {"peak_bytes", std::int64_t{3} << 30},
+                 {"quota_bytes", std::int64_t{4} << 30},
+                 {"quota_ooms", 2},
+                 {"physical_ooms", 0},
+                 {"share_achieved_percent", 41.5},
+                 {"interference", 1.8},
+                 {"interference_samples", 120}});
+  ASSERT_TRUE(agent.Cycle());
+  const json t = Api(Client(1), admin_).GetTask(id, admin_);
+  ASSERT_TRUE(t["slice_id"].is_number_integer()) << t.dump();
+  const std::string path =
+      "/api/v1/slices/" + std::to_string(t["slice_id"].get<std::int64_t>());
+  json hook;
+  ASSERT_TRUE(WaitFor([&] {
+    HttpReply r = Client(1).Get(path, admin_);
+    hook = r.status == 200 ? r.body["hook"] : json();
+    return hook.is_object() && hook["interference"] == 1.8;
+  })) << hook.dump();
+  EXPECT_EQ(hook["used_bytes"], std::int64_t{3} << 30);
+  EXPECT_EQ(hook["quota_ooms"], 2);
+  EXPECT_EQ(hook["share_achieved_percent"], 41.5);
+  EXPECT_EQ(hook["interference_samples"], 120);
+  // The follower's answer is the leader's.
+  EXPECT_EQ(Client(0).Get(path, admin_).body["hook"], hook);
+  // Advice is the leader's (it reads the ledger): asked of the follower, it
+  // is forwarded and names the slice.
+  HttpReply advice = Client(1).Get("/api/v1/advice?threshold=1.5", admin_);
+  ASSERT_EQ(advice.status, 200) << advice.Describe();
+  ASSERT_EQ(advice.body["items"].size(), 1u) << advice.raw;
+  EXPECT_EQ(advice.body["items"][0]["slices"][0]["interference"], 1.8)
+      << advice.raw;
 }
 
 TEST_F(MultiInstanceTest, PartitionedLeaderStopsBeforeTakeover) {
