@@ -22,6 +22,7 @@
 #include <string_view>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -305,12 +306,29 @@ class Connection {
   pqxx::connection& get() { return conn_; }
   bool broken() const { return !conn_.is_open(); }
 
+  // The name of `sql` prepared on this connection, preparing it on first
+  // use: a statement run again skips the server's parse and plan (most of
+  // the store's statements are a handful of fixed texts). At most
+  // kMaxPrepared texts are kept; past that a text runs unprepared ("").
+  const std::string& Prepared(const std::string& sql) {
+    static const std::string kUnprepared;
+    auto it = prepared_.find(sql);
+    if (it != prepared_.end()) return it->second;
+    if (prepared_.size() >= kMaxPrepared) return kUnprepared;
+    std::string name = "hf_" + std::to_string(prepared_.size());
+    conn_.prepare(name, sql);
+    return prepared_.emplace(sql, std::move(name)).first->second;
+  }
+
  private:
+  static constexpr std::size_t kMaxPrepared = 512;
+
   explicit Connection(const std::string& conninfo)
       : conn_(conninfo), quiet_(conn_) {}
 
   pqxx::connection conn_;
   pqxx::quiet_errorhandler quiet_;  // declared last: unregistered first
+  std::unordered_map<std::string, std::string> prepared_;  // sql -> name
 };
 
 // Why a transaction was rolled back, when running it again may help.
@@ -806,8 +824,9 @@ class PgTxn final : public Txn {
   // Without `savepoints`, statements that change rows run bare (no
   // round trips for a savepoint): the first one refused dooms the
   // transaction with Retry::kWithSavepoints, and it is run again with them.
-  PgTxn(pqxx::dbtransaction& tx, bool writable, bool savepoints)
-      : tx_(tx), writable_(writable), savepoints_(savepoints) {}
+  PgTxn(pqxx::dbtransaction& tx, Connection& conn, bool writable,
+        bool savepoints)
+      : tx_(tx), conn_(conn), writable_(writable), savepoints_(savepoints) {}
 
   // The error that made the transaction unusable, if one did, and whether
   // running it again may help.
@@ -1538,6 +1557,14 @@ class PgTxn final : public Txn {
   // Runs one statement. One that changes rows runs in a savepoint, so that
   // when PostgreSQL refuses it (a duplicate, a missing row it refers to)
   // only it is undone, as in SQLite.
+  // One statement, prepared on the connection where it can be.
+  template <typename Args>
+  pqxx::result Run(const std::string& sql, const Args& args) {
+    const std::string& name = conn_.Prepared(sql);
+    if (name.empty()) return tx_.exec_params(sql, args);
+    return tx_.exec_prepared(name, args);
+  }
+
   StatusOr<pqxx::result> Exec(std::string_view what, const std::string& sql,
                               const Params& params, bool changes) {
     if (doomed_) return *doomed_;
@@ -1545,7 +1572,7 @@ class PgTxn final : public Txn {
     const auto args = pqxx::prepare::make_dynamic_params(params.values());
     if (!changes) {
       try {
-        return tx_.exec_params(sql, args);
+        return Run(sql, args);
       } catch (...) {
         return Failed(what, /*in_savepoint=*/false);
       }
@@ -1553,7 +1580,7 @@ class PgTxn final : public Txn {
     if (!savepoints_) {
       bare_change_ = true;
       try {
-        pqxx::result result = tx_.exec_params(sql, args);
+        pqxx::result result = Run(sql, args);
         bare_change_ = false;
         return result;
       } catch (...) {
@@ -1566,7 +1593,7 @@ class PgTxn final : public Txn {
       return Failed(what, /*in_savepoint=*/false);
     }
     try {
-      pqxx::result result = tx_.exec_params(sql, args);
+      pqxx::result result = Run(sql, args);
       tx_.exec0("RELEASE SAVEPOINT hf_statement");
       return result;
     } catch (...) {
@@ -1656,6 +1683,7 @@ class PgTxn final : public Txn {
   }
 
   pqxx::dbtransaction& tx_;
+  Connection& conn_;
   const bool writable_;
   std::optional<Status> doomed_;
   Retry retry_ = Retry::kNo;
@@ -1806,7 +1834,7 @@ Status PostgresStore::RunOnce(Slot& slot, bool write, bool savepoints,
       tx = std::make_unique<
           pqxx::transaction<pqxx::repeatable_read, pqxx::read_only>>(conn);
     }
-    PgTxn txn(*tx, write, savepoints);
+    PgTxn txn(*tx, *slot.conn, write, savepoints);
     Status status = sql_rows::RunGuarded(fn, txn);
     if (txn.doomed()) {
       // Not committed, even if `fn` ignored the error.
