@@ -419,6 +419,14 @@ Status ControlPlane::Recover() {
     std::lock_guard sched(sched_mu_);
     resync_ = true;
   }
+  // Tasks created on other instances (followers answer POST /tasks from
+  // the store alone) come in through the feed as they commit.
+  std::unique_ptr<store::TaskFeed> feed =
+      store_->WatchTasks([this](RowId id) { TaskCommitted(id); });
+  {
+    std::lock_guard sched(sched_mu_);
+    task_feed_ = std::move(feed);
+  }
   recovered_.store(true);
   return Status::Ok();
 }

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -65,8 +66,9 @@ struct ControlPlaneOptions {
   int heartbeat_interval_s = 5;            // told to agents at registration
   int bind_batch = 512;                    // most tasks bound per store commit
   std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
-  // Every pending task is re-read from the store this often (tasks that
-  // other paths or other server instances created).
+  // Every pending task is re-read from the store this often: a safety
+  // sweep. Tasks other server instances create reach the leader at once
+  // through the store's task feed (Store::WatchTasks) where there is one.
   std::int64_t resync_interval_ms = 30'000;
   // Several instances (issue 8): Create does not rebuild the ledger; the
   // instance is a follower until Promote() (after it won the lease).
@@ -663,6 +665,9 @@ class ControlPlane {
                                RowId slice, bool rebind,
                                std::vector<RowId>& released);
   void WakeScheduler();
+  // The task feed's callback: task `id` was committed (0: some may have
+  // been missed, read every pending task afresh).
+  void TaskCommitted(RowId id);
   void BumpGeneration();
 
   store::Store* const store_;
@@ -746,8 +751,14 @@ class ControlPlane {
   std::vector<store::TaskRow> incoming_;  // GUARDED_BY(sched_mu_)
   bool stop_ = false;                     // GUARDED_BY(sched_mu_)
   bool resync_ = true;                    // GUARDED_BY(sched_mu_)
-  store::Millis last_resync_ = 0;         // GUARDED_BY(sched_mu_)
-  std::mutex bind_mu_;  // one bind pass at a time; guards pending_
+  // Tasks the store's task feed reported committed (by this or another
+  // instance), to be read; and the ids this instance created and already
+  // queued itself (incoming_), so that their reports are not read again.
+  std::vector<RowId> created_elsewhere_;    // GUARDED_BY(sched_mu_)
+  std::unordered_set<RowId> created_here_;  // GUARDED_BY(sched_mu_)
+  static constexpr std::size_t kMaxCreatedHere = 65'536;
+  store::Millis last_resync_ = 0;  // GUARDED_BY(sched_mu_)
+  std::mutex bind_mu_;             // one bind pass at a time; guards pending_
   std::map<RowId, PendingTask> pending_;      // GUARDED_BY(bind_mu_)
   std::atomic<std::uint64_t> generation_{1};  // bumped when capacity frees up
   std::atomic<int> pending_count_{0};
@@ -758,6 +769,10 @@ class ControlPlane {
   std::thread gc_thread_;
   std::thread defrag_thread_;
   bool started_ = false;
+  // The store's task feed while this instance leads (Store::WatchTasks;
+  // null on SQLite). Declared last: stopped first on destruction, while
+  // what its callback touches is still there.
+  std::unique_ptr<store::TaskFeed> task_feed_;
 };
 
 }  // namespace hf::server

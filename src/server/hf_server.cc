@@ -323,8 +323,10 @@ int Main(int argc, char** argv) {
   // it is alone), not before.
   options.defer_recovery = true;
   if ((*store)->info().backend == "postgres") {
-    // Followers create tasks the leader learns of only from the store.
-    options.resync_interval_ms = 1'000;
+    // Followers create tasks the leader learns of from the store: at once
+    // through its task feed (LISTEN/NOTIFY), and by this sweep should the
+    // feed have missed any.
+    options.resync_interval_ms = 15'000;
   }
   options.policy = f.policy;
   options.learned.cold_start_tasks = f.policy_cold_start_tasks;

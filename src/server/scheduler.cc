@@ -179,14 +179,32 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
   return in;
 }
 
+void ControlPlane::TaskCommitted(RowId id) {
+  {
+    std::lock_guard lock(sched_mu_);
+    if (id == 0) {
+      resync_ = true;
+      created_here_.clear();  // the sweep reads them all anyway
+    } else if (created_here_.erase(id) == 0) {
+      created_elsewhere_.push_back(id);
+    }
+    // Reports lost on the way (the feed reconnected) leave ids behind;
+    // the sweep they trigger covers them.
+    if (created_here_.size() > kMaxCreatedHere) created_here_.clear();
+  }
+  sched_cv_.notify_all();
+}
+
 StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   std::lock_guard bind_lock(bind_mu_);
   if (more != nullptr) *more = false;
   std::vector<TaskRow> incoming;
+  std::vector<RowId> created;
   bool resync = false;
   {
     std::lock_guard lock(sched_mu_);
     incoming.swap(incoming_);
+    created.swap(created_elsewhere_);
     resync = resync_;
     resync_ = false;
   }
@@ -222,6 +240,27 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   for (TaskRow& t : incoming) {
     const RowId id = t.id;
     if (!pending_.contains(id)) pending_[id] = PendingTask{std::move(t)};
+  }
+  // Tasks other instances created (the task feed): read those not held.
+  std::erase_if(created, [&](RowId id) { return pending_.contains(id); });
+  if (!resync && !created.empty()) {
+    std::vector<TaskRow> rows;
+    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+      rows.clear();
+      for (RowId id : created) {
+        auto t = txn.GetTask(id);
+        if (t.ok()) {
+          if (t->state == TaskState::kPending) rows.push_back(*std::move(t));
+        } else if (t.status().code() != StatusCode::kNotFound) {
+          return t.status();
+        }
+      }
+      return Status::Ok();
+    }));
+    for (TaskRow& t : rows) {
+      const RowId id = t.id;
+      pending_.try_emplace(id, PendingTask{std::move(t)});
+    }
   }
   pending_count_.store(static_cast<int>(pending_.size()));
 
@@ -447,8 +486,8 @@ void ControlPlane::SchedulerLoop() {
       std::unique_lock lock(sched_mu_);
       if (!more) {
         sched_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] {
-          return stop_ || !incoming_.empty() || resync_ ||
-                 generation_.load() != last_generation;
+          return stop_ || !incoming_.empty() || !created_elsewhere_.empty() ||
+                 resync_ || generation_.load() != last_generation;
         });
       }
       if (stop_) return;

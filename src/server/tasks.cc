@@ -182,6 +182,7 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
   {
     std::lock_guard lock(sched_mu_);
     incoming_.push_back(stored);
+    if (task_feed_ != nullptr) created_here_.insert(stored.id);
   }
   WakeScheduler();
   return stored;

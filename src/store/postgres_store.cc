@@ -9,9 +9,12 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -1085,10 +1088,14 @@ class PgTxn final : public Txn {
   StatusOr<TaskRow> InsertTask(const TaskRow& row) override {
     const std::string what = "inserting task " + Quoted(row.name);
     HF_RETURN_IF_ERROR(CheckWritable(what));
+    // The insert notifies the task feed (WatchTasks) in the same round
+    // trip; PostgreSQL delivers it only if the transaction commits.
     static const std::string sql =
-        "INSERT INTO tasks (" + std::string(kTaskFieldColumns) +
-        ", version, created_at, updated_at) VALUES (" +
-        Placeholders(kTaskFieldCount + 3) + ") RETURNING id";
+        "WITH inserted AS (INSERT INTO tasks (" +
+        std::string(kTaskFieldColumns) + ", version, created_at, updated_at) " +
+        "VALUES (" + Placeholders(kTaskFieldCount + 3) +
+        ") RETURNING id) SELECT id, pg_notify('" + PostgresStore::kTaskChannel +
+        "', id::text) FROM inserted";
     Params params;
     HF_RETURN_IF_ERROR(BindTaskFields(params, row).WithContext(what));
     params.BindAll(row.version, row.created_at, row.updated_at);
@@ -1747,6 +1754,96 @@ PostgresStore::PostgresStore(std::unique_ptr<ConnectInfo> info,
 }
 
 PostgresStore::~PostgresStore() = default;
+
+namespace {
+
+// The task feed: one connection of its own LISTENing on the task channel,
+// and a thread waiting on it (await_notification wakes at least every
+// kFeedPollUs to see whether it is to stop). A broken connection is opened
+// again after a pause; every (re)connect reports 0 first, since
+// notifications sent while it was away are lost.
+class PgTaskFeed final : public TaskFeed {
+ public:
+  PgTaskFeed(const postgres_internal::ConnectInfo& info,
+             std::function<void(RowId)> on_created)
+      : info_(info), on_created_(std::move(on_created)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~PgTaskFeed() override {
+    stop_.store(true);
+    thread_.join();
+  }
+  PgTaskFeed(const PgTaskFeed&) = delete;
+  PgTaskFeed& operator=(const PgTaskFeed&) = delete;
+
+ private:
+  static constexpr long kFeedPollUs = 200'000;
+  static constexpr auto kReconnectPause = std::chrono::milliseconds(500);
+
+  class Receiver final : public pqxx::notification_receiver {
+   public:
+    Receiver(pqxx::connection_base& conn,
+             const std::function<void(RowId)>& on_created)
+        : pqxx::notification_receiver(conn, PostgresStore::kTaskChannel),
+          on_created_(on_created) {}
+    void operator()(const std::string& payload, int /*backend_pid*/) override {
+      RowId id = 0;
+      const auto [end, error] =
+          std::from_chars(payload.data(), payload.data() + payload.size(), id);
+      // A payload that is not an id (nothing of ours sends one) still says
+      // something changed: read afresh.
+      on_created_(error == std::errc() && end == payload.data() + payload.size()
+                      ? id
+                      : 0);
+    }
+
+   private:
+    const std::function<void(RowId)>& on_created_;
+  };
+
+  void Run() {
+    while (!stop_.load()) {
+      StatusOr<std::unique_ptr<postgres_internal::Connection>> conn =
+          postgres_internal::Connection::Open(info_);
+      if (!conn.ok()) {
+        Pause();
+        continue;
+      }
+      try {
+        Receiver receiver((*conn)->get(), on_created_);
+        (*conn)->get().get_notifs();  // LISTEN is in effect from here
+        on_created_(0);
+        while (!stop_.load()) {
+          (*conn)->get().await_notification(0, kFeedPollUs);
+          if ((*conn)->broken()) break;
+        }
+      } catch (const std::exception&) {
+        // The connection broke: listen again on a new one (the 0 it
+        // reports then makes the listener read afresh).
+      }
+      Pause();
+    }
+  }
+
+  void Pause() {
+    const auto until = std::chrono::steady_clock::now() + kReconnectPause;
+    while (!stop_.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  const postgres_internal::ConnectInfo& info_;
+  std::function<void(RowId)> on_created_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<TaskFeed> PostgresStore::WatchTasks(
+    std::function<void(RowId)> on_created) {
+  return std::make_unique<PgTaskFeed>(*info_, std::move(on_created));
+}
 
 StoreInfo PostgresStore::info() const {
   return StoreInfo{.backend = "postgres", .schema_version = schema_version_};

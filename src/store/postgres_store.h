@@ -105,6 +105,11 @@ class PostgresStore final : public Store {
   // See Store::Read. Blocks while every read connection is busy.
   Status Read(const std::function<Status(Txn&)>& fn) override;
   StoreInfo info() const override;
+  // LISTEN on its own connection: every task insert notifies the channel
+  // kTaskChannel with the task's id when it commits.
+  std::unique_ptr<TaskFeed> WatchTasks(
+      std::function<void(RowId)> on_created) override;
+  static constexpr const char* kTaskChannel = "hf_task_created";
 
  private:
   // A place for one connection: null until first use and after it broke.

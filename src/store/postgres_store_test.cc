@@ -13,10 +13,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <pqxx/pqxx>
 #include <set>
 #include <string>
@@ -481,6 +484,78 @@ TEST(PostgresStoreTest, TwoStoresWritingAtOnceLoseNoUpdateAndShareNoId) {
                     return Status::Ok();
                   })
                   .ok());
+}
+
+// The task feed: a task committed through another store (another server
+// instance) reaches the feed with its id; a rolled-back one never does; a
+// feed whose connection is killed reports 0 (read afresh) and goes on.
+TEST(PostgresStoreTest, TheTaskFeedSeesTasksCommittedByOtherStores) {
+  const std::string url = NewDatabaseUrl();
+  std::unique_ptr<Store> leader = MustOpen(url);
+  std::unique_ptr<Store> follower = MustOpen(url);
+  ASSERT_NE(leader, nullptr);
+  ASSERT_NE(follower, nullptr);
+  ASSERT_TRUE(AddTenant(*follower, "t").ok());
+  std::mutex mu;
+  std::vector<RowId> seen;
+  std::unique_ptr<TaskFeed> feed = leader->WatchTasks([&](RowId id) {
+    std::lock_guard lock(mu);
+    seen.push_back(id);
+  });
+  ASSERT_NE(feed, nullptr);
+  const auto wait_for = [&](const std::function<bool()>& done) {
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard lock(mu);
+        if (done()) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  // Listening: the start is reported as "read afresh".
+  ASSERT_TRUE(wait_for([&] { return !seen.empty(); }));
+  EXPECT_EQ(seen.front(), 0);
+  const auto create = [&](bool commit) {
+    RowId id = 0;
+    const Status s = follower->Write([&](Txn& t) -> Status {
+      StatusOr<TenantRow> tenant = t.FindTenant("t");
+      if (!tenant.ok()) return tenant.status();
+      StatusOr<TaskRow> row =
+          t.InsertTask(contract::PendingTask(tenant->id, "job"));
+      if (!row.ok()) return row.status();
+      id = row->id;
+      return commit ? Status::Ok() : Status::Aborted("rolled back");
+    });
+    EXPECT_EQ(s.ok(), commit) << s.ToString();
+    return id;
+  };
+  const RowId dropped = create(false);
+  const RowId first = create(true);
+  ASSERT_TRUE(wait_for([&] {
+    return std::find(seen.begin(), seen.end(), first) != seen.end();
+  }));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(std::find(seen.begin(), seen.end(), dropped), seen.end());
+    seen.clear();
+  }
+  // Kill the feed's connection: it comes back, says so, and goes on.
+  RawExec(url,
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+          "query LIKE 'LISTEN%' AND pid <> pg_backend_pid()");
+  ASSERT_TRUE(wait_for(
+      [&] { return std::find(seen.begin(), seen.end(), 0) != seen.end(); }));
+  const RowId second = create(true);
+  EXPECT_TRUE(wait_for([&] {
+    return std::find(seen.begin(), seen.end(), second) != seen.end();
+  }));
+  feed.reset();  // stops: no callback after this
+  std::lock_guard lock(mu);
+  const std::size_t count = seen.size();
+  create(true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(seen.size(), count);
 }
 
 TEST(PostgresStoreTest, CompareAndSetHoldsAcrossStores) {

@@ -412,6 +412,14 @@ struct StoreInfo {
   int schema_version = 0;
 };
 
+// A running feed of the tasks committed by any process on the database
+// (Store::WatchTasks). Destroying it stops the feed; no callback runs after
+// the destructor returns.
+class TaskFeed {
+ public:
+  virtual ~TaskFeed() = default;
+};
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -431,6 +439,18 @@ class Store {
   virtual Status Read(const std::function<Status(Txn&)>& fn) = 0;
 
   virtual StoreInfo info() const = 0;
+
+  // Calls `on_created(id)`, on a thread of the feed's own, for each task
+  // committed by any process on the database from now on, and
+  // `on_created(0)` when some may have been missed (the feed started or
+  // reconnected): the caller then reads what it needs afresh. Null when the
+  // backend has no such feed (SQLite: one process owns the database, and
+  // it knows what it creates).
+  virtual std::unique_ptr<TaskFeed> WatchTasks(
+      std::function<void(RowId)> on_created) {
+    (void)on_created;
+    return nullptr;
+  }
 };
 
 struct StoreOptions {

@@ -545,6 +545,39 @@ TEST_F(MultiInstanceTest, AFollowerServesTheSlicesMeasuredUsage) {
       << advice.raw;
 }
 
+// A follower answers POST /tasks from the database alone; the leader
+// learns of the task through the store's task feed (LISTEN/NOTIFY) as it
+// commits, not at its next sweep of every pending task (15 s).
+TEST_F(MultiInstanceTest, ATaskCreatedOnAFollowerIsBoundAtOnce) {
+  auto pg = store::pg_testing::PgServer::Start();
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  pg_ = std::move(*pg);
+  ASSERT_TRUE(pg_->CreateDatabase("feed").ok());
+  const std::string url = pg_->Url("feed");
+  ASSERT_NO_FATAL_FAILURE(StartCluster({url, url}));
+  Api api(Client(0), admin_);
+  FailoverAgent agent({Client(0)}, "n-feed",
+                      api.CreateToken("node", std::nullopt), 1);
+  ASSERT_TRUE(agent.Register());
+  Api follower(Client(1), admin_);
+  for (int i = 0; i < 3; ++i) {
+    const auto created = Clock::now();
+    const json task =
+        follower.CreateTask({{"name", "via-follower-" + std::to_string(i)},
+                             {"gpu_memory_mb", 1024},
+                             {"gpu_compute_ratio", 0.1}},
+                            admin_);
+    ASSERT_TRUE(task.is_object() && task.contains("id")) << task.dump();
+    const json bound =
+        follower.WaitNotPending(task["id"].get<std::int64_t>(), admin_);
+    const double took = SecondsSince(created);
+    EXPECT_EQ(bound["status"], "scheduled") << bound.dump();
+    EXPECT_LT(took, 2.0) << "bound only by the sweep";
+    std::printf("[feed] a task created on a follower was bound after %.3f s\n",
+                took);
+  }
+}
+
 TEST_F(MultiInstanceTest, PartitionedLeaderStopsBeforeTakeover) {
   auto pg = store::pg_testing::PgServer::Start();
   ASSERT_TRUE(pg.ok()) << pg.status().ToString();
