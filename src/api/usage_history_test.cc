@@ -283,6 +283,16 @@ TEST_F(UsageHistoryTest, AnotherTenantsSliceIs404AsAnUnknownOne) {
     EXPECT_EQ(status, 404) << id << ": " << reply.dump();
   }
   EXPECT_EQ(Send("GET", UsagePath(), "").first, 401);
+  // Rows in the database: any instance answers, a follower forwards
+  // nothing.
+  bool found = false;
+  for (const RouteInfo& r : ServedRoutes()) {
+    if (r.method == "GET" && r.path == "/api/v1/slices/{id}/usage") {
+      found = true;
+      EXPECT_FALSE(r.leader_only);
+    }
+  }
+  EXPECT_TRUE(found);
 }
 
 TEST_F(UsageHistoryTest, BadParametersAre400NamingThem) {
