@@ -729,9 +729,10 @@ StatusOr<server::HookReport> ParseHookReport(const json& hook,
       ratio != nullptr && !ratio->is_null()) {
     if (!ratio->is_number() || !(ratio->get<double>() > 0) ||
         ratio->get<double>() > wire::kMaxInterference) {
-      return Wrong(at + ".interference",
-                   "must be a number above 0 and at most " +
-                       std::to_string(static_cast<int>(wire::kMaxInterference)));
+      return Wrong(
+          at + ".interference",
+          "must be a number above 0 and at most " +
+              std::to_string(static_cast<int>(wire::kMaxInterference)));
     }
     r.interference = ratio->get<double>();
     HF_RETURN_IF_ERROR(count("interference_samples", r.interference_samples));
@@ -992,6 +993,27 @@ json SliceJson(server::ControlPlane& cp, const store::SliceRow& s) {
     if (!h.unhooked_pids.empty()) j["enforcement_note"] = h.unhooked_reason;
   }
   return j;
+}
+
+json SliceUsageHistoryJson(store::RowId slice_id,
+                           const std::vector<server::HookUsage>& usage) {
+  json items = json::array();
+  for (const server::HookUsage& u : usage) {
+    const server::HookReport& h = u.report;
+    items.push_back(
+        {{"reported_at", Iso(u.reported_at)},
+         {"used_bytes", h.used_bytes},
+         {"peak_bytes", h.peak_bytes},
+         {"quota_bytes", h.quota_bytes ? json(*h.quota_bytes) : json(nullptr)},
+         {"quota_ooms", h.quota_ooms},
+         {"physical_ooms", h.physical_ooms},
+         {"share_achieved_percent", h.share_achieved_percent
+                                        ? json(*h.share_achieved_percent)
+                                        : json(nullptr)},
+         {"interference",
+          h.interference ? json(*h.interference) : json(nullptr)}});
+  }
+  return {{"slice_id", slice_id}, {"items", std::move(items)}};
 }
 
 json HistoryJson(server::ControlPlane& cp, const store::HistoryRow& h) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "common/strict_json.h"
@@ -76,6 +77,9 @@ std::string FormatTime(store::Millis millis);  // RFC 3339, UTC, ms
 json TaskJson(server::ControlPlane& cp, const store::TaskRow& task);
 json SliceJson(server::ControlPlane& cp, const store::SliceRow& slice);
 json HistoryJson(server::ControlPlane& cp, const store::HistoryRow& h);
+// GET /api/v1/slices/{id}/usage: {"slice_id", "items": [...]}, oldest first.
+json SliceUsageHistoryJson(store::RowId slice_id,
+                           const std::vector<server::HookUsage>& usage);
 json SliceRequestJson(server::ControlPlane& cp,
                       const store::SliceRequestRow& row);
 json TenantJson(server::ControlPlane& cp, const store::TenantRow& tenant);

@@ -588,6 +588,34 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         if (!slice.ok()) return slice.status();
         return Ok(SliceJson(cp, *slice));
       });
+  // The slice's stored usage over time: rows in the database, so any
+  // instance answers (not in LeaderOnly).
+  add("GET", "/api/v1/slices/{id}/usage", kAnyRole, {"since", "limit"},
+      [cpp](Ctx& c) -> StatusOr<Reply> {
+        ControlPlane& cp = *cpp;
+        auto id = ParseId(c.params[0], "id");
+        if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+        store::Millis since = 0;
+        if (auto v = Query(c.req, "since"); v && !v->empty()) {
+          auto at = ParseTime(*v, "since");
+          if (!at.ok()) return at.status();
+          since = *at;
+        }
+        int limit = store::kSliceUsageHistoryRows;
+        if (auto v = Query(c.req, "limit"); v && !v->empty()) {
+          auto n = ParseId(*v, "limit");
+          if (!n.ok() || *n > store::kSliceUsageHistoryRows) {
+            return Status::InvalidArgument(
+                "must be 1.." + std::to_string(store::kSliceUsageHistoryRows) +
+                    ", got '" + v->substr(0, 64) + "'",
+                "limit");
+          }
+          limit = static_cast<int>(*n);
+        }
+        auto usage = cp.SliceUsageHistory(c.caller, *id, since, limit);
+        if (!usage.ok()) return usage.status();
+        return Ok(SliceUsageHistoryJson(*id, *usage));
+      });
   add("PATCH", "/api/v1/slices/{id}", kTenantAdmins, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;

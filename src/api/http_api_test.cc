@@ -139,6 +139,7 @@ ExpectedRoles() {
         {{"GET", "/api/v1/slices"}, any},
         {{"POST", "/api/v1/slices"}, tenant_admins},
         {{"GET", "/api/v1/slices/{id}"}, any},
+        {{"GET", "/api/v1/slices/{id}/usage"}, any},
         {{"PATCH", "/api/v1/slices/{id}"}, tenant_admins},
         {{"DELETE", "/api/v1/slices/{id}"}, tenant_admins},
         {{"GET", "/api/v1/advice"}, tenant_admins},

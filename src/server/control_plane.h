@@ -415,6 +415,14 @@ class ControlPlane {
                                     const SliceResizeRequest& request);
   // The hook usage last reported for slice `id`, if any.
   std::optional<HookUsage> SliceHookUsage(RowId id);
+  // Slice `id`'s stored usage over time (store::ListSliceUsageHistory:
+  // reported_at >= since, the newest `limit`, oldest first), read from the
+  // database so any instance answers; NotFound as GetSlice. Rows that do
+  // not read are left out.
+  StatusOr<std::vector<HookUsage>> SliceUsageHistory(const Caller& caller,
+                                                     RowId id,
+                                                     store::Millis since,
+                                                     int limit);
   // The GPUs other than its own that would take live slice `id` now, as it
   // is (its tenant, memory, compute share and its task's GPU models), by
   // the ledger's admission rules (ClusterView::CheckSlice: health, models,

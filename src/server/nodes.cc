@@ -558,6 +558,24 @@ std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
   return UsageFromJson(*row);
 }
 
+StatusOr<std::vector<HookUsage>> ControlPlane::SliceUsageHistory(
+    const Caller& caller, RowId id, store::Millis since, int limit) {
+  HF_RETURN_IF_ERROR(GetSlice(caller, id).status());
+  std::vector<store::SliceUsageRow> rows;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto r = txn.ListSliceUsageHistory(id, since, limit);
+    if (!r.ok()) return r.status();
+    rows = std::move(r).value();
+    return Status::Ok();
+  }));
+  std::vector<HookUsage> out;
+  out.reserve(rows.size());
+  for (const store::SliceUsageRow& row : rows) {
+    if (auto usage = UsageFromJson(row)) out.push_back(std::move(*usage));
+  }
+  return out;
+}
+
 Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
   std::vector<HookUsage> rows;
   std::vector<RowId> ids;

@@ -595,6 +595,19 @@ CREATE TABLE slice_usage (
   usage TEXT NOT NULL
 );
 )sql",
+    // 10: each slice's stored usage over time (the newest
+    // kSliceUsageHistoryRows per slice), for a chart of the recent past.
+    // It starts with the one row each slice has now.
+    R"sql(
+CREATE TABLE slice_usage_history (
+  slice_id BIGINT NOT NULL,
+  reported_at BIGINT NOT NULL,
+  usage TEXT NOT NULL,
+  PRIMARY KEY (slice_id, reported_at)
+);
+INSERT INTO slice_usage_history (slice_id, reported_at, usage)
+SELECT slice_id, reported_at, usage FROM slice_usage;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -1414,11 +1427,27 @@ class PgTxn final : public Txn {
     const std::string what =
         "storing the usage of slice " + std::to_string(row.slice_id);
     HF_RETURN_IF_ERROR(CheckWritable(what));
-    return Change(what,
-                  "INSERT INTO slice_usage (slice_id, reported_at, usage) "
-                  "VALUES ($1, $2, $3) ON CONFLICT (slice_id) DO UPDATE SET "
-                  "reported_at = excluded.reported_at, usage = excluded.usage",
-                  Params().BindAll(row.slice_id, row.reported_at, row.usage))
+    // One statement: the latest row, the history row, and the history
+    // trimmed to that row and the slice's newest kSliceUsageHistoryRows - 1
+    // others. The trim sees the table as it was before the statement and
+    // never touches the row the statement writes (a row may be changed only
+    // once per statement).
+    return Change(
+               what,
+               "WITH latest AS (INSERT INTO slice_usage (slice_id, "
+               "reported_at, usage) VALUES ($1, $2, $3) ON CONFLICT "
+               "(slice_id) DO UPDATE SET reported_at = excluded.reported_at, "
+               "usage = excluded.usage), "
+               "appended AS (INSERT INTO slice_usage_history (slice_id, "
+               "reported_at, usage) VALUES ($1, $2, $3) ON CONFLICT "
+               "(slice_id, reported_at) DO UPDATE SET usage = excluded.usage) "
+               "DELETE FROM slice_usage_history WHERE slice_id = $1 AND "
+               "reported_at <> $2 AND reported_at < (SELECT reported_at FROM "
+               "slice_usage_history "
+               "WHERE slice_id = $1 AND reported_at <> $2 ORDER BY "
+               "reported_at DESC LIMIT 1 OFFSET $4)",
+               Params().BindAll(row.slice_id, row.reported_at, row.usage,
+                                kSliceUsageHistoryRows - 2))
         .status();
   }
   StatusOr<std::optional<SliceUsageRow>> GetSliceUsage(
@@ -1438,6 +1467,20 @@ class PgTxn final : public Txn {
       row.usage = r.Text(1);
       return std::optional<SliceUsageRow>(row);
     });
+  }
+  StatusOr<std::vector<SliceUsageRow>> ListSliceUsageHistory(
+      RowId slice_id, Millis since, int limit) override {
+    HF_RETURN_IF_ERROR(CheckLimit(limit));
+    // The newest `limit` rows from `since` on, handed out oldest first.
+    return Many(
+        [slice_id](const RowReader& r) -> StatusOr<SliceUsageRow> {
+          return SliceUsageRow{slice_id, r.Int(0), r.Text(1)};
+        },
+        "reading the usage history of slice " + std::to_string(slice_id),
+        "SELECT reported_at, usage FROM (SELECT reported_at, usage FROM "
+        "slice_usage_history WHERE slice_id = $1 AND reported_at >= $2 "
+        "ORDER BY reported_at DESC LIMIT $3) AS newest ORDER BY reported_at",
+        Params().BindAll(slice_id, since, limit));
   }
 
   // ------------------------------------------------------------- meta

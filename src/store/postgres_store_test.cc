@@ -252,7 +252,8 @@ TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
   RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawExec(url, "DROP TABLE slice_usage");  // migration 9
+  RawExec(url, "DROP TABLE slice_usage");          // migration 9
+  RawExec(url, "DROP TABLE slice_usage_history");  // migration 10
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -276,7 +277,8 @@ TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
   RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawExec(url, "DROP TABLE slice_usage");  // migration 9
+  RawExec(url, "DROP TABLE slice_usage");          // migration 9
+  RawExec(url, "DROP TABLE slice_usage_history");  // migration 10
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
@@ -286,6 +288,38 @@ TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckComputeModeMigrated(*store, tasks);
+}
+
+TEST(PostgresStoreTest, SliceUsageHistorySurvivesAReopen) {
+  const std::string url = NewDatabaseUrl();
+  {
+    std::unique_ptr<Store> store = MustOpen(url);
+    ASSERT_NE(store, nullptr);
+    contract::SeedSliceUsage(*store);
+  }
+  std::unique_ptr<Store> store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  contract::CheckSliceUsageHistory(*store, {1000, 2000, 3000}, {1500});
+}
+
+TEST(PostgresStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
+  const std::string url = NewDatabaseUrl();
+  {
+    std::unique_ptr<Store> store = MustOpen(url);
+    ASSERT_NE(store, nullptr);
+    contract::SeedSliceUsage(*store);
+  }
+  // As a database from before migration 10 is: the latest rows only.
+  RawExec(url, "DELETE FROM schema_migrations WHERE version >= 10");
+  RawExec(url, "DROP TABLE slice_usage_history");
+  std::unique_ptr<Store> store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
+  contract::CheckSliceUsageHistory(*store, {3000}, {1500});
+  store.reset();
+  store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  contract::CheckSliceUsageHistory(*store, {3000}, {1500});
 }
 
 TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentNamingTheDbField) {

@@ -594,6 +594,19 @@ CREATE TABLE slice_usage (
   usage TEXT NOT NULL
 );
 )sql",
+    // 10: each slice's stored usage over time (the newest
+    // kSliceUsageHistoryRows per slice), for a chart of the recent past.
+    // It starts with the one row each slice has now.
+    R"sql(
+CREATE TABLE slice_usage_history (
+  slice_id INTEGER NOT NULL,
+  reported_at INTEGER NOT NULL,
+  usage TEXT NOT NULL,
+  PRIMARY KEY (slice_id, reported_at)
+);
+INSERT INTO slice_usage_history (slice_id, reported_at, usage)
+SELECT slice_id, reported_at, usage FROM slice_usage;
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -1234,6 +1247,24 @@ class SqliteTxn final : public Txn {
                "VALUES (?, ?, ?) ON CONFLICT (slice_id) DO UPDATE SET "
                "reported_at = excluded.reported_at, usage = excluded.usage",
                row.slice_id, row.reported_at, row.usage);
+    if (!changed.ok()) return changed.status();
+    changed = Change(what,
+                     "INSERT INTO slice_usage_history (slice_id, reported_at, "
+                     "usage) VALUES (?, ?, ?) ON CONFLICT (slice_id, "
+                     "reported_at) DO UPDATE SET usage = excluded.usage",
+                     row.slice_id, row.reported_at, row.usage);
+    if (!changed.ok()) return changed.status();
+    // Kept: this row and the slice's newest kSliceUsageHistoryRows - 1
+    // others (as the PostgreSQL store keeps them); nothing goes while the
+    // slice has fewer, the subquery being NULL then.
+    changed = Change(what,
+                     "DELETE FROM slice_usage_history WHERE slice_id = ? AND "
+                     "reported_at <> ? AND reported_at < (SELECT reported_at "
+                     "FROM slice_usage_history WHERE slice_id = ? AND "
+                     "reported_at <> ? ORDER BY reported_at DESC LIMIT 1 "
+                     "OFFSET ?)",
+                     row.slice_id, row.reported_at, row.slice_id,
+                     row.reported_at, kSliceUsageHistoryRows - 2);
     return changed.ok() ? Status::Ok() : changed.status();
   }
   StatusOr<std::optional<SliceUsageRow>> GetSliceUsage(
@@ -1250,6 +1281,23 @@ class SqliteTxn final : public Txn {
     if (!*row) return std::optional<SliceUsageRow>();
     return std::optional<SliceUsageRow>(
         SliceUsageRow{slice_id, stmt->Int(0), stmt->Text(1)});
+  }
+  StatusOr<std::vector<SliceUsageRow>> ListSliceUsageHistory(
+      RowId slice_id, Millis since, int limit) override {
+    const std::string what =
+        "reading the usage history of slice " + std::to_string(slice_id);
+    HF_RETURN_IF_ERROR(CheckOpen(what));
+    HF_RETURN_IF_ERROR(CheckLimit(limit));
+    // The newest `limit` rows from `since` on, handed out oldest first.
+    return Many(
+        [slice_id](Statement& stmt) -> StatusOr<SliceUsageRow> {
+          return SliceUsageRow{slice_id, stmt.Int(0), stmt.Text(1)};
+        },
+        what,
+        "SELECT reported_at, usage FROM (SELECT reported_at, usage FROM "
+        "slice_usage_history WHERE slice_id = ? AND reported_at >= ? ORDER BY "
+        "reported_at DESC LIMIT ?) ORDER BY reported_at",
+        slice_id, since, limit);
   }
 
   StatusOr<std::optional<std::string>> GetMeta(std::string_view key) override {

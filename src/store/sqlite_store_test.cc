@@ -226,7 +226,8 @@ TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
   RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawQuery(path, "DROP TABLE slice_usage");  // migration 9
+  RawQuery(path, "DROP TABLE slice_usage");          // migration 9
+  RawQuery(path, "DROP TABLE slice_usage_history");  // migration 10
   std::unique_ptr<Store> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -252,7 +253,8 @@ TEST(SqliteStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
   RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawQuery(path, "DROP TABLE slice_usage");  // migration 9
+  RawQuery(path, "DROP TABLE slice_usage");          // migration 9
+  RawQuery(path, "DROP TABLE slice_usage_history");  // migration 10
   ASSERT_EQ(RawQuery(path,
                      "SELECT COUNT(*) FROM pragma_table_info('tasks') "
                      "WHERE name = 'gpu_compute_mode'"),
@@ -268,6 +270,41 @@ TEST(SqliteStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckComputeModeMigrated(*store, tasks);
+}
+
+TEST(SqliteStoreTest, SliceUsageHistorySurvivesARestart) {
+  TempDir dir;
+  const std::string path = dir.File("hf.db");
+  {
+    std::unique_ptr<Store> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    contract::SeedSliceUsage(*store);
+  }
+  std::unique_ptr<Store> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  contract::CheckSliceUsageHistory(*store, {1000, 2000, 3000}, {1500});
+}
+
+TEST(SqliteStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
+  TempDir dir;
+  const std::string path = dir.File("hf.db");
+  {
+    std::unique_ptr<Store> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    contract::SeedSliceUsage(*store);
+  }
+  // As a database from before migration 10 is: the latest rows only.
+  RawQuery(path, "DELETE FROM schema_migrations WHERE version >= 10");
+  RawQuery(path, "DROP TABLE slice_usage_history");
+  std::unique_ptr<Store> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, SqliteSchemaVersion());
+  contract::CheckSliceUsageHistory(*store, {3000}, {1500});
+  // Once only: reopening adds nothing.
+  store.reset();
+  store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  contract::CheckSliceUsageHistory(*store, {3000}, {1500});
 }
 
 TEST(SqliteStoreTest, RefusesADatabaseFromANewerVersion) {

@@ -151,6 +151,12 @@ struct SliceUsageRow {
   std::string usage;  // JSON object, written by the server
 };
 
+// How many stored usage rows the history keeps per slice (the newest):
+// two hours at the leader's 30 s storing cadence, more rows when the usage
+// moves faster. Enough for a chart of the recent past; a slice's whole
+// life is in its operation log, not here.
+inline constexpr int kSliceUsageHistoryRows = 240;
+
 enum class SliceState { kAllocated, kReleasing, kReleased };
 std::string_view SliceStateName(SliceState state);
 std::optional<SliceState> ParseSliceState(std::string_view name);
@@ -393,11 +399,20 @@ class Txn {
   // many it deleted.
   virtual StatusOr<int> DeleteExpiredIdempotencyKeys(Millis now, int limit) = 0;
 
-  // Per-slice usage: PutSliceUsage inserts or replaces the slice's row;
-  // GetSliceUsage is nullopt when none was stored.
+  // Per-slice usage: PutSliceUsage inserts or replaces the slice's row and
+  // appends it to the slice's usage history (replacing a history row with
+  // the same reported_at), which keeps at most kSliceUsageHistoryRows rows
+  // per slice: in the same transaction, it drops all but this row and the
+  // newest kSliceUsageHistoryRows - 1 others.
+  // GetSliceUsage is nullopt when none was stored. Rows stay after the
+  // slice is released.
   virtual Status PutSliceUsage(const SliceUsageRow& row) = 0;
   virtual StatusOr<std::optional<SliceUsageRow>> GetSliceUsage(
       RowId slice_id) = 0;
+  // The slice's usage history with reported_at >= since, oldest first, at
+  // most `limit` (> 0) rows: the oldest ones from `since` on.
+  virtual StatusOr<std::vector<SliceUsageRow>> ListSliceUsageHistory(
+      RowId slice_id, Millis since, int limit) = 0;
 
   // Small key/value settings (e.g. "admin_bootstrapped").
   virtual StatusOr<std::optional<std::string>> GetMeta(

@@ -659,6 +659,127 @@ TEST_P(StoreContractTest, SliceUsageIsStoredReplacedAndReadBack) {
   EXPECT_EQ(eight->usage, R"({"used_bytes":5})");
 }
 
+namespace {
+
+// The usage JSON of report `n` (any text does: the store keeps it as is).
+std::string UsageOf(int n) {
+  return R"({"used_bytes":)" + std::to_string(n) + "}";
+}
+
+std::vector<Millis> TimesOf(const std::vector<SliceUsageRow>& rows) {
+  std::vector<Millis> out;
+  for (const SliceUsageRow& r : rows) out.push_back(r.reported_at);
+  return out;
+}
+
+}  // namespace
+
+TEST_P(StoreContractTest, SliceUsageHistoryKeepsEveryStoredRowOldestFirst) {
+  EXPECT_TRUE(MustRead([](Txn& t) {
+                return t.ListSliceUsageHistory(7, 0, kSliceUsageHistoryRows);
+              }).empty());
+  // Stored out of order across slices: each slice's rows come back by time.
+  for (const auto& [slice, at] : std::vector<std::pair<RowId, Millis>>{
+           {7, 1000}, {8, 1500}, {7, 2000}, {7, 3000}, {8, 2500}}) {
+    ASSERT_TRUE(
+        WriteStatus([&, slice = slice, at = at](Txn& t) {
+          return t.PutSliceUsage({slice, at, UsageOf(static_cast<int>(at))});
+        }).ok());
+  }
+  const auto seven = MustRead([](Txn& t) {
+    return t.ListSliceUsageHistory(7, 0, kSliceUsageHistoryRows);
+  });
+  EXPECT_EQ(TimesOf(seven), (std::vector<Millis>{1000, 2000, 3000}));
+  ASSERT_EQ(seven.size(), 3u);
+  EXPECT_EQ(seven[0].slice_id, 7);
+  EXPECT_EQ(seven[0].usage, UsageOf(1000));
+  EXPECT_EQ(seven[2].usage, UsageOf(3000));
+  EXPECT_EQ(TimesOf(MustRead([](Txn& t) {
+              return t.ListSliceUsageHistory(8, 0, kSliceUsageHistoryRows);
+            })),
+            (std::vector<Millis>{1500, 2500}));
+  // The latest row is the newest one stored, as before.
+  EXPECT_EQ(MustRead([](Txn& t) { return t.GetSliceUsage(7); })->reported_at,
+            3000);
+  // The same time again replaces that row rather than adding one.
+  ASSERT_TRUE(WriteStatus([](Txn& t) {
+                return t.PutSliceUsage({7, 3000, UsageOf(3001)});
+              }).ok());
+  const auto replaced = MustRead([](Txn& t) {
+    return t.ListSliceUsageHistory(7, 0, kSliceUsageHistoryRows);
+  });
+  EXPECT_EQ(TimesOf(replaced), (std::vector<Millis>{1000, 2000, 3000}));
+  EXPECT_EQ(replaced.back().usage, UsageOf(3001));
+  // A write that fails leaves no history row behind.
+  EXPECT_FALSE(WriteStatus([](Txn& t) -> Status {
+                 HF_RETURN_IF_ERROR(t.PutSliceUsage({7, 4000, UsageOf(4000)}));
+                 return Status::Aborted("changed my mind");
+               }).ok());
+  EXPECT_EQ(MustRead([](Txn& t) {
+              return t.ListSliceUsageHistory(7, 0, kSliceUsageHistoryRows);
+            }).size(),
+            3u);
+}
+
+TEST_P(StoreContractTest, SliceUsageHistoryKeepsTheNewestRowsPerSlice) {
+  const int extra = 5;
+  // One transaction for the most, then one per row across the cap.
+  ASSERT_TRUE(WriteStatus([&](Txn& t) -> Status {
+                for (int i = 0; i < kSliceUsageHistoryRows - 2; ++i) {
+                  HF_RETURN_IF_ERROR(
+                      t.PutSliceUsage({7, 1000 + Millis{i}, UsageOf(i)}));
+                }
+                return t.PutSliceUsage({8, 5, UsageOf(5)});
+              }).ok());
+  for (int i = kSliceUsageHistoryRows - 2; i < kSliceUsageHistoryRows + extra;
+       ++i) {
+    ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                  return t.PutSliceUsage({7, 1000 + Millis{i}, UsageOf(i)});
+                }).ok());
+  }
+  const auto kept = MustRead([](Txn& t) {
+    return t.ListSliceUsageHistory(7, 0, kSliceUsageHistoryRows);
+  });
+  ASSERT_EQ(kept.size(), static_cast<std::size_t>(kSliceUsageHistoryRows));
+  EXPECT_EQ(kept.front().reported_at, 1000 + extra);
+  EXPECT_EQ(kept.back().reported_at, 1000 + kSliceUsageHistoryRows + extra - 1);
+  EXPECT_TRUE(std::ranges::is_sorted(TimesOf(kept)));
+  // Asking for more finds no older row: they are gone, not hidden.
+  EXPECT_EQ(MustRead([](Txn& t) {
+              return t.ListSliceUsageHistory(7, 0, 1000);
+            }).size(),
+            static_cast<std::size_t>(kSliceUsageHistoryRows));
+  // Another slice's rows are its own.
+  EXPECT_EQ(TimesOf(MustRead([](Txn& t) {
+              return t.ListSliceUsageHistory(8, 0, kSliceUsageHistoryRows);
+            })),
+            std::vector<Millis>{5});
+}
+
+TEST_P(StoreContractTest, SliceUsageHistoryFromATimeAndAtMostALimit) {
+  ASSERT_TRUE(WriteStatus([](Txn& t) -> Status {
+                for (Millis at : {1000, 2000, 3000, 4000, 5000}) {
+                  HF_RETURN_IF_ERROR(
+                      t.PutSliceUsage({7, at, UsageOf(static_cast<int>(at))}));
+                }
+                return Status::Ok();
+              }).ok());
+  const auto read = [&](Millis since, int limit) {
+    return TimesOf(MustRead(
+        [&](Txn& t) { return t.ListSliceUsageHistory(7, since, limit); }));
+  };
+  // `since` is inclusive.
+  EXPECT_EQ(read(3000, 10), (std::vector<Millis>{3000, 4000, 5000}));
+  EXPECT_EQ(read(2500, 10), (std::vector<Millis>{3000, 4000, 5000}));
+  EXPECT_EQ(read(5001, 10), std::vector<Millis>{});
+  // `limit`: the newest rows, still oldest first.
+  EXPECT_EQ(read(0, 2), (std::vector<Millis>{4000, 5000}));
+  EXPECT_EQ(read(2000, 1), std::vector<Millis>{5000});
+  EXPECT_TRUE(HasCode(
+      TryRead([](Txn& t) { return t.ListSliceUsageHistory(7, 0, 0); }).status(),
+      StatusCode::kInternal));
+}
+
 TEST_P(StoreContractTest, ListSlicesFiltersAndPages) {
   const RowId a = AddTenant("a");
   const RowId b = AddTenant("b");

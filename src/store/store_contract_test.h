@@ -480,4 +480,45 @@ inline void CheckComputeModeMigrated(Store& store,
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
+// ----------------------------------------------- slice usage history
+// Stored usage over time (schema migration 10): kept across a restart, and
+// started from the one stored row per slice when the table is new. Each
+// backend's tests store rows, reopen the database (or make it forget
+// migration 10 first) and check.
+
+// Stores reports at 1000, 2000, 3000 for slice 7 and at 1500 for slice 8.
+inline void SeedSliceUsage(Store& store) {
+  const Status s = store.Write([](Txn& t) -> Status {
+    for (const auto& [slice, at] : std::vector<std::pair<RowId, Millis>>{
+             {7, 1000}, {8, 1500}, {7, 2000}, {7, 3000}}) {
+      HF_RETURN_IF_ERROR(t.PutSliceUsage(
+          {slice, at, R"({"used_bytes":)" + std::to_string(at) + "}"}));
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// The history of slices 7 and 8 is `seven` and `eight` (reported_at each).
+inline void CheckSliceUsageHistory(Store& store,
+                                   const std::vector<Millis>& seven,
+                                   const std::vector<Millis>& eight) {
+  const Status s = store.Read([&](Txn& t) -> Status {
+    for (const auto& [slice, expected] :
+         {std::pair{RowId{7}, seven}, std::pair{RowId{8}, eight}}) {
+      auto rows = t.ListSliceUsageHistory(slice, 0, kSliceUsageHistoryRows);
+      if (!rows.ok()) return rows.status();
+      std::vector<Millis> got;
+      for (const SliceUsageRow& r : *rows) {
+        got.push_back(r.reported_at);
+        EXPECT_EQ(r.usage,
+                  R"({"used_bytes":)" + std::to_string(r.reported_at) + "}");
+      }
+      EXPECT_EQ(got, expected) << "slice " << slice;
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 }  // namespace hf::store::contract

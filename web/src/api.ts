@@ -137,6 +137,24 @@ export interface HookReport {
   reported_at: string;
 }
 
+/** One stored report of a slice's usage (GET /slices/{id}/usage). */
+export interface UsagePoint {
+  reported_at: string;
+  used_bytes: number;
+  peak_bytes: number;
+  quota_bytes: number | null;
+  quota_ooms: number;
+  physical_ooms: number;
+  share_achieved_percent: number | null;
+  interference: number | null;
+}
+
+/** A slice's stored usage over time, oldest first (the newest 240 reports). */
+export interface UsageHistory {
+  slice_id: number;
+  items: UsagePoint[];
+}
+
 export interface Slice {
   id: number;
   task_id: number | null;

@@ -2,7 +2,7 @@
 // vocabulary (one place for what each tier promises), small components.
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
-import { ApiError, type Slice } from "./api";
+import { api, ApiError, type Slice, type UsageHistory, type UsagePoint } from "./api";
 
 /** Loads `fn` now and every `everyMs` (0: once); `reload` reloads now. */
 export function usePoll<T>(fn: () => Promise<T>, deps: unknown[], everyMs = 0) {
@@ -169,39 +169,166 @@ export function KeyValues({ entries, label }: { entries: Record<string, string>;
   );
 }
 
-/** One measurement of a slice's hook report, kept by SliceUsage. */
-interface UsageSample {
-  at: string;
-  used: number;
+/** Bytes for a chart's summary: "3.1 GiB", "4 GiB", "512 MiB". */
+export function fmtGiB(b: number): string {
+  const gib = b / 2 ** 30;
+  if (gib >= 1) return `${Number(gib.toFixed(1))} GiB`;
+  return `${Math.round(b / 2 ** 20)} MiB`;
+}
+
+/** A span of time for people: "250 ms", "42 s", "17 min", "1.5 h". */
+export function fmtSpan(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${Math.round(ms / 1000)} s`;
+  if (ms < 120 * 60_000) return `${Math.round(ms / 60_000)} min`;
+  return `${Number((ms / 3_600_000).toFixed(1))} h`;
+}
+
+/**
+ * The one-line summary of a slice's stored usage that the chart shows and
+ * screen readers hear: "max 3.1 GiB of 4 GiB over 42 min; GPU time share
+ * 20–26% (set 50%); interference up to 1.43x; 2 refused by the quota".
+ */
+export function usageSummary(items: UsagePoint[], computePercent?: number): string {
+  if (items.length === 0) return "no usage stored yet";
+  const maxUsed = Math.max(...items.map((p) => p.used_bytes));
+  const quotas = items.map((p) => p.quota_bytes).filter((q): q is number => q !== null);
+  const first = Date.parse(items[0].reported_at);
+  const last = Date.parse(items[items.length - 1].reported_at);
+  const parts = [
+    `max ${fmtGiB(maxUsed)}${quotas.length ? ` of ${fmtGiB(quotas[quotas.length - 1])}` : " (no cap)"} over ${fmtSpan(last - first)}` +
+      ` (${items.length} report${items.length === 1 ? "" : "s"})`,
+  ];
+  const shares = items.map((p) => p.share_achieved_percent).filter((v): v is number => v !== null);
+  if (shares.length) {
+    const lo = Math.min(...shares).toFixed(0);
+    const hi = Math.max(...shares).toFixed(0);
+    parts.push(`GPU time share ${lo === hi ? lo : `${lo}–${hi}`}%${computePercent ? ` (set ${computePercent}%)` : ""}`);
+  }
+  const interference = items.map((p) => p.interference).filter((v): v is number => v !== null);
+  if (interference.length) parts.push(`interference up to ${Math.max(...interference).toFixed(2)}x`);
+  const lastPoint = items[items.length - 1];
+  if (lastPoint.quota_ooms) parts.push(`${lastPoint.quota_ooms} refused by the quota`);
+  if (lastPoint.physical_ooms) parts.push(`${lastPoint.physical_ooms} refused by the GPU`);
+  return parts.join("; ");
+}
+
+/** An SVG path through (x, y) pairs; null values break the line. */
+function linePath(points: Array<[number, number | null]>): string {
+  let out = "";
+  let pen = false;
+  for (const [x, y] of points) {
+    if (y === null) {
+      pen = false;
+      continue;
+    }
+    out += `${pen ? "L" : "M"}${x.toFixed(1)},${y.toFixed(1)} `;
+    pen = true;
+  }
+  return out.trim();
+}
+
+/**
+ * A slice's stored usage over time (GET /slices/{id}/usage), drawn as a
+ * small SVG: the memory used (solid) against the quota (dashed), and, where
+ * measured, a strip of the GPU time share achieved against the share set
+ * and one of the interference. Fetched again whenever `refresh` changes
+ * (the page's polling brings a new report). The summary line is the
+ * chart's text alternative.
+ */
+export function UsageChart({
+  sliceId,
+  refresh,
+  computePercent,
+  hideEmpty = false,
+}: {
+  sliceId: number;
+  refresh?: unknown;
+  computePercent?: number;
+  hideEmpty?: boolean;
+}) {
+  const { data, error } = usePoll(() => api<UsageHistory>("GET", `/slices/${sliceId}/usage`), [sliceId, refresh]);
+  if (error) return <p class="muted small">Usage over time unavailable: {error}</p>;
+  if (!data) return null;
+  const items = data.items;
+  if (items.length === 0) return hideEmpty ? null : <p class="muted small" data-testid="usage-chart-empty">No usage stored yet.</p>;
+  const summary = usageSummary(items, computePercent);
+  const w = 320;
+  const memH = 64;
+  const stripH = 28;
+  const gap = 6;
+  const t0 = Date.parse(items[0].reported_at);
+  const span = Math.max(1, Date.parse(items[items.length - 1].reported_at) - t0);
+  const x = (p: UsagePoint) => (items.length === 1 ? w : ((Date.parse(p.reported_at) - t0) / span) * w);
+  const cap = Math.max(1, ...items.map((p) => Math.max(p.used_bytes, p.quota_bytes ?? 0)));
+  const memY = (b: number) => memH - (b / cap) * (memH - 2) - 1;
+  const shares = items.some((p) => p.share_achieved_percent !== null);
+  const interference = items.some((p) => p.interference !== null);
+  const maxInterference = Math.max(1.5, ...items.map((p) => p.interference ?? 0));
+  let top = memH + gap;
+  const shareTop = shares ? top : 0;
+  if (shares) top += stripH + gap;
+  const intTop = interference ? top : 0;
+  if (interference) top += stripH + gap;
+  const h = top - gap;
+  const stripY = (base: number, frac: number) => base + stripH - Math.min(1, Math.max(0, frac)) * (stripH - 2) - 1;
+  const used = linePath(items.map((p) => [x(p), memY(p.used_bytes)]));
+  const quota = linePath(items.map((p) => [x(p), p.quota_bytes === null ? null : memY(p.quota_bytes)]));
+  const share = linePath(items.map((p) => [x(p), p.share_achieved_percent === null ? null : stripY(shareTop, p.share_achieved_percent / 100)]));
+  const inter = linePath(items.map((p) => [x(p), p.interference === null ? null : stripY(intTop, (p.interference - 1) / (maxInterference - 1))]));
+  const dot = items.length === 1;
+  return (
+    <figure class="usage-chart" data-testid="usage-chart" data-points={items.length}>
+      <svg width={w} height={h} viewBox={`-2 -2 ${w + 4} ${h + 4}`} role="img" aria-labelledby={`usage-chart-title-${sliceId}`}>
+        <title id={`usage-chart-title-${sliceId}`}>{`Slice ${sliceId} usage over time: ${summary}`}</title>
+        <rect x="0" y="0" width={w} height={memH} class="usage-frame" />
+        {quota && <path d={quota} class="usage-quota" />}
+        <path d={used} class="usage-used" data-series="used" />
+        {dot && <circle cx={w} cy={memY(items[0].used_bytes)} r="2.5" class="usage-dot" />}
+        {shares && (
+          <>
+            <rect x="0" y={shareTop} width={w} height={stripH} class="usage-frame" />
+            {computePercent !== undefined && (
+              <line x1="0" x2={w} y1={stripY(shareTop, computePercent / 100)} y2={stripY(shareTop, computePercent / 100)} class="usage-quota" />
+            )}
+            <path d={share} class="usage-share" data-series="share" />
+          </>
+        )}
+        {interference && (
+          <>
+            <rect x="0" y={intTop} width={w} height={stripH} class="usage-frame" />
+            <path d={inter} class="usage-interference" data-series="interference" />
+          </>
+        )}
+      </svg>
+      <figcaption class="small" data-testid="usage-chart-summary">
+        {summary}
+        <span class="usage-legend" aria-hidden="true">
+          {" "}
+          <span class="key-used">— used</span> <span class="key-quota">- - quota</span>
+          {shares && <span class="key-share"> — time share (0–100%)</span>}
+          {interference && <span class="key-interference"> — interference (1–{maxInterference.toFixed(1)}x)</span>}
+        </span>
+      </figcaption>
+    </figure>
+  );
 }
 
 /**
  * A slice's measured usage (the hook's report the agent sends with each
  * heartbeat): memory used, peak and quota, the quota's and the driver's
- * OOMs, and a small chart of the memory used over the reports this page
- * has seen (kept while the page is open; the last 120).
+ * OOMs, and a chart of the stored reports over time (UsageChart), fetched
+ * again when the page's polling brings a new report.
  */
 export function SliceUsage({ slice }: { slice: Slice }) {
-  const samples = useRef<UsageSample[]>([]);
   const h = slice.hook;
-  if (h) {
-    const last = samples.current[samples.current.length - 1];
-    if (!last || last.at !== h.reported_at) {
-      samples.current = [...samples.current, { at: h.reported_at, used: h.used_bytes }].slice(-120);
-    }
-  }
-  if (!h) return <p class="muted" data-testid="slice-usage">No usage reported yet (the hook reports once a process of the task uses the GPU).</p>;
-  const points = samples.current;
-  const cap = Math.max(h.quota_bytes ?? 0, h.peak_bytes, 1);
-  const w = 240;
-  const ht = 48;
-  const path = points
-    .map((p, i) => {
-      const x = points.length > 1 ? (i / (points.length - 1)) * w : w;
-      const y = ht - (p.used / cap) * ht;
-      return `${i === 0 ? "M" : "L"}${x.toFixed(1)},${y.toFixed(1)}`;
-    })
-    .join(" ");
+  if (!h)
+    return (
+      <div data-testid="slice-usage">
+        <p class="muted">No usage reported yet (the hook reports once a process of the task uses the GPU).</p>
+        <UsageChart sliceId={slice.id} refresh={slice.state} computePercent={slice.compute_percent} hideEmpty />
+      </div>
+    );
   return (
     <div data-testid="slice-usage">
       <dl class="fields">
@@ -226,10 +353,22 @@ export function SliceUsage({ slice }: { slice: Slice }) {
         <dt>Measured</dt>
         <dd>{fmtTime(h.reported_at)}</dd>
       </dl>
-      <svg width={w} height={ht} viewBox={`0 0 ${w} ${ht}`} role="img" aria-label={`Memory used over the last ${points.length} reports, up to ${fmtBytes(cap)}`}>
-        <rect x="0" y="0" width={w} height={ht} fill="none" stroke="currentColor" stroke-opacity="0.2" />
-        {points.length > 0 && <path d={path} fill="none" stroke="currentColor" stroke-width="1.5" />}
-      </svg>
+      <h3 class="small-head">Over time</h3>
+      <UsageChart sliceId={slice.id} refresh={h.reported_at} computePercent={slice.compute_percent} />
     </div>
+  );
+}
+
+/**
+ * A live slice's usage over time behind a disclosure (the slices page lists
+ * many slices: each chart is fetched only while its disclosure is open).
+ */
+export function UsageOverTime({ slice }: { slice: Slice }) {
+  const [open, setOpen] = useState(false);
+  return (
+    <details class="usage-details" data-usage-details={slice.id} onToggle={(e) => setOpen((e.currentTarget as HTMLDetailsElement).open)}>
+      <summary>usage over time</summary>
+      {open && <UsageChart sliceId={slice.id} refresh={slice.hook?.reported_at} computePercent={slice.compute_percent} />}
+    </details>
   );
 }

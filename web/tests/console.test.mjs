@@ -463,6 +463,71 @@ test("the advice page lists a suffering GPU's slices, their interference and the
   assert.deepEqual(errors, []);
 });
 
+// A slice with stored usage over time. The simulated agent's tasks run no
+// hook, so a second node, "hist", is registered through the API (as an
+// agent would, with the admin token) with a GPU only it has room on, and
+// its heartbeats carry the hook's counters as a real agent's do: the
+// server stores each report that changed materially, and the task page
+// draws them from GET /slices/{id}/usage.
+test("the task page charts a slice's usage over time from its stored reports", async () => {
+  const GiB = 2 ** 30;
+  const report = {
+    containerized: false, hook_available: true, cpu_milli: 64000, host_memory_mb: 262144, agent_version: "test",
+    gpus: [{ index: 0, uuid: "GPU-hist-0", vendor: "nvidia", model: "NVIDIA B200", memory_mb: 196608,
+             compute_capability: "10.0", mig_capable: false, mps_capable: false, health: "ok" }],
+  };
+  await p.api("POST", "/api/v1/nodes/register", { ...report, node_id: "hist" });
+  // 100 GiB fits no GPU of the simulated node.
+  const t = await p.api("POST", "/api/v1/tasks", { name: "usage-chart-task", command: "sleep 60", gpu_memory_mb: 102400, gpu_compute_ratio: 0.3 }, userA);
+  const task = await waitFor("the task placed on hist", async () => {
+    const x = await p.api("GET", `/api/v1/tasks/${t.id}`);
+    return x.slice_id ? x : null;
+  });
+  assert.equal(task.node_id, "hist");
+  await p.api("POST", "/api/v1/nodes/hist/task-states", { states: [{ task_id: task.id, slice_id: task.slice_id, state: "running" }] });
+  const hook = (used, share, interference) => ({
+    attached: true, attaches: 1, processes: 1, used_bytes: used, peak_bytes: used, quota_bytes: 100 * GiB,
+    quota_ooms: 0, physical_ooms: 0, share_achieved_percent: share, interference, interference_samples: 200,
+  });
+  for (const [used, share, interference] of [[10, 20, 1.1], [20, 26, 1.2], [30, 28, 1.3], [40, 29, 1.45]]) {
+    await p.api("POST", "/api/v1/nodes/hist/heartbeat", {
+      ...report,
+      tasks: [{ task_id: task.id, state: "running", gpu_indices: [0], hook: hook(used * GiB, share, interference) }],
+    });
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const history = await p.api("GET", `/api/v1/slices/${task.slice_id}/usage`, undefined, userA);
+  assert.equal(history.items.length, 4);
+
+  const { context, page, errors } = await newPage();
+  await signIn(page, userA);
+  await go(page, `#/tasks/${task.id}`);
+  const chart = page.locator("[data-testid=slice-usage] [data-testid=usage-chart]");
+  await chart.waitFor();
+  assert.equal(await chart.getAttribute("data-points"), "4");
+  const summary = await chart.locator("[data-testid=usage-chart-summary]").textContent();
+  assert.match(summary, /^max 40 GiB of 100 GiB over \d+ m?s \(4 reports\); GPU time share 20–29% \(set 30%\); interference up to 1\.45x/);
+  // The chart's accessible name carries the same summary.
+  assert.match(await chart.locator("svg title").textContent(), new RegExp(`^Slice ${task.slice_id} usage over time: max 40 GiB of 100 GiB`));
+  for (const series of ["used", "share", "interference"]) {
+    const d = await chart.locator(`path[data-series=${series}]`).getAttribute("d");
+    assert.equal((d.match(/[ML]/g) ?? []).length, 4, `${series}: one point per report`);
+  }
+  await screenshot(page, "task-usage-chart");
+
+  // The slices page: behind the slice's disclosure on its GPU's card.
+  await go(page, "#/slices");
+  const details = page.locator(`[data-usage-details="${task.slice_id}"]`);
+  await details.locator("summary").click();
+  await details.locator("[data-testid=usage-chart]").waitFor();
+  assert.equal(await details.locator("[data-testid=usage-chart]").getAttribute("data-points"), "4");
+  await context.close();
+  assert.deepEqual(errors, []);
+  // Ended: the slice is released and its history stays.
+  await p.api("POST", "/api/v1/nodes/hist/task-states", { states: [{ task_id: task.id, slice_id: task.slice_id, state: "succeeded" }] });
+  assert.equal((await p.api("GET", `/api/v1/slices/${task.slice_id}/usage`)).items.length, 4);
+});
+
 const PAGES = [
   ["tasks", "#/tasks"],
   ["slices", "#/slices"],

@@ -2,12 +2,14 @@
 // card per GPU: model, memory bar (accounted vs total, measured use from the
 // hook where reported), QoS tier, enforcement and what it promises (a GPU
 // held by a whole-GPU task: exclusive), a warning per slice the hook does
-// not enforce (its agent's note), tenants, lost state. Users see their tenant's view: GET /slices/stats is narrowed
-// to their tenant (no GPU totals) and GET /nodes is admin-only, so it is
-// not called for them.
+// not enforce (its agent's note), tenants, lost state, and per reported
+// slice its usage over time (a chart fetched while its disclosure is
+// open). Users see their tenant's view: GET /slices/stats is narrowed to
+// their tenant (no GPU totals) and GET /nodes is admin-only, so it is not
+// called for them.
 import { useState } from "preact/hooks";
 import { api, type List, type NodeInfo, type Slice, type Stats, type StatsGpu, type WhoAmI } from "../api";
-import { ENFORCEMENT_TEXT, EnforcementNote, enforcementText, ErrorNote, fmtBytes, fmtInterference, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, usePoll } from "../ui";
+import { ENFORCEMENT_TEXT, EnforcementNote, enforcementText, ErrorNote, fmtBytes, fmtInterference, fmtMb, fmtTime, gpuEnforcement, Page, Table, Tier, UsageOverTime, usePoll } from "../ui";
 
 function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: string }) {
   const mine = slices.filter((s) => s.node_id === g.node_id && s.gpu_indices.includes(g.gpu_index));
@@ -54,6 +56,7 @@ function GpuCard({ g, slices, scope }: { g: StatsGpu; slices: Slice[]; scope: st
               {s.hook?.share_achieved_percent != null ? `, ${s.hook.share_achieved_percent.toFixed(0)}% of the GPU's time (set ${s.compute_percent}%)` : ""}
               {`, interference: ${fmtInterference(s.hook?.interference, s.hook?.interference_samples)}`}
               {s.hook?.quota_ooms ? `, ${s.hook.quota_ooms} refused by the quota` : ""} · {fmtTime(s.hook?.reported_at ?? "")}
+              <UsageOverTime slice={s} />
             </li>
           ))}
         </ul>
