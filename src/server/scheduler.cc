@@ -50,12 +50,13 @@ struct Decision {
 
 }  // namespace
 
-void ControlPlane::WakeScheduler() { sched_cv_.notify_one(); }
+void ControlPlane::WakeScheduler() { sched_cv_.NotifyOne(); }
 
 scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu,
                                                      bool whole_gpus) {
   scheduler::QosDecision qos;
   ledger_->Read([&](const ledger::ClusterView& view) {
+    mu_.AssertHeld();  // runs here, under mu_
     const ledger::GpuRecord& g = view.gpu(gpu);
     const ledger::NodeRecord& n = view.node(g.node);
     bool hook = false;
@@ -180,12 +181,12 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
 }
 
 StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
-  std::lock_guard bind_lock(bind_mu_);
+  MutexLock bind_lock(bind_mu_);
   if (more != nullptr) *more = false;
   std::vector<TaskRow> incoming;
   bool resync = false;
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     incoming.swap(incoming_);
     resync = resync_;
     resync_ = false;
@@ -240,7 +241,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     *more = static_cast<int>(batch.size()) >= options_.bind_batch;
   }
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
   for (PendingTask* entry : batch) {
@@ -409,7 +410,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   pending_count_.store(static_cast<int>(pending_.size()));
   NotePendingReasons();
   if (lost_any) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   if (!written.ok()) {
@@ -421,7 +422,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
 
 StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     const Millis now = clock_->NowMillis();
     if (last_resync_ == 0 ||
         now - last_resync_ >= options_.resync_interval_ms ||
@@ -433,7 +434,7 @@ StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
   auto bound = BindPendingOnce(more);
   if (!bound.ok()) {
     if (more != nullptr) *more = false;
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     resync_ = true;
   }
   return bound;
@@ -444,9 +445,10 @@ void ControlPlane::SchedulerLoop() {
   bool more = false;  // the last pass filled a batch: a backlog remains
   for (;;) {
     {
-      std::unique_lock lock(sched_mu_);
+      MutexLock lock(sched_mu_);
       if (!more) {
-        sched_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] {
+        sched_cv_.WaitFor(sched_mu_, std::chrono::milliseconds(500), [&] {
+          sched_mu_.AssertHeld();  // a predicate runs with the lock held
           return stop_ || !incoming_.empty() || resync_ ||
                  generation_.load() != last_generation;
         });
@@ -502,8 +504,9 @@ StatusOr<int> ControlPlane::RunGcOnce() {
   int released_count = 0;
   if (!candidates.empty()) {
     std::vector<RowId> released;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+      mu_.AssertHeld();  // the caller holds it while the store runs this
       released.clear();
       for (const Candidate& c : candidates) {
         auto slice = txn.GetSlice(c.slice_id);
@@ -534,8 +537,9 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   const Millis now = clock_->NowMillis();
   std::vector<RowId> released;
   bool requeued = false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     requeued = false;
     for (const auto& [node_id, silence] : silent) {
@@ -608,7 +612,7 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   }));
   ApplyReleasesLocked(released);
   if (requeued) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   return static_cast<int>(released.size());
@@ -619,7 +623,7 @@ Status ControlPlane::MarkStuckCommands() {
   const Millis now = clock_->NowMillis();
   bool requeued = false;
   std::vector<RowId> released;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     requeued = false;
     released.clear();
@@ -706,7 +710,7 @@ Status ControlPlane::MarkStuckCommands() {
   }));
   ApplyReleasesLocked(released);
   if (requeued) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   return Status::Ok();
@@ -715,9 +719,12 @@ Status ControlPlane::MarkStuckCommands() {
 void ControlPlane::GcLoop() {
   for (;;) {
     {
-      std::unique_lock lock(sched_mu_);
-      gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms),
-                      [&] { return stop_; });
+      MutexLock lock(sched_mu_);
+      gc_cv_.WaitFor(sched_mu_,
+                     std::chrono::milliseconds(options_.gc_interval_ms), [&] {
+                       sched_mu_.AssertHeld();  // a predicate runs locked
+                       return stop_;
+                     });
       if (stop_) return;
     }
     auto released = RunGcOnce();
