@@ -235,9 +235,9 @@ Agent::Agent(AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
                                      options_.hook_library}) {}
 
 void Agent::Stop() {
-  std::lock_guard lock(stop_mu_);
+  MutexLock lock(stop_mu_);
   stop_ = true;
-  stop_cv_.notify_all();
+  stop_cv_.NotifyAll();
 }
 
 Status Agent::Run() {
@@ -253,9 +253,11 @@ Status Agent::Run() {
       }
       spdlog::warn("cycle: {}", s.ToString());
     }
-    std::unique_lock lock(stop_mu_);
-    if (stop_cv_.wait_for(lock, options_.heartbeat_interval,
-                          [&] { return stop_; })) {
+    MutexLock lock(stop_mu_);
+    if (stop_cv_.WaitFor(stop_mu_, options_.heartbeat_interval, [&] {
+          stop_mu_.AssertHeld();  // a predicate runs with the lock held
+          return stop_;
+        })) {
       return Status::Ok();
     }
   }

@@ -32,11 +32,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -48,6 +46,7 @@
 #include "agent/server_client.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "gpu/gpu_driver.h"
 #include "hook/gpu_region.h"
 #include "hook/region.h"
@@ -318,16 +317,16 @@ class Agent {
     double utilization = 0;
     int mig_instances = 0;
   };
-  mutable std::mutex metrics_mu_;
-  std::vector<SliceMetrics> slice_metrics_;  // GUARDED_BY(metrics_mu_)
-  std::vector<GpuMetrics> gpu_metrics_;      // GUARDED_BY(metrics_mu_)
-  bool metrics_mps_up_ = false;              // GUARDED_BY(metrics_mu_)
-  bool metrics_mps_present_ = false;         // GUARDED_BY(metrics_mu_)
-  std::int64_t cycles_ = 0;                  // GUARDED_BY(metrics_mu_)
+  mutable Mutex metrics_mu_;
+  std::vector<SliceMetrics> slice_metrics_ HF_GUARDED_BY(metrics_mu_);
+  std::vector<GpuMetrics> gpu_metrics_ HF_GUARDED_BY(metrics_mu_);
+  bool metrics_mps_up_ HF_GUARDED_BY(metrics_mu_) = false;
+  bool metrics_mps_present_ HF_GUARDED_BY(metrics_mu_) = false;
+  std::int64_t cycles_ HF_GUARDED_BY(metrics_mu_) = 0;
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stop_ = false;  // GUARDED_BY(stop_mu_)
+  Mutex stop_mu_;
+  CondVar stop_cv_;
+  bool stop_ HF_GUARDED_BY(stop_mu_) = false;
 };
 
 }  // namespace hf::agent

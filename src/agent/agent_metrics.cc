@@ -58,7 +58,7 @@ void Agent::SnapshotMetrics() {
     }
     gpus.push_back(m);
   }
-  std::lock_guard lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   slice_metrics_ = std::move(slices);
   gpu_metrics_ = std::move(gpus);
   metrics_mps_present_ = mps_ != nullptr;
@@ -122,7 +122,7 @@ metrics::Families Agent::CollectMetrics() const {
   FamilyBuilder cycles("heteroflow_agent_cycles_total",
                        "Agent cycles (probe, heartbeat, assignments) run.",
                        MetricType::Counter);
-  std::lock_guard lock(metrics_mu_);
+  MutexLock lock(metrics_mu_);
   for (const SliceMetrics& s : slice_metrics_) {
     const metrics::Labels l{{"slice", std::to_string(s.slice_id)}};
     hook::RegionStats r;

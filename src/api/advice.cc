@@ -220,6 +220,7 @@ StatusOr<json> AdviceJson(ControlPlane& cp, const Caller& caller,
     }
   }
 
+  // NOLINTNEXTLINE(bugprone-exception-escape): json() does not throw
   struct Item {
     double max = 0;
     std::string node;
@@ -345,12 +346,19 @@ StatusOr<json> AdviceJson(ControlPlane& cp, const Caller& caller,
                       std::to_string(neighbour->row.compute_percent) + "% share"
                 : "holds a " + std::to_string(neighbour->row.compute_percent) +
                       "% compute share, the largest of the slices beside it";
-        advice.push_back(Advice(
-            "lower_share", &neighbour->row, nullptr,
-            Named(neighbour->row, cp.TenantName(neighbour->row.tenant_id)) +
-                " " + uses + " while " + victim + ": lower " + name +
-                "'s compute share (gpu_compute_ratio) so that slice " +
-                std::to_string(worst->row.id) + " gets more of the GPU"));
+        std::string reason =
+            Named(neighbour->row, cp.TenantName(neighbour->row.tenant_id));
+        reason += " ";
+        reason += uses;
+        reason += " while ";
+        reason += victim;
+        reason += ": lower ";
+        reason += name;
+        reason += "'s compute share (gpu_compute_ratio) so that slice ";
+        reason += std::to_string(worst->row.id);
+        reason += " gets more of the GPU";
+        advice.push_back(
+            Advice("lower_share", &neighbour->row, nullptr, std::move(reason)));
       } else {
         // Another tenant's slice: neither its ids nor its numbers.
         advice.push_back(Advice(

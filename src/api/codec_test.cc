@@ -380,9 +380,8 @@ TEST(ParseRunningTasksTest, RefusesAMalformedProofOfTheHook) {
         std::string(R"({"attached": true, "interference": 0})"),
         std::string(R"({"attached": true, "interference": 1001})"),
         std::string(R"({"attached": true, "interference": "1.2"})"),
-        std::string(
-            R"({"attached": true, "interference": 1.2,)"
-            R"( "interference_samples": -3})")}) {
+        std::string(R"({"attached": true, "interference": 1.2,)"
+                    R"( "interference_samples": -3})")}) {
     const json body = json::parse(R"({"tasks": [{"task_id": 1, "state": )"
                                   R"("running", "hook": )" +
                                   hook + "}]}");

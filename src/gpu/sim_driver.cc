@@ -179,7 +179,7 @@ StatusOr<std::unique_ptr<SimGpuDriver>> SimGpuDriver::CreateFromFile(
 }
 
 Status SimGpuDriver::Initialize() {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   gpus_.resize(inventory_.gpus.size());
   for (const InventoryGpu& gpu : inventory_.gpus) {
     GpuState& state = gpus_[gpu.index];
@@ -395,7 +395,7 @@ Status SimGpuDriver::SaveState() const {
 }
 
 StatusOr<std::vector<GpuInfo>> SimGpuDriver::ListGpus() {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::int64_t elapsed = ElapsedMillis();
   std::vector<GpuInfo> out;
   for (const InventoryGpu& gpu : inventory_.gpus) {
@@ -426,7 +426,7 @@ StatusOr<std::vector<GpuInfo>> SimGpuDriver::ListGpus() {
 }
 
 StatusOr<std::vector<MigDevice>> SimGpuDriver::ListMigDevices(int gpu_index) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(CheckMigMode(gpu_index, ElapsedMillis()));
   return gpus_[gpu_index].devices;
 }
@@ -434,7 +434,7 @@ StatusOr<std::vector<MigDevice>> SimGpuDriver::ListMigDevices(int gpu_index) {
 StatusOr<MigDevice> SimGpuDriver::CreateMigDevice(
     int gpu_index, const std::string& profile,
     std::optional<MigPlacement> placement) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::int64_t elapsed = ElapsedMillis();
   HF_RETURN_IF_ERROR(CheckMigMode(gpu_index, elapsed));
   StatusOr<MigInstance> placed =
@@ -453,7 +453,7 @@ StatusOr<MigDevice> SimGpuDriver::CreateMigDevice(
 }
 
 Status SimGpuDriver::DestroyMigDevice(int gpu_index, int gpu_instance_id) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(CheckMigMode(gpu_index, ElapsedMillis()));
   std::vector<MigDevice>& devices = gpus_[gpu_index].devices;
   const auto it = std::find_if(
@@ -486,7 +486,7 @@ Status SimGpuDriver::DestroyMigDevice(int gpu_index, int gpu_instance_id) {
 }
 
 StatusOr<std::vector<GpuProcess>> SimGpuDriver::ListProcesses(int gpu_index) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(CheckReachable(gpu_index, ElapsedMillis()));
   std::vector<GpuProcess> out;
   for (const auto& [pid, process] : processes_) {
@@ -498,7 +498,7 @@ StatusOr<std::vector<GpuProcess>> SimGpuDriver::ListProcesses(int gpu_index) {
 }
 
 Status SimGpuDriver::SetLost(int gpu_index, bool lost) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (gpu_index < 0 || gpu_index >= static_cast<int>(gpus_.size())) {
     return Status::NotFound("no " + GpuName(gpu_index));
   }
@@ -508,7 +508,7 @@ Status SimGpuDriver::SetLost(int gpu_index, bool lost) {
 
 Status SimGpuDriver::FailNextMigCreates(int gpu_index, int count,
                                         StatusCode code) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (gpu_index < 0 || gpu_index >= static_cast<int>(gpus_.size())) {
     return Status::NotFound("no " + GpuName(gpu_index));
   }
@@ -518,7 +518,7 @@ Status SimGpuDriver::FailNextMigCreates(int gpu_index, int count,
 }
 
 std::map<int, std::vector<MigDevice>> SimGpuDriver::AllMigDevices() const {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::map<int, std::vector<MigDevice>> out;
   for (std::size_t i = 0; i < gpus_.size(); ++i) {
     if (!gpus_[i].devices.empty()) {
@@ -529,7 +529,7 @@ std::map<int, std::vector<MigDevice>> SimGpuDriver::AllMigDevices() const {
 }
 
 Status SimGpuDriver::RegisterProcess(const SimProcess& process) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (process.pid <= 0) {
     return Status::InvalidArgument("pid must be positive", "pid");
   }
@@ -567,7 +567,7 @@ Status SimGpuDriver::RegisterProcess(const SimProcess& process) {
 }
 
 Status SimGpuDriver::UnregisterProcess(std::int64_t pid) {
-  const std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (processes_.erase(pid) == 0) {
     return Status::NotFound("pid " + std::to_string(pid) +
                             " is not registered");

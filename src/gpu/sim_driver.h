@@ -23,12 +23,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "gpu/gpu_driver.h"
 #include "gpu/inventory.h"
 
@@ -128,35 +128,41 @@ class SimGpuDriver final : public GpuDriver {
 
   // Builds the GPU states from the inventory, then the state file.
   Status Initialize();
-  Status LoadStateFile();
-  Status ApplySavedGpu(const SimGpuMigState& saved);
+  Status LoadStateFile() HF_REQUIRES(mu_);
+  Status ApplySavedGpu(const SimGpuMigState& saved) HF_REQUIRES(mu_);
 
-  // REQUIRES: mu_ held (for all below).
-  std::int64_t ElapsedMillis() const;
-  bool IsLost(const InventoryGpu& gpu, std::int64_t elapsed) const;
-  std::string CurrentUuid(const InventoryGpu& gpu, std::int64_t elapsed) const;
+  // Each of these requires mu_.
+  std::int64_t ElapsedMillis() const HF_REQUIRES(mu_);
+  bool IsLost(const InventoryGpu& gpu, std::int64_t elapsed) const
+      HF_REQUIRES(mu_);
+  std::string CurrentUuid(const InventoryGpu& gpu, std::int64_t elapsed) const
+      HF_REQUIRES(mu_);
   // NotFound for an unknown index, Unavailable when the GPU is lost.
-  Status CheckReachable(int gpu_index, std::int64_t elapsed) const;
+  Status CheckReachable(int gpu_index, std::int64_t elapsed) const
+      HF_REQUIRES(mu_);
   // CheckReachable, then FailedPrecondition when not in MIG mode.
-  Status CheckMigMode(int gpu_index, std::int64_t elapsed) const;
+  Status CheckMigMode(int gpu_index, std::int64_t elapsed) const
+      HF_REQUIRES(mu_);
   // The error of the first mig_create_fails fault that applies now (and
   // counts it), or OK.
-  Status ConsumeCreateFault(int gpu_index, std::int64_t elapsed);
+  Status ConsumeCreateFault(int gpu_index, std::int64_t elapsed)
+      HF_REQUIRES(mu_);
   // Adds an instance with fresh ids and UUID; returns it.
-  MigDevice AddDevice(int gpu_index, const MigInstance& instance);
-  std::vector<MigInstance> Instances(int gpu_index) const;
-  std::string NewDeviceUuid(int gpu_index);
+  MigDevice AddDevice(int gpu_index, const MigInstance& instance)
+      HF_REQUIRES(mu_);
+  std::vector<MigInstance> Instances(int gpu_index) const HF_REQUIRES(mu_);
+  std::string NewDeviceUuid(int gpu_index) HF_REQUIRES(mu_);
   // Writes every GPU's MIG state to the state file (no-op without one).
-  Status SaveState() const;
+  Status SaveState() const HF_REQUIRES(mu_);
 
   const Inventory inventory_;
   const Clock& clock_;
   const SimDriverOptions options_;
   const std::int64_t start_millis_;
 
-  mutable std::mutex mu_;
-  std::vector<GpuState> gpus_;                    // GUARDED_BY(mu_); by index
-  std::map<std::int64_t, SimProcess> processes_;  // GUARDED_BY(mu_); by pid
+  mutable Mutex mu_;
+  std::vector<GpuState> gpus_ HF_GUARDED_BY(mu_);                    // by index
+  std::map<std::int64_t, SimProcess> processes_ HF_GUARDED_BY(mu_);  // by pid
 };
 
 }  // namespace hf::gpu

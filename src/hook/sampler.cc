@@ -136,8 +136,9 @@ void KernelSampler::Collect(HookState& s) {
     if (done == CUDA_SUCCESS &&
         s.real.cuEventElapsedTime_v2(&ms, p.start, p.end) == CUDA_SUCCESS &&
         ms >= 0) {
+      // Whole nanoseconds, truncated: the events resolve about 0.5 us.
       s.region.RecordKernel(
-          p.key, static_cast<uint64_t>(static_cast<double>(ms) * 1e6 + 0.5));
+          p.key, static_cast<uint64_t>(static_cast<double>(ms) * 1e6));
     }
     p.state.store(kFree, std::memory_order_release);
   }

@@ -129,8 +129,11 @@ class KernelSampler {
   Pair pairs_[kSamplePairs];
   // Initial-exec: a plain load off the thread pointer, no __tls_get_addr
   // call on every launch (the library is preloaded, and one int fits the
-  // static TLS a dlopen may still take).
+  // static TLS a dlopen may still take). Both are zero-initialised
+  // (constant initialisation: no guard, no initialiser runs).
+  // NOLINTNEXTLINE(bugprone-dynamic-static-initializers)
   static thread_local int countdown_ __attribute__((tls_model("initial-exec")));
+  // NOLINTNEXTLINE(bugprone-dynamic-static-initializers)
   static thread_local uint32_t rng_ __attribute__((tls_model("initial-exec")));
 };
 

@@ -10,7 +10,7 @@
 namespace hf::ledger {
 
 Status Ledger::CheckInvariants() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const ClusterView view(state_);
   struct Sum {
     MemoryMib memory = 0;

@@ -135,8 +135,11 @@ StatusOr<std::unique_ptr<Ledger>> Ledger::Create(LedgerOptions options) {
 Ledger::Ledger(LedgerOptions options) { state_.options = options; }
 
 std::unique_ptr<Ledger> Ledger::Snapshot() const {
+  MutexLock lock(mu_);
   std::unique_ptr<Ledger> copy(new Ledger(state_.options));
-  std::lock_guard lock(mu_);
+  // Uncontended (no one else can see `copy` yet), but it is what makes
+  // writing its state a locked write.
+  MutexLock copy_lock(copy->mu_);
   copy->state_ = state_;
   return copy;
 }
@@ -155,7 +158,7 @@ StatusOr<NodeId> Ledger::AddNode(const NodeSpec& spec) {
         "must be 0.." + std::to_string(kMaxNodeHostMemoryMib),
         "host_memory_mib");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const NodeId id(state_.nodes.size());
   NodeRecord& node = state_.nodes.emplace_back();
   node.id = id;
@@ -167,7 +170,7 @@ StatusOr<NodeId> Ledger::AddNode(const NodeSpec& spec) {
 }
 
 Status Ledger::RemoveNode(NodeId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!ClusterView(state_).HasNode(id)) {
     return Status::NotFound("node " + std::to_string(id.value()));
   }
@@ -218,7 +221,7 @@ StatusOr<GpuId> Ledger::AddGpu(NodeId node_id, const GpuSpec& spec) {
     return Status::InvalidArgument("must be > 0", "memory_mib");
   }
   if (spec.index < 0) return Status::InvalidArgument("must be >= 0", "index");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!ClusterView(state_).HasNode(node_id)) {
     return Status::NotFound("node " + std::to_string(node_id.value()));
   }
@@ -250,7 +253,7 @@ StatusOr<GpuId> Ledger::AddGpu(NodeId node_id, const GpuSpec& spec) {
 }
 
 Status Ledger::RemoveGpu(GpuId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(CheckGpuLocked(id));
   GpuRecord& gpu = state_.gpus[id.value()];
   if (!gpu.empty()) {
@@ -271,7 +274,7 @@ Status Ledger::RemoveGpu(GpuId id) {
 }
 
 Status Ledger::SetGpuHealth(GpuId id, GpuHealth health) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(CheckGpuLocked(id));
   GpuRecord& gpu = state_.gpus[id.value()];
   if (gpu.spec.health == health) return Status::Ok();
@@ -282,7 +285,7 @@ Status Ledger::SetGpuHealth(GpuId id, GpuHealth health) {
 
 Status Ledger::SetGpuCapabilities(GpuId id, bool mig_capable,
                                   bool mps_capable) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(CheckGpuLocked(id));
   GpuRecord& gpu = state_.gpus[id.value()];
   const bool mig_changed = gpu.spec.mig_capable != mig_capable;
@@ -295,7 +298,7 @@ Status Ledger::SetGpuCapabilities(GpuId id, bool mig_capable,
 }
 
 Status Ledger::SetNodeContainerized(NodeId id, bool containerized) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!ClusterView(state_).HasNode(id)) {
     return Status::NotFound("node " + std::to_string(id.value()));
   }
@@ -319,7 +322,7 @@ void Ledger::RecomputeDomainsLocked() {
 
 Status Ledger::DefineGroup(GroupId group) {
   if (!group.valid()) return Status::InvalidArgument("is required", "group");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (state_.groups.contains(group)) {
     return Status::AlreadyExists("group " + std::to_string(group.value()));
   }
@@ -328,7 +331,7 @@ Status Ledger::DefineGroup(GroupId group) {
 }
 
 Status Ledger::RemoveGroup(GroupId group) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!state_.groups.contains(group)) {
     return Status::NotFound("group " + std::to_string(group.value()));
   }
@@ -341,7 +344,7 @@ Status Ledger::RemoveGroup(GroupId group) {
 
 Status Ledger::SetTenantGroup(TenantId tenant, std::optional<GroupId> group) {
   if (!tenant.valid()) return Status::InvalidArgument("is required", "tenant");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (group.has_value() && !state_.groups.contains(*group)) {
     return Status::NotFound("group " + std::to_string(group->value()) +
                             " is not defined");
@@ -368,7 +371,7 @@ Status Ledger::ApproveSharing(TenantId a, TenantId b) {
                                    "tenant");
   }
   const auto pair = b < a ? std::make_pair(b, a) : std::make_pair(a, b);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (state_.approved_pairs[pair]++ == 0) {
     ++state_.approval_pairs_of[a];
     ++state_.approval_pairs_of[b];
@@ -378,7 +381,7 @@ Status Ledger::ApproveSharing(TenantId a, TenantId b) {
 
 Status Ledger::WithdrawSharing(TenantId a, TenantId b) {
   const auto pair = b < a ? std::make_pair(b, a) : std::make_pair(a, b);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = state_.approved_pairs.find(pair);
   if (it == state_.approved_pairs.end()) {
     return Status::NotFound("no sharing approval between tenants " +
@@ -574,7 +577,7 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
   if (Status s = ValidatePlacementRequest(request); !s.ok()) {
     return InvalidResult(std::move(s));
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const ClusterView view(state_);
   NodeId node;  // node-only requests: the policy's node
   std::vector<GpuId> gpus;
@@ -606,7 +609,7 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
 }
 
 Status Ledger::Release(SliceId id) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = state_.allocations.find(id);
   if (it == state_.allocations.end()) {
     return Status::NotFound("slice " + std::to_string(id.value()) +
@@ -625,7 +628,7 @@ StatusOr<Allocation> Ledger::ResizeSlice(SliceId id, MemoryMib memory_mib) {
             std::to_string(memory_mib),
         "memory_mb");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = state_.allocations.find(id);
   if (it == state_.allocations.end()) {
     return Status::NotFound("slice " + std::to_string(id.value()) +
@@ -781,7 +784,7 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation,
       allocation.cpu_milli < 0 || allocation.host_memory_mib < 0) {
     return Status::InvalidArgument("quantities out of range", "allocation");
   }
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (state_.allocations.contains(allocation.id)) {
     return Status::AlreadyExists("slice " +
                                  std::to_string(allocation.id.value()));
@@ -857,27 +860,27 @@ StatusOr<Allocation> Ledger::Restore(const Allocation& allocation,
 }
 
 SliceId Ledger::ReserveSliceId() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return SliceId(state_.next_slice_id++);
 }
 
 void Ledger::AdvanceSliceIdPast(SliceId id) {
   if (!id.valid()) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   state_.next_slice_id = std::max(state_.next_slice_id, id.value() + 1);
 }
 
 // -------------------------------------------------------------------- reads
 
 std::optional<Allocation> Ledger::GetAllocation(SliceId id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = state_.allocations.find(id);
   if (it == state_.allocations.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<Allocation> Ledger::Allocations() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Allocation> out;
   out.reserve(state_.allocations.size());
   for (const auto& [id, a] : state_.allocations) out.push_back(a);
@@ -888,12 +891,12 @@ std::vector<Allocation> Ledger::Allocations() const {
 }
 
 std::size_t Ledger::allocation_count() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return state_.allocations.size();
 }
 
 void Ledger::Read(const std::function<void(const ClusterView&)>& fn) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   fn(ClusterView(state_));
 }
 

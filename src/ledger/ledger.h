@@ -15,13 +15,13 @@
 #include <array>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/ids.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "ledger/cluster_state.h"
 #include "ledger/cluster_view.h"
 #include "ledger/model.h"
@@ -165,21 +165,24 @@ class Ledger {
  private:
   explicit Ledger(LedgerOptions options);
 
-  Status CheckGpuLocked(GpuId gpu) const;
+  Status CheckGpuLocked(GpuId gpu) const HF_REQUIRES(mu_);
   // A slice restored onto a GPU in MIG mode: the partition it was charged
   // as (checked: legal, free), or the one it would get now; sets its
   // profile, slot and charge. Elsewhere clears them.
-  Status RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const;
+  Status RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const
+      HF_REQUIRES(mu_);
   Status ValidateChoiceLocked(const PlacementRequest& request,
-                              const std::vector<GpuId>& gpus) const;
+                              const std::vector<GpuId>& gpus) const
+      HF_REQUIRES(mu_);
   // `node` is used only when `gpus` is empty (kNodeOnly).
   Allocation CommitLocked(const PlacementRequest& request, NodeId node,
-                          const std::vector<GpuId>& gpus, SliceId id);
-  void ApplyLocked(const Allocation& allocation, int sign);
-  void RecomputeDomainsLocked();
+                          const std::vector<GpuId>& gpus, SliceId id)
+      HF_REQUIRES(mu_);
+  void ApplyLocked(const Allocation& allocation, int sign) HF_REQUIRES(mu_);
+  void RecomputeDomainsLocked() HF_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
-  ClusterState state_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  ClusterState state_ HF_GUARDED_BY(mu_);
 };
 
 }  // namespace hf::ledger

@@ -243,7 +243,7 @@ Status ProcessMpsControl::StartLocked() {
 }
 
 Status ProcessMpsControl::Ensure() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (Alive()) {
     if (outage_logged_) {
       spdlog::info("MPS control daemon in {} answers again", pipe_dir_);
@@ -335,7 +335,7 @@ Status ProcessMpsControl::SetWholeCardPinnedLimit(const std::string& device,
             std::to_string(limit_mib),
         "limit_mib");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   caps_[device] = limit_mib;
   if (!Alive()) {
     return Status::Unavailable(
@@ -347,7 +347,7 @@ Status ProcessMpsControl::SetWholeCardPinnedLimit(const std::string& device,
 }
 
 Status ProcessMpsControl::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   StatusOr<std::string> quit = Command("quit");
   if (!quit.ok() && quit.status().code() == StatusCode::kFailedPrecondition) {
     return quit.status();

@@ -21,11 +21,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "mps/mps_control.h"
 
 namespace hf::mps {
@@ -131,9 +131,9 @@ class ProcessMpsControl final : public MpsControl {
 
  private:
   std::map<std::string, std::string> DaemonEnv() const;
-  // REQUIRES: mu_ held.
-  Status StartLocked();
-  Status ApplyCapLocked(const std::string& device, MemoryMib limit_mib);
+  Status StartLocked() HF_REQUIRES(mu_);
+  Status ApplyCapLocked(const std::string& device, MemoryMib limit_mib)
+      HF_REQUIRES(mu_);
   std::string LaunchLogPath() const;
   std::int64_t LaunchLogSize() const;
   // The end of the launch log from byte `since` on ("" when nothing new),
@@ -146,14 +146,14 @@ class ProcessMpsControl final : public MpsControl {
   const std::string pipe_dir_;
   const std::string log_dir_;
 
-  std::mutex mu_;
-  std::map<std::string, MemoryMib> caps_;  // GUARDED_BY(mu_)
-  bool ever_started_ = false;              // GUARDED_BY(mu_)
-  bool outage_logged_ = false;             // GUARDED_BY(mu_)
-  bool failure_logged_ = false;            // GUARDED_BY(mu_)
-  std::int64_t next_attempt_ms_ = 0;       // GUARDED_BY(mu_)
-  std::int64_t backoff_ms_ = 0;            // GUARDED_BY(mu_)
-  std::string last_failure_;               // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, MemoryMib> caps_ HF_GUARDED_BY(mu_);
+  bool ever_started_ HF_GUARDED_BY(mu_) = false;
+  bool outage_logged_ HF_GUARDED_BY(mu_) = false;
+  bool failure_logged_ HF_GUARDED_BY(mu_) = false;
+  std::int64_t next_attempt_ms_ HF_GUARDED_BY(mu_) = 0;
+  std::int64_t backoff_ms_ HF_GUARDED_BY(mu_) = 0;
+  std::string last_failure_ HF_GUARDED_BY(mu_);
 };
 
 }  // namespace hf::mps

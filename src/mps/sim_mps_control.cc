@@ -11,7 +11,7 @@ SimMpsControl::SimMpsControl(SimMpsOptions options)
       can_start_(options.daemon_can_start) {}
 
 Status SimMpsControl::Ensure() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (running_) return Status::Ok();
   if (!can_start_) {
     return Status::Unavailable(
@@ -25,7 +25,7 @@ Status SimMpsControl::Ensure() {
 }
 
 bool SimMpsControl::Alive() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return running_;
 }
 
@@ -38,7 +38,7 @@ Status SimMpsControl::SetWholeCardPinnedLimit(const std::string& device,
             std::to_string(limit_mib),
         "limit_mib");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   caps_[device] = limit_mib;
   if (!running_) {
     return Status::Unavailable(
@@ -53,33 +53,33 @@ std::string SimMpsControl::PipeDirectory() const { return pipe_directory_; }
 std::string SimMpsControl::LogDirectory() const { return log_directory_; }
 
 Status SimMpsControl::Stop() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   running_ = false;
   daemon_caps_.clear();
   return Status::Ok();
 }
 
 void SimMpsControl::KillDaemon() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   running_ = false;
   daemon_caps_.clear();
 }
 
 void SimMpsControl::SetDaemonCanStart(bool can_start) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   can_start_ = can_start;
 }
 
 std::optional<MemoryMib> SimMpsControl::DaemonPinnedLimit(
     const std::string& device) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = daemon_caps_.find(device);
   if (!running_ || it == daemon_caps_.end()) return std::nullopt;
   return it->second;
 }
 
 int SimMpsControl::starts() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return starts_;
 }
 

@@ -8,10 +8,10 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 
+#include "common/thread_annotations.h"
 #include "mps/mps_control.h"
 
 namespace hf::mps {
@@ -49,12 +49,12 @@ class SimMpsControl final : public MpsControl {
  private:
   const std::string pipe_directory_;
   const std::string log_directory_;
-  mutable std::mutex mu_;
-  bool can_start_;                                // GUARDED_BY(mu_)
-  bool running_ = false;                          // GUARDED_BY(mu_)
-  int starts_ = 0;                                // GUARDED_BY(mu_)
-  std::map<std::string, MemoryMib> caps_;         // GUARDED_BY(mu_)
-  std::map<std::string, MemoryMib> daemon_caps_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  bool can_start_ HF_GUARDED_BY(mu_);
+  bool running_ HF_GUARDED_BY(mu_) = false;
+  int starts_ HF_GUARDED_BY(mu_) = 0;
+  std::map<std::string, MemoryMib> caps_ HF_GUARDED_BY(mu_);
+  std::map<std::string, MemoryMib> daemon_caps_ HF_GUARDED_BY(mu_);
 };
 
 }  // namespace hf::mps

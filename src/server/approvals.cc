@@ -104,7 +104,7 @@ StatusOr<ApprovalRow> ControlPlane::CreateApproval(
     }
   }
   ApprovalRow out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const auto find = [&](const std::string& name,
                           const char* field) -> StatusOr<RowId> {
@@ -161,7 +161,7 @@ StatusOr<ApprovalRow> ControlPlane::RevokeApproval(const Caller& caller,
                                                    RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   ApprovalRow out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const Millis now = clock_->NowMillis();
     auto row = txn.GetApproval(id);

@@ -168,7 +168,7 @@ Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
 }
 
 void ControlPlane::Start() {
-  std::lock_guard lock(sched_mu_);
+  MutexLock lock(sched_mu_);
   if (started_) return;
   started_ = true;
   stop_ = false;
@@ -179,16 +179,16 @@ void ControlPlane::Start() {
 
 void ControlPlane::Stop() {
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     if (!started_) return;
     stop_ = true;
   }
-  sched_cv_.notify_all();
-  gc_cv_.notify_all();
+  sched_cv_.NotifyAll();
+  gc_cv_.NotifyAll();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (gc_thread_.joinable()) gc_thread_.join();
   if (defrag_thread_.joinable()) defrag_thread_.join();
-  std::lock_guard lock(sched_mu_);
+  MutexLock lock(sched_mu_);
   started_ = false;
 }
 
@@ -227,6 +227,7 @@ Status ControlPlane::LearnHistoryLocked() {
     f.after_id = newest > window ? newest - window : 0;
     f.limit = 1000;
     return ForEachTask(txn, f, [&](TaskRow& task) -> Status {
+      mu_.AssertHeld();  // the caller holds it while the store runs this
       observer_->Observe(RequestForTaskLocked(task));
       ++read;
       return Status::Ok();
@@ -274,7 +275,7 @@ Status ControlPlane::Recover() {
     return Status::Ok();
   }));
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!orphans_text.empty()) {
     // Written by this server only; anything unreadable is noted afresh.
     const nlohmann::json j = nlohmann::json::parse(orphans_text, nullptr,
@@ -291,7 +292,7 @@ Status ControlPlane::Recover() {
     }
   }
   {
-    std::lock_guard names(names_mu_);
+    MutexLock names(names_mu_);
     for (const GroupRow& g : groups) group_names_[g.id] = g.name;
     for (const TenantRow& t : tenants) tenant_names_[t.id] = t.name;
     for (const store::NodeRow& n : nodes) node_names_[n.id] = n.name;
@@ -416,7 +417,7 @@ Status ControlPlane::Recover() {
   }
   HF_RETURN_IF_ERROR(LearnHistoryLocked().WithContext("reading task history"));
   {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   // Tasks created on other instances (followers answer POST /tasks from
@@ -424,7 +425,7 @@ Status ControlPlane::Recover() {
   std::unique_ptr<store::TaskFeed> feed =
       store_->WatchTasks([this](RowId id) { TaskCommitted(id); });
   {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     task_feed_ = std::move(feed);
   }
   recovered_.store(true);
@@ -483,7 +484,7 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     ledger_gpus_[key] = *id;
     gpu_keys_[*id] = key;
     {
-      std::lock_guard names(names_mu_);
+      MutexLock names(names_mu_);
       gpu_uuids_[key] = gpu.uuid;
     }
     BumpGeneration();
@@ -635,11 +636,24 @@ void ControlPlane::BumpGeneration() { generation_.fetch_add(1); }
 
 // ------------------------------------------------------------------ names
 
+std::unordered_map<RowId, std::string>& ControlPlane::NameCacheLocked(
+    NameKind kind) {
+  switch (kind) {
+    case NameKind::kTenant:
+      return tenant_names_;
+    case NameKind::kNode:
+      return node_names_;
+    case NameKind::kGroup:
+      break;
+  }
+  return group_names_;
+}
+
 std::string ControlPlane::CachedName(
-    std::unordered_map<RowId, std::string>& cache, RowId id,
-    const std::function<std::string(Txn&)>& load) {
+    NameKind kind, RowId id, const std::function<std::string(Txn&)>& load) {
   {
-    std::lock_guard lock(names_mu_);
+    MutexLock lock(names_mu_);
+    const auto& cache = NameCacheLocked(kind);
     auto it = cache.find(id);
     if (it != cache.end()) return it->second;
   }
@@ -649,28 +663,28 @@ std::string ControlPlane::CachedName(
     return Status::Ok();
   });
   if (!name.empty()) {
-    std::lock_guard lock(names_mu_);
-    cache[id] = name;
+    MutexLock lock(names_mu_);
+    NameCacheLocked(kind)[id] = name;
   }
   return name;
 }
 
 std::string ControlPlane::TenantName(RowId id) {
-  return CachedName(tenant_names_, id, [id](Txn& txn) {
+  return CachedName(NameKind::kTenant, id, [id](Txn& txn) {
     auto t = txn.GetTenant(id);
     return t.ok() ? t->name : std::string();
   });
 }
 
 std::string ControlPlane::NodeName(RowId id) {
-  return CachedName(node_names_, id, [id](Txn& txn) {
+  return CachedName(NameKind::kNode, id, [id](Txn& txn) {
     auto n = txn.GetNode(id);
     return n.ok() ? n->name : std::string();
   });
 }
 
 std::string ControlPlane::GroupName(RowId id) {
-  return CachedName(group_names_, id, [id](Txn& txn) {
+  return CachedName(NameKind::kGroup, id, [id](Txn& txn) {
     auto g = txn.GetGroup(id);
     return g.ok() ? g->name : std::string();
   });
@@ -678,7 +692,7 @@ std::string ControlPlane::GroupName(RowId id) {
 
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {
   {
-    std::lock_guard lock(names_mu_);
+    MutexLock lock(names_mu_);
     auto it = gpu_uuids_.find(GpuKey{node_id, index});
     if (it != gpu_uuids_.end()) return it->second;
   }
@@ -707,7 +721,7 @@ StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {
   }
   const std::string hash = Sha256Hex(secret);
   {
-    std::lock_guard lock(auth_mu_);
+    MutexLock lock(auth_mu_);
     auto it = token_cache_.find(hash);
     if (it != token_cache_.end() &&
         clock_->NowMillis() - it->second.second < kTokenCacheMillis) {
@@ -734,7 +748,7 @@ StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {
   caller.tenant_id = row->tenant_id;
   caller.node = row->node;
   if (row->tenant_id) caller.tenant = TenantName(*row->tenant_id);
-  std::lock_guard lock(auth_mu_);
+  MutexLock lock(auth_mu_);
   token_cache_[hash] = {caller, clock_->NowMillis()};
   return caller;
 }
@@ -814,7 +828,7 @@ StatusOr<RowId> ControlPlane::FindOrCreateGroupInTxn(
 
 Status ControlPlane::AdoptGroupLocked(const GroupRow& group) {
   HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(group.id)));
-  std::lock_guard names(names_mu_);
+  MutexLock names(names_mu_);
   group_names_[group.id] = group.name;
   return Status::Ok();
 }
@@ -827,7 +841,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
   if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
   TenantRow out;
   std::optional<GroupRow> new_group;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     TenantRow row;
@@ -850,7 +864,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
   }));
   if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
   {
-    std::lock_guard names(names_mu_);
+    MutexLock names(names_mu_);
     tenant_names_[out.id] = out.name;
   }
   HF_RETURN_IF_ERROR(SyncTenantLocked(out));
@@ -896,7 +910,7 @@ StatusOr<TenantRow> ControlPlane::SetTenantGroup(
   if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
   TenantRow out;
   std::optional<GroupRow> new_group;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     auto t = txn.FindTenant(name);
@@ -926,7 +940,7 @@ StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   HF_RETURN_IF_ERROR(ValidateName(name, "name"));
   GroupRow out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     GroupRow row;
     row.name = name;
@@ -963,7 +977,7 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
   RowId id = 0;
   GroupRow deleted;
   std::vector<RowId> members;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     members.clear();
     auto g = txn.FindGroup(name);
@@ -1094,7 +1108,7 @@ StatusOr<TokenRow> ControlPlane::RevokeToken(const Caller& caller, RowId id) {
     out = *after;
     return Status::Ok();
   }));
-  std::lock_guard lock(auth_mu_);
+  MutexLock lock(auth_mu_);
   token_cache_.erase(out.hash);
   return out;
 }

@@ -15,13 +15,11 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -35,6 +33,7 @@
 #include "common/clock.h"
 #include "common/gpu_compute_mode.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "ledger/ledger.h"
 #include "ledger/placement_policy.h"
 #include "scheduler/policy/registry.h"
@@ -550,71 +549,81 @@ class ControlPlane {
   Status Recover();  // REQUIRES: called once, before any other use
   // Reads the recent task history into the policy's target workload (the
   // learned hf-frag; nothing for other policies). REQUIRES: mu_ held.
-  Status LearnHistoryLocked();
+  Status LearnHistoryLocked() HF_REQUIRES(mu_);
   // Stores the in-memory usage of `slices` where it changed enough since
   // it was last stored (leader only; LeaderWrite).
   Status PersistHookUsage(const std::vector<RowId>& slices);
   // The placement request of a task (the scheduler's and the history's).
   // REQUIRES: mu_ held.
   ledger::PlacementRequest RequestForTaskLocked(
-      const store::TaskRow& task) const;
+      const store::TaskRow& task) const HF_REQUIRES(mu_);
   Status EnsureDefaultTenant();
 
   // Ledger mirror of the inventory. REQUIRES: mu_ held.
-  StatusOr<NodeId> LedgerNodeLocked(const store::NodeRow& node);
-  Status SyncGpuLocked(const store::NodeRow& node, const store::GpuRow& gpu);
+  StatusOr<NodeId> LedgerNodeLocked(const store::NodeRow& node)
+      HF_REQUIRES(mu_);
+  Status SyncGpuLocked(const store::NodeRow& node, const store::GpuRow& gpu)
+      HF_REQUIRES(mu_);
   // Restart recovery could not put `slice` back in the ledger (its GPU is
   // unknown, or restoring it would oversell the GPU): its GPUs are held lost
   // in the ledger, so nothing new lands where the ledger cannot account,
   // until an operator deletes the slice. Logged and recorded in the history
   // (`recovery_refused`). REQUIRES: mu_ held.
   Status FenceUnrestoredLocked(const store::SliceRow& slice,
-                               const std::string& why);
-  // The slice is gone: its GPUs follow their reports again. REQUIRES: mu_.
-  Status UnfenceLocked(RowId slice_id);
-  bool FencedLocked(const GpuKey& key) const;  // REQUIRES: mu_
-  StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const;
-  Status SyncTenantLocked(const store::TenantRow& tenant);
+                               const std::string& why) HF_REQUIRES(mu_);
+  // The slice is gone: its GPUs follow their reports again.
+  Status UnfenceLocked(RowId slice_id) HF_REQUIRES(mu_);
+  bool FencedLocked(const GpuKey& key) const HF_REQUIRES(mu_);
+  StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const
+      HF_REQUIRES(mu_);
+  Status SyncTenantLocked(const store::TenantRow& tenant) HF_REQUIRES(mu_);
   // The id of group `name`, inserting it (and setting `created`) when new.
   StatusOr<RowId> FindOrCreateGroupInTxn(
       store::Txn& txn, const std::string& name,
       std::optional<store::GroupRow>& created);
   // After the commit that created `group`: the ledger and the name cache
-  // learn it. REQUIRES: mu_ held.
-  Status AdoptGroupLocked(const store::GroupRow& group);
-  ledger::Allocation AllocationFromRow(const store::SliceRow& row) const;
+  // learn it.
+  Status AdoptGroupLocked(const store::GroupRow& group) HF_REQUIRES(mu_);
+  ledger::Allocation AllocationFromRow(const store::SliceRow& row) const
+      HF_REQUIRES(mu_);
 
   // Releases `slice` in the store (inside `txn`) and appends history; the
-  // caller applies `ApplyReleasesLocked` after the commit.
+  // caller applies `ApplyReleasesLocked` after the commit. mu_ is held by
+  // the thread that issued the Write running `txn`.
   Status ReleaseInTxn(store::Txn& txn, store::SliceRow& slice,
                       const std::string& actor, const std::string& reason,
-                      std::vector<RowId>& released);
-  void ApplyReleasesLocked(const std::vector<RowId>& released);
+                      std::vector<RowId>& released) HF_REQUIRES(mu_);
+  void ApplyReleasesLocked(const std::vector<RowId>& released) HF_REQUIRES(mu_);
   Status ReleaseTaskSliceInTxn(store::Txn& txn, const store::TaskRow& task,
                                const std::string& actor,
                                const std::string& reason,
-                               std::vector<RowId>& released);
+                               std::vector<RowId>& released) HF_REQUIRES(mu_);
 
   // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
   // (the one derivation, scheduler::DeriveQos).
-  scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false);
+  scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false)
+      HF_REQUIRES(mu_);
   // Allowed models for a task's gpu_type (empty: any GPU qualifies).
-  std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const;
+  std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const
+      HF_REQUIRES(mu_);
   // Places `request` with the configured policy, excluding the MIG GPUs
   // that take no new partition now (MigBlockedLocked). The ledger charges
   // a slice on a GPU in MIG mode as its partition (the allocation's
-  // mig_profile / mig_start). REQUIRES: mu_ held.
-  ledger::PlacementResult PlaceLocked(ledger::PlacementRequest request);
-  // The placement policy the server places with. REQUIRES: mu_ held.
-  const ledger::PlacementPolicy& PolicyLocked() const { return *policy_; }
+  // mig_profile / mig_start).
+  ledger::PlacementResult PlaceLocked(ledger::PlacementRequest request)
+      HF_REQUIRES(mu_);
+  // The placement policy the server places with.
+  const ledger::PlacementPolicy& PolicyLocked() const HF_REQUIRES(mu_) {
+    return *policy_;
+  }
   // Why no gold slice may land on MIG GPU `gpu` now ("" when it may): it
   // holds partitions no slice owns, or the last create found no room and
-  // its partitions have not changed since. REQUIRES: mu_ held.
-  std::string MigBlockedLocked(GpuId gpu) const;
+  // its partitions have not changed since.
+  std::string MigBlockedLocked(GpuId gpu) const HF_REQUIRES(mu_);
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
-                            const store::TaskRow& task);
+                            const store::TaskRow& task) HF_REQUIRES(mu_);
 
   // GC's parts: the tasks lost nodes were asked to stop (returns the
   // slices released), and MIG commands past their deadline.
@@ -622,12 +631,14 @@ class ControlPlane {
   Status MarkStuckCommands();
 
   // Compensation: a running task reported with no live slice.
-  Status CompensateLocked(const store::NodeRow& node, const RunningTask& task);
+  Status CompensateLocked(const store::NodeRow& node, const RunningTask& task)
+      HF_REQUIRES(mu_);
   // Records MIG devices a heartbeat reports that no live slice owns (and
   // no MIG command in flight is about to own) as MIG_PARTITION_ORPHANED in
   // the history, once per device.
   Status NoteOrphanedMigDevicesLocked(const store::NodeRow& node,
-                                      const NodeReport& report);
+                                      const NodeReport& report)
+      HF_REQUIRES(mu_);
   // The hook part of a heartbeat (see Heartbeat). Takes no mu_.
   Status NoteHookReports(const store::NodeRow& node,
                          const std::vector<RunningTask>& tasks,
@@ -639,39 +650,41 @@ class ControlPlane {
       const Caller& caller, const std::optional<std::string>& tenant);
   bool CanSee(const Caller& caller, RowId tenant_id) const;
 
-  // A name from `cache` (GUARDED_BY(names_mu_)), else loaded from the store
-  // and cached when found; "" when unknown.
-  std::string CachedName(std::unordered_map<RowId, std::string>& cache,
-                         RowId id,
-                         const std::function<std::string(store::Txn&)>& load);
+  // A name from the cache of `kind`, else loaded from the store and cached
+  // when found; "" when unknown.
+  enum class NameKind { kTenant, kNode, kGroup };
+  std::string CachedName(NameKind kind, RowId id,
+                         const std::function<std::string(store::Txn&)>& load)
+      HF_EXCLUDES(names_mu_);
+  std::unordered_map<RowId, std::string>& NameCacheLocked(NameKind kind)
+      HF_REQUIRES(names_mu_);
 
-  // Makes `row` count in the ledger if it is active now. REQUIRES: mu_.
-  Status ApplyApprovalLocked(const store::ApprovalRow& row);
-  // Withdraws `id` from the ledger if it counts there. REQUIRES: mu_.
-  Status WithdrawApprovalLocked(RowId id);
+  // Makes `row` count in the ledger if it is active now.
+  Status ApplyApprovalLocked(const store::ApprovalRow& row) HF_REQUIRES(mu_);
+  // Withdraws `id` from the ledger if it counts there.
+  Status WithdrawApprovalLocked(RowId id) HF_REQUIRES(mu_);
   // Withdraws approvals past their expiry; cheap when none is due. Every
   // placement calls it first, so an expired approval never places a slice.
-  // REQUIRES: mu_.
-  void ExpireApprovalsLocked();
+  void ExpireApprovalsLocked() HF_REQUIRES(mu_);
 
-  // Pending tasks by reason class into the telemetry. REQUIRES: bind_mu_.
-  void NotePendingReasons();
+  // Pending tasks by reason class into the telemetry.
+  void NotePendingReasons() HF_REQUIRES(bind_mu_);
 
   void SchedulerLoop();
   void GcLoop();
   void DefragLoop();
-  // Defragmentation internals (server/defrag.cc). REQUIRES: mu_ held.
-  std::string ClusterFingerprintLocked();
+  // Defragmentation internals (server/defrag.cc).
+  std::string ClusterFingerprintLocked() HF_REQUIRES(mu_);
   StatusOr<nlohmann::json> LoadPlanInTxn(store::Txn& txn, RowId id);
   Status SavePlanInTxn(store::Txn& txn, const nlohmann::json& plan);
-  Status AdvancePlanLocked(RowId id);
+  Status AdvancePlanLocked(RowId id) HF_REQUIRES(mu_);
   // ReportTaskStates: `task` (stopped on its node) has a move in flight
   // whose source was `slice`: it is bound to the move's reserved target
   // (`rebind`), or the reservation is released (the task ended). Returns
-  // true when the task was bound to the target. REQUIRES: mu_ held.
+  // true when the task was bound to the target.
   StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                RowId slice, bool rebind,
-                               std::vector<RowId>& released);
+                               std::vector<RowId>& released) HF_REQUIRES(mu_);
   void WakeScheduler();
   // The task feed's callback: task `id` was committed (0: some may have
   // been missed, read every pending task afresh).
@@ -688,86 +701,84 @@ class ControlPlane {
   // and a follower queues no created task for a scheduler it does not run.
   std::atomic<bool> recovered_{false};
 
-  std::mutex mu_;  // guards the ledger mirror below and every ledger change
+  Mutex mu_;  // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
   // The policy placed with (policy_for_testing, or owned_policy_), and the
   // learning side of owned_policy_ (null when it learns nothing).
   const std::unique_ptr<ledger::PlacementPolicy> owned_policy_;
   scheduler::WorkloadObserver* const observer_;
   const ledger::PlacementPolicy* const policy_;
-  // Tasks up to this id are in the policy's history. GUARDED_BY(mu_)
-  RowId observed_through_ = 0;
-  std::map<RowId, NodeId> ledger_nodes_;  // GUARDED_BY(mu_)
-  std::map<NodeId, RowId> node_rows_;     // GUARDED_BY(mu_)
-  std::map<GpuKey, GpuId> ledger_gpus_;   // GUARDED_BY(mu_)
-  std::map<GpuId, GpuKey> gpu_keys_;      // GUARDED_BY(mu_)
-  std::map<RowId, bool> node_hook_;       // GUARDED_BY(mu_)
+  // Tasks up to this id are in the policy's history.
+  RowId observed_through_ HF_GUARDED_BY(mu_) = 0;
+  std::map<RowId, NodeId> ledger_nodes_ HF_GUARDED_BY(mu_);
+  std::map<NodeId, RowId> node_rows_ HF_GUARDED_BY(mu_);
+  std::map<GpuKey, GpuId> ledger_gpus_ HF_GUARDED_BY(mu_);
+  std::map<GpuId, GpuKey> gpu_keys_ HF_GUARDED_BY(mu_);
+  std::map<RowId, bool> node_hook_ HF_GUARDED_BY(mu_);
   // When each node last registered or heartbeat (monotonic_ ms; a node
   // not heard from since this server started counts from its start), and
   // the report last applied for it. Its own lock (order: mu_, then it).
   NodeBeats beats_;
   // Slices recovery could not restore, and the GPUs they fence.
-  std::map<RowId, std::vector<GpuKey>> unrestored_;      // GUARDED_BY(mu_)
-  std::map<RowId, std::optional<RowId>> tenant_groups_;  // GUARDED_BY(mu_)
+  std::map<RowId, std::vector<GpuKey>> unrestored_ HF_GUARDED_BY(mu_);
+  std::map<RowId, std::optional<RowId>> tenant_groups_ HF_GUARDED_BY(mu_);
   // Approvals that count in the ledger now, with their expiry.
-  std::map<RowId, store::ApprovalRow> applied_approvals_;  // GUARDED_BY(mu_)
+  std::map<RowId, store::ApprovalRow> applied_approvals_ HF_GUARDED_BY(mu_);
   // MIG partitions recorded as MIG_PARTITION_ORPHANED (device UUID -> its
   // GPU); kept in the store's meta (kMigOrphansNotedKey) across restarts.
-  std::map<std::string, GpuKey> orphans_noted_;  // GUARDED_BY(mu_)
+  std::map<std::string, GpuKey> orphans_noted_ HF_GUARDED_BY(mu_);
   // Per MIG GPU: the partitions the last heartbeat reported, the ones no
   // live slice owns, and (after a create found no room) the reported set
   // that had no room: no gold slice is placed there until it changes.
-  std::map<GpuKey, std::vector<std::string>> mig_reported_;  // GUARDED_BY(mu_)
-  std::map<GpuKey, std::set<std::string>> mig_orphans_;      // GUARDED_BY(mu_)
+  std::map<GpuKey, std::vector<std::string>> mig_reported_ HF_GUARDED_BY(mu_);
+  std::map<GpuKey, std::set<std::string>> mig_orphans_ HF_GUARDED_BY(mu_);
   struct MigFull {
     std::vector<std::string> devices;  // as reported when it had no room
     store::Millis until = 0;           // monotonic_; tried again after
   };
-  std::map<GpuKey, MigFull> mig_full_;  // GUARDED_BY(mu_)
+  std::map<GpuKey, MigFull> mig_full_ HF_GUARDED_BY(mu_);
   // Hook usage by slice id (rendered without mu_, which bind commits hold).
-  std::mutex hook_mu_;
-  std::map<RowId, HookUsage> hook_usage_;  // GUARDED_BY(hook_mu_)
-  // What was last stored per slice (PersistHookUsage). GUARDED_BY(hook_mu_)
-  std::map<RowId, HookUsage> hook_stored_;
-  store::Millis next_approval_expiry_ =
-      std::numeric_limits<store::Millis>::max();  // GUARDED_BY(mu_)
+  Mutex hook_mu_;
+  std::map<RowId, HookUsage> hook_usage_ HF_GUARDED_BY(hook_mu_);
+  // What was last stored per slice (PersistHookUsage).
+  std::map<RowId, HookUsage> hook_stored_ HF_GUARDED_BY(hook_mu_);
+  store::Millis next_approval_expiry_ HF_GUARDED_BY(mu_) =
+      std::numeric_limits<store::Millis>::max();
   // GPU models per vendor, to turn a task's gpu_type into allowed models.
-  std::map<std::string, std::set<std::string>>
-      vendors_models_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::set<std::string>> vendors_models_
+      HF_GUARDED_BY(mu_);
 
-  std::mutex names_mu_;
-  std::unordered_map<RowId, std::string>
-      tenant_names_;                                   // GUARDED_BY(names_mu_)
-  std::unordered_map<RowId, std::string> node_names_;  // GUARDED_BY(names_mu_)
-  std::unordered_map<RowId, std::string> group_names_;
+  Mutex names_mu_;
+  std::unordered_map<RowId, std::string> tenant_names_ HF_GUARDED_BY(names_mu_);
+  std::unordered_map<RowId, std::string> node_names_ HF_GUARDED_BY(names_mu_);
+  std::unordered_map<RowId, std::string> group_names_ HF_GUARDED_BY(names_mu_);
   // The card the ledger holds at each (node, index), for rendering slices
   // and commands without taking mu_ (held across bind commits).
-  std::map<GpuKey, std::string>
-      gpu_uuids_;  // GUARDED_BY(names_mu_)  // GUARDED_BY(names_mu_)
+  std::map<GpuKey, std::string> gpu_uuids_ HF_GUARDED_BY(names_mu_);
 
   // Token cache: hash -> (caller, when cached). Revocation here removes the
   // entry; a revocation by another server instance takes effect within
   // kTokenCacheMillis.
-  std::mutex auth_mu_;
-  std::unordered_map<std::string, std::pair<Caller, store::Millis>>
-      token_cache_;  // GUARDED_BY(auth_mu_)
+  Mutex auth_mu_;
+  std::unordered_map<std::string, std::pair<Caller, store::Millis>> token_cache_
+      HF_GUARDED_BY(auth_mu_);
 
   // Scheduler state.
-  std::mutex sched_mu_;
-  std::condition_variable sched_cv_;
-  std::condition_variable gc_cv_;         // the GC thread's wake-up (stop)
-  std::vector<store::TaskRow> incoming_;  // GUARDED_BY(sched_mu_)
-  bool stop_ = false;                     // GUARDED_BY(sched_mu_)
-  bool resync_ = true;                    // GUARDED_BY(sched_mu_)
+  Mutex sched_mu_;
+  CondVar sched_cv_;
+  CondVar gc_cv_;  // the GC and defrag threads' wake-up (stop)
+  std::vector<store::TaskRow> incoming_ HF_GUARDED_BY(sched_mu_);
+  bool stop_ HF_GUARDED_BY(sched_mu_) = false;
+  bool resync_ HF_GUARDED_BY(sched_mu_) = true;
   // Tasks the store's task feed reported committed (by this or another
   // instance), to be read; and the ids this instance created and already
   // queued itself (incoming_), so that their reports are not read again.
-  std::vector<RowId> created_elsewhere_;    // GUARDED_BY(sched_mu_)
-  std::unordered_set<RowId> created_here_;  // GUARDED_BY(sched_mu_)
+  std::vector<RowId> created_elsewhere_ HF_GUARDED_BY(sched_mu_);
+  std::unordered_set<RowId> created_here_ HF_GUARDED_BY(sched_mu_);
   static constexpr std::size_t kMaxCreatedHere = 65'536;
-  store::Millis last_resync_ = 0;  // GUARDED_BY(sched_mu_)
-  std::mutex bind_mu_;             // one bind pass at a time; guards pending_
-  std::map<RowId, PendingTask> pending_;      // GUARDED_BY(bind_mu_)
+  store::Millis last_resync_ HF_GUARDED_BY(sched_mu_) = 0;
+  Mutex bind_mu_;  // one bind pass at a time; guards pending_
+  std::map<RowId, PendingTask> pending_ HF_GUARDED_BY(bind_mu_);
   std::atomic<std::uint64_t> generation_{1};  // bumped when capacity frees up
   std::atomic<int> pending_count_{0};
 
@@ -776,11 +787,11 @@ class ControlPlane {
   std::thread scheduler_thread_;
   std::thread gc_thread_;
   std::thread defrag_thread_;
-  bool started_ = false;
+  bool started_ HF_GUARDED_BY(sched_mu_) = false;
   // The store's task feed while this instance leads (Store::WatchTasks;
-  // null on SQLite). Declared last: stopped first on destruction, while
-  // what its callback touches is still there.
-  std::unique_ptr<store::TaskFeed> task_feed_;
+  // null on SQLite). Set under sched_mu_; declared last: stopped first on
+  // destruction, while what its callback touches is still there.
+  std::unique_ptr<store::TaskFeed> task_feed_ HF_GUARDED_BY(sched_mu_);
 };
 
 }  // namespace hf::server

@@ -157,7 +157,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     });
   }));
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   scheduler::DefragRequest dr;
   dr.max_moves = request.max_moves;
   dr.goal_memory_mib = request.goal_memory_mib;
@@ -190,6 +190,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
   if (!plan.ok()) return plan.status();
 
   auto where = [&](NodeId node, GpuId gpu) {
+    mu_.AssertHeld();  // runs here, under mu_
     const GpuKey& key = gpu_keys_.at(gpu);
     (void)node;
     return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
@@ -292,7 +293,7 @@ StatusOr<std::vector<json>> ControlPlane::ListDefrag(const Caller& caller) {
 
 StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const std::string fingerprint = ClusterFingerprintLocked();
   json out;
   bool expired = false;
@@ -339,7 +340,7 @@ StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
 
 StatusOr<json> ControlPlane::CancelDefrag(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   json out;
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     auto plan = LoadPlanInTxn(txn, id);
@@ -400,7 +401,7 @@ Status ControlPlane::DefragTickOnce() {
   }));
   Status first = Status::Ok();
   for (RowId id : applying) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     Status s = AdvancePlanLocked(id);
     if (!s.ok() && first.ok()) first = s;
   }
@@ -411,6 +412,7 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
   std::optional<ledger::Allocation> reserved;  // undone if the write fails
   std::vector<RowId> released;
   Status written = LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     if (reserved) {
       (void)ledger_->Release(reserved->id);
       reserved.reset();
@@ -691,8 +693,9 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
   };
   std::vector<NodeRoom> fragmented;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ledger_->Read([&](const ledger::ClusterView& view) {
+      mu_.AssertHeld();  // runs here, under mu_
       for (const auto& [row, node] : ledger_nodes_) {
         scheduler::RoomSummary room = scheduler::MeasureRoom(view, node);
         if (room.fragmentation >= options_.defrag_auto_threshold) {
@@ -731,9 +734,12 @@ void ControlPlane::DefragLoop() {
   Millis last_auto = std::numeric_limits<Millis>::min() / 2;
   for (;;) {
     {
-      std::unique_lock lock(sched_mu_);
-      gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.defrag_tick_ms),
-                      [&] { return stop_; });
+      MutexLock lock(sched_mu_);
+      gc_cv_.WaitFor(sched_mu_,
+                     std::chrono::milliseconds(options_.defrag_tick_ms), [&] {
+                       sched_mu_.AssertHeld();  // a predicate runs locked
+                       return stop_;
+                     });
       if (stop_) return;
     }
     Status s = DefragTickOnce();

@@ -115,29 +115,29 @@ bool Leadership::MayActAt(std::int64_t mono_now) const {
 
 bool Leadership::MayAct() const {
   const std::int64_t now = mono_->NowMillis();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return MayActAt(now);
 }
 
 std::int64_t Leadership::Term() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return state_ == State::kLeader ? term_ : 0;
 }
 
 bool Leadership::IsLeader() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return state_ == State::kLeader;
 }
 
 bool Leadership::Serving() const { return serving_.load() && MayAct(); }
 
 bool Leadership::Lost() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return state_ == State::kLost;
 }
 
 std::optional<Lease> Leadership::KnownLeader() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return known_;
 }
 
@@ -145,7 +145,7 @@ Status Leadership::CheckInTxn(Txn& txn) const {
   std::int64_t term = 0;
   {
     const std::int64_t now = mono_->NowMillis();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!MayActAt(now)) {
       return Status::Unavailable("instance " + options_.instance_id +
                                  " is not the leader (or its lease may have "
@@ -189,7 +189,7 @@ Status Leadership::TryTake(const std::optional<std::string>& expected,
   });
   if (!taken.ok()) return taken;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     state_ = State::kLeader;
     term_ = mine.term;
     renew_start_ = start;
@@ -210,7 +210,7 @@ Status Leadership::Renew() {
   const std::int64_t start = mono_->NowMillis();
   std::int64_t term = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     term = term_;
   }
   Lease renewed;
@@ -229,7 +229,7 @@ Status Leadership::Renew() {
     return txn.SetMeta(kLeaseKey, EncodeLease(renewed));
   });
   if (!written.ok()) return written;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (state_ != State::kLeader) return Status::Ok();
   renew_start_ = std::max(renew_start_, start);
   known_ = renewed;
@@ -260,7 +260,7 @@ Status Leadership::Announce() {
 void Leadership::MarkLost(const std::string& why) {
   std::function<void(const std::string&)> report;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_ == State::kLost) return;
     state_ = State::kLost;
     lost_why_ = why;
@@ -276,7 +276,7 @@ void Leadership::MarkLost(const std::string& why) {
 }
 
 Status Leadership::Tick() {
-  std::lock_guard tick(tick_mu_);
+  MutexLock tick(tick_mu_);
   const std::int64_t now = mono_->NowMillis();
   const std::int64_t renew_every =
       std::max<std::int64_t>(options_.ttl_ms / 3, 1);
@@ -284,7 +284,7 @@ Status Leadership::Tick() {
   bool first = false;
   bool announce_due = false;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // Handed over: never takes the lease again (it would take its own).
     if (state_ == State::kResigned) return Status::Ok();
     state = state_;
@@ -302,7 +302,7 @@ Status Leadership::Tick() {
   if (state == State::kLost) {
     std::string why;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       why = lost_why_;
     }
     MarkLost(why);
@@ -313,7 +313,7 @@ Status Leadership::Tick() {
   if (state == State::kLeader) {
     bool due = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       due = now - renew_start_ >= renew_every;
     }
     if (due) {
@@ -335,7 +335,7 @@ Status Leadership::Tick() {
     if (raw) lease = DecodeLease(*raw);
     bool take = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (lease) known_ = lease;
       // Take it at once when there is no lease at all (a fresh database:
       // nobody can be acting), or when it was left by an earlier run of
@@ -359,7 +359,7 @@ Status Leadership::Tick() {
     if (take) {
       result = TryTake(raw, lease);
       if (result.ok()) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         if (callbacks_.on_elected && !promoting_) {
           // At most once: a lost lease is never won back (crash-only).
           promoting_ = true;
@@ -375,7 +375,7 @@ Status Leadership::Tick() {
   if (announce_due) {
     Status announced = Announce();
     if (announced.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       announced_ = true;
       last_announce_ = now;
     } else if (result.ok()) {
@@ -397,16 +397,16 @@ void Leadership::Promote() {
         options_.instance_id, Term());
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     promoting_ = false;
     settled_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Leadership::Start(Callbacks callbacks) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     callbacks_ = std::move(callbacks);
     stop_ = false;
   }
@@ -416,10 +416,10 @@ void Leadership::Start(Callbacks callbacks) {
 
 void Leadership::Stop() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (ticker_.joinable()) ticker_.join();
   if (watchdog_.joinable()) watchdog_.join();
   if (promoter_.joinable()) promoter_.join();
@@ -428,7 +428,7 @@ void Leadership::Stop() {
 Status Leadership::Resign() {
   std::int64_t term = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (state_ != State::kLeader) return Status::Ok();
     // Stop acting before the lease says so: MayAct is false from here on,
     // and CheckInTxn refuses every leader write still to commit.
@@ -455,9 +455,11 @@ Status Leadership::Resign() {
 }
 
 void Leadership::WaitSettled(std::int64_t timeout_ms) {
-  std::unique_lock lock(mu_);
-  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-               [&] { return settled_ || stop_; });
+  MutexLock lock(mu_);
+  cv_.WaitFor(mu_, std::chrono::milliseconds(timeout_ms), [&] {
+    mu_.AssertHeld();  // a predicate runs with the lock held
+    return settled_ || stop_;
+  });
 }
 
 void Leadership::TickLoop() {
@@ -468,10 +470,10 @@ void Leadership::TickLoop() {
     if (!ticked.ok() && ticked.code() != StatusCode::kFailedPrecondition) {
       spdlog::warn("leadership: {}", ticked.ToString());
     }
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (!promoting_ && !settled_) {
       settled_ = true;  // the first tick is done and nothing is promoting
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
     if (stop_ || state_ == State::kLost || state_ == State::kResigned) return;
     // A follower looks more often than a leader must renew, so a lease
@@ -479,7 +481,10 @@ void Leadership::TickLoop() {
     const auto wait = state_ == State::kFollower
                           ? std::min(interval, std::chrono::milliseconds(200))
                           : interval;
-    cv_.wait_for(lock, wait, [&] { return stop_; });
+    cv_.WaitFor(mu_, wait, [&] {
+      mu_.AssertHeld();
+      return stop_;
+    });
     if (stop_) return;
   }
 }
@@ -490,8 +495,11 @@ void Leadership::WatchdogLoop() {
   for (;;) {
     bool expired = false;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_; });
+      MutexLock lock(mu_);
+      cv_.WaitFor(mu_, std::chrono::milliseconds(50), [&] {
+        mu_.AssertHeld();
+        return stop_;
+      });
       if (stop_ || state_ == State::kLost || state_ == State::kResigned) {
         return;
       }

@@ -39,10 +39,8 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +49,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "store/store.h"
 
 namespace hf::server {
@@ -183,7 +182,7 @@ class Leadership final : public WriteFence {
  private:
   enum class State { kFollower, kLeader, kLost, kResigned };
 
-  bool MayActAt(std::int64_t mono_now) const;  // REQUIRES: mu_ held
+  bool MayActAt(std::int64_t mono_now) const HF_REQUIRES(mu_);
   // Writes a new lease (term + 1) if the stored one is still `expected`.
   Status TryTake(const std::optional<std::string>& expected,
                  const std::optional<Lease>& previous);
@@ -201,24 +200,24 @@ class Leadership final : public WriteFence {
   const std::int64_t margin_ms_;
   std::string url_;
 
-  std::mutex tick_mu_;  // one Tick at a time
-  mutable std::mutex mu_;
-  State state_ = State::kFollower;       // GUARDED_BY(mu_)
-  std::int64_t term_ = 0;                // GUARDED_BY(mu_)
-  std::int64_t renew_start_ = 0;         // GUARDED_BY(mu_), monotonic
-  std::optional<Lease> known_;           // GUARDED_BY(mu_)
-  std::optional<std::string> seen_raw_;  // GUARDED_BY(mu_)
-  std::int64_t seen_at_ = 0;             // GUARDED_BY(mu_), monotonic
-  bool first_tick_ = true;               // GUARDED_BY(mu_)
-  bool settled_ = false;                 // GUARDED_BY(mu_)
-  bool promoting_ = false;               // GUARDED_BY(mu_)
-  std::int64_t last_announce_ = 0;       // GUARDED_BY(mu_), monotonic
-  bool announced_ = false;               // GUARDED_BY(mu_)
-  std::string lost_why_;                 // GUARDED_BY(mu_)
-  bool lost_reported_ = false;           // GUARDED_BY(mu_)
+  Mutex tick_mu_;  // one Tick at a time
+  mutable Mutex mu_;
+  State state_ HF_GUARDED_BY(mu_) = State::kFollower;
+  std::int64_t term_ HF_GUARDED_BY(mu_) = 0;
+  std::int64_t renew_start_ HF_GUARDED_BY(mu_) = 0;  // monotonic
+  std::optional<Lease> known_ HF_GUARDED_BY(mu_);
+  std::optional<std::string> seen_raw_ HF_GUARDED_BY(mu_);
+  std::int64_t seen_at_ HF_GUARDED_BY(mu_) = 0;  // monotonic
+  bool first_tick_ HF_GUARDED_BY(mu_) = true;
+  bool settled_ HF_GUARDED_BY(mu_) = false;
+  bool promoting_ HF_GUARDED_BY(mu_) = false;
+  std::int64_t last_announce_ HF_GUARDED_BY(mu_) = 0;  // monotonic
+  bool announced_ HF_GUARDED_BY(mu_) = false;
+  std::string lost_why_ HF_GUARDED_BY(mu_);
+  bool lost_reported_ HF_GUARDED_BY(mu_) = false;
   std::atomic<bool> serving_{false};
-  std::condition_variable cv_;  // stop, settled
-  bool stop_ = false;           // GUARDED_BY(mu_)
+  CondVar cv_;  // stop, settled
+  bool stop_ HF_GUARDED_BY(mu_) = false;
   Callbacks callbacks_;
   std::thread ticker_;
   std::thread watchdog_;

@@ -35,8 +35,9 @@ metrics::Families ControlPlane::CollectMetrics() {
   std::vector<std::pair<RowId, store::Millis>> seen;
   const store::Millis mono_now = monotonic_->NowMillis();
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ledger_->Read([&](const ledger::ClusterView& view) {
+      mu_.AssertHeld();  // runs here, under mu_
       const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
       gpus.reserve(view.gpu_slot_count());
       for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {

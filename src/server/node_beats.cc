@@ -7,12 +7,12 @@ using store::Millis;
 using store::RowId;
 
 void NodeBeats::Seen(RowId node, Millis monotonic_now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   seen_[node] = monotonic_now;
 }
 
 std::vector<std::pair<RowId, Millis>> NodeBeats::SeenTimes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return {seen_.begin(), seen_.end()};
 }
 
@@ -25,7 +25,7 @@ void NodeBeats::Applied(const wire::NodeReport& report,
   last.number = report.number;
   last.row = row;
   last.written_at = wall_now;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   seen_[row.id] = monotonic_now;
   names_[row.id] = report.name;
   last_[report.name] = std::move(last);
@@ -33,7 +33,7 @@ void NodeBeats::Applied(const wire::NodeReport& report,
 
 NodeBeats::Decision NodeBeats::Classify(const wire::NodeReport& report,
                                         Millis wall_now, Millis monotonic_now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = last_.find(report.name);
   if (it == last_.end()) return {};
   Last& last = it->second;
@@ -59,7 +59,7 @@ NodeBeats::Decision NodeBeats::Classify(const wire::NodeReport& report,
 
 void NodeBeats::Written(const wire::NodeReport& report,
                         const store::NodeRow& row, Millis wall_now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = last_.find(report.name);
   if (it == last_.end() || it->second.row.id != row.id) return;
   it->second.number = report.number;
@@ -70,14 +70,14 @@ void NodeBeats::Written(const wire::NodeReport& report,
 
 std::optional<wire::ReportNumber> NodeBeats::NewestNumber(
     const std::string& node_name) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = last_.find(node_name);
   if (it == last_.end()) return std::nullopt;
   return it->second.number;
 }
 
 std::optional<Millis> NodeBeats::LastBeatAt(RowId node) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto name = names_.find(node);
   if (name == names_.end()) return std::nullopt;
   auto it = last_.find(name->second);
@@ -86,7 +86,7 @@ std::optional<Millis> NodeBeats::LastBeatAt(RowId node) const {
 }
 
 void NodeBeats::Forget() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   last_.clear();
   names_.clear();
 }

@@ -20,12 +20,12 @@
 #pragma once
 
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "store/store.h"
 #include "wire/node_wire.h"
 
@@ -91,10 +91,10 @@ class NodeBeats {
   };
 
   const store::Millis write_every_;
-  mutable std::mutex mu_;
-  std::map<store::RowId, store::Millis> seen_;  // GUARDED_BY(mu_)
-  std::map<std::string, Last> last_;            // GUARDED_BY(mu_), by name
-  std::map<store::RowId, std::string> names_;   // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<store::RowId, store::Millis> seen_ HF_GUARDED_BY(mu_);
+  std::map<std::string, Last> last_ HF_GUARDED_BY(mu_);  // by name
+  std::map<store::RowId, std::string> names_ HF_GUARDED_BY(mu_);
 };
 
 }  // namespace hf::server

@@ -128,7 +128,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   const store::Millis now = clock_->NowMillis();
   NodeRow stored;
   std::vector<GpuRow> gpus;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // GPUs of this node that hold slices now (by index): a different card
   // reported at such an index cannot replace the old one yet.
   std::set<int> occupied;
@@ -141,6 +141,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     });
     if (node_row) {
       ledger_->Read([&](const ledger::ClusterView& view) {
+        mu_.AssertHeld();  // runs here, under mu_
         for (const auto& [key, gpu] : ledger_gpus_) {
           if (key.node_id == *node_row && view.HasGpu(gpu) &&
               !view.gpu(gpu).empty()) {
@@ -240,7 +241,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   }));
   if (newer_applied) return AppliedNodeReport{stored, newer_applied};
   {
-    std::lock_guard names(names_mu_);
+    MutexLock names(names_mu_);
     node_names_[stored.id] = stored.name;
   }
   node_hook_[stored.id] = report.hook_available;
@@ -314,7 +315,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
       std::any_of(report.gpus.begin(), report.gpus.end(),
                   [](const GpuReport& g) { return g.mig_devices.has_value(); });
   if (any_running || any_mig) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const RunningTask& t : tasks) {
       if (t.state != "running") continue;
       Status s = CompensateLocked(*stored, t);
@@ -386,7 +387,7 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
       // Only while the ledger holds the slice: a release takes the slice
       // out of the ledger before it drops the usage (ApplyReleasesLocked),
       // so a report racing a release leaves nothing behind.
-      std::lock_guard lock(hook_mu_);
+      MutexLock lock(hook_mu_);
       if (ledger_->GetAllocation(
               SliceId(static_cast<std::uint64_t>(slice.id)))) {
         auto previous = hook_usage_.find(slice.id);
@@ -541,7 +542,7 @@ bool WorthStoring(const HookUsage& now, const HookUsage* stored) {
 
 std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
   {
-    std::lock_guard lock(hook_mu_);
+    MutexLock lock(hook_mu_);
     auto it = hook_usage_.find(id);
     if (it != hook_usage_.end()) return it->second;
   }
@@ -580,7 +581,7 @@ Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
   std::vector<HookUsage> rows;
   std::vector<RowId> ids;
   {
-    std::lock_guard lock(hook_mu_);
+    MutexLock lock(hook_mu_);
     for (RowId id : slices) {
       auto now = hook_usage_.find(id);
       if (now == hook_usage_.end()) continue;
@@ -602,7 +603,7 @@ Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
     }
     return Status::Ok();
   }));
-  std::lock_guard lock(hook_mu_);
+  MutexLock lock(hook_mu_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     // Only while the slice is live (a release drops both maps).
     if (hook_usage_.contains(ids[i])) hook_stored_[ids[i]] = rows[i];
@@ -686,6 +687,7 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
     orphans_noted_[device] = GpuKey{node.id, index};
   }
   const std::string noted = [&] {
+    mu_.AssertHeld();  // runs here, under mu_
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [device, where] : orphans_noted_) {
       j[device] = {{"node", where.node_id}, {"gpu", where.index}};
@@ -829,7 +831,7 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   }
   telemetry_->SliceLive(row);
   {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;  // the task may have been pending here
   }
   return Status::Ok();
@@ -893,8 +895,9 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   int accepted = 0;
   std::vector<RowId> released;
   bool requeued = false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     accepted = 0;
     released.clear();
     requeued = false;
@@ -980,7 +983,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   }));
   ApplyReleasesLocked(released);
   if (requeued) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   return accepted;
@@ -1037,8 +1040,9 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
   std::vector<RowId> released;
   bool requeue = false;
   bool repeated = false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     requeue = false;
     repeated = false;
@@ -1194,7 +1198,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
         static_cast<double>(*out.finished_at - out.created_at) / 1e3);
   }
   if (requeue) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   return out;
@@ -1256,7 +1260,7 @@ StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
     }
     return Status::Ok();
   }));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (NodeView& v : out) {
     auto it = node_hook_.find(v.node.id);
     v.hook_available = it != node_hook_.end() && it->second;

@@ -50,12 +50,13 @@ struct Decision {
 
 }  // namespace
 
-void ControlPlane::WakeScheduler() { sched_cv_.notify_one(); }
+void ControlPlane::WakeScheduler() { sched_cv_.NotifyOne(); }
 
 scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu,
                                                      bool whole_gpus) {
   scheduler::QosDecision qos;
   ledger_->Read([&](const ledger::ClusterView& view) {
+    mu_.AssertHeld();  // runs here, under mu_
     const ledger::GpuRecord& g = view.gpu(gpu);
     const ledger::NodeRecord& n = view.node(g.node);
     bool hook = false;
@@ -181,7 +182,7 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
 
 void ControlPlane::TaskCommitted(RowId id) {
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     if (id == 0) {
       resync_ = true;
       created_here_.clear();  // the sweep reads them all anyway
@@ -192,17 +193,17 @@ void ControlPlane::TaskCommitted(RowId id) {
     // the sweep they trigger covers them.
     if (created_here_.size() > kMaxCreatedHere) created_here_.clear();
   }
-  sched_cv_.notify_all();
+  sched_cv_.NotifyAll();
 }
 
 StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
-  std::lock_guard bind_lock(bind_mu_);
+  MutexLock bind_lock(bind_mu_);
   if (more != nullptr) *more = false;
   std::vector<TaskRow> incoming;
   std::vector<RowId> created;
   bool resync = false;
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     incoming.swap(incoming_);
     created.swap(created_elsewhere_);
     resync = resync_;
@@ -279,7 +280,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     *more = static_cast<int>(batch.size()) >= options_.bind_batch;
   }
 
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
   for (PendingTask* entry : batch) {
@@ -448,7 +449,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   pending_count_.store(static_cast<int>(pending_.size()));
   NotePendingReasons();
   if (lost_any) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   if (!written.ok()) {
@@ -460,7 +461,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
 
 StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     const Millis now = clock_->NowMillis();
     if (last_resync_ == 0 ||
         now - last_resync_ >= options_.resync_interval_ms ||
@@ -472,7 +473,7 @@ StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
   auto bound = BindPendingOnce(more);
   if (!bound.ok()) {
     if (more != nullptr) *more = false;
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     resync_ = true;
   }
   return bound;
@@ -483,9 +484,10 @@ void ControlPlane::SchedulerLoop() {
   bool more = false;  // the last pass filled a batch: a backlog remains
   for (;;) {
     {
-      std::unique_lock lock(sched_mu_);
+      MutexLock lock(sched_mu_);
       if (!more) {
-        sched_cv_.wait_for(lock, std::chrono::milliseconds(500), [&] {
+        sched_cv_.WaitFor(sched_mu_, std::chrono::milliseconds(500), [&] {
+          sched_mu_.AssertHeld();  // a predicate runs with the lock held
           return stop_ || !incoming_.empty() || !created_elsewhere_.empty() ||
                  resync_ || generation_.load() != last_generation;
         });
@@ -541,8 +543,9 @@ StatusOr<int> ControlPlane::RunGcOnce() {
   int released_count = 0;
   if (!candidates.empty()) {
     std::vector<RowId> released;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+      mu_.AssertHeld();  // the caller holds it while the store runs this
       released.clear();
       for (const Candidate& c : candidates) {
         auto slice = txn.GetSlice(c.slice_id);
@@ -573,8 +576,9 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   const Millis now = clock_->NowMillis();
   std::vector<RowId> released;
   bool requeued = false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     requeued = false;
     for (const auto& [node_id, silence] : silent) {
@@ -647,7 +651,7 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   }));
   ApplyReleasesLocked(released);
   if (requeued) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   return static_cast<int>(released.size());
@@ -658,7 +662,7 @@ Status ControlPlane::MarkStuckCommands() {
   const Millis now = clock_->NowMillis();
   bool requeued = false;
   std::vector<RowId> released;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     requeued = false;
     released.clear();
@@ -745,7 +749,7 @@ Status ControlPlane::MarkStuckCommands() {
   }));
   ApplyReleasesLocked(released);
   if (requeued) {
-    std::lock_guard sched(sched_mu_);
+    MutexLock sched(sched_mu_);
     resync_ = true;
   }
   return Status::Ok();
@@ -754,9 +758,12 @@ Status ControlPlane::MarkStuckCommands() {
 void ControlPlane::GcLoop() {
   for (;;) {
     {
-      std::unique_lock lock(sched_mu_);
-      gc_cv_.wait_for(lock, std::chrono::milliseconds(options_.gc_interval_ms),
-                      [&] { return stop_; });
+      MutexLock lock(sched_mu_);
+      gc_cv_.WaitFor(sched_mu_,
+                     std::chrono::milliseconds(options_.gc_interval_ms), [&] {
+                       sched_mu_.AssertHeld();  // a predicate runs locked
+                       return stop_;
+                     });
       if (stop_) return;
     }
     auto released = RunGcOnce();

@@ -82,7 +82,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
   };
   std::vector<Pending> rows;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!only) {
       stats.policy = std::string(policy_->name());
       if (observer_ != nullptr) {
@@ -93,6 +93,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
     }
     std::map<RowId, bool> hooks = node_hook_;
     ledger_->Read([&](const ledger::ClusterView& view) {
+      mu_.AssertHeld();  // runs here, under mu_
       const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
       std::set<NodeId> nodes;
       for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
@@ -253,7 +254,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
     }
   }
   const store::Millis now = clock_->NowMillis();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ledger::PlacementRequest pr = ledger::PlacementRequest::Slice(
       TenantId(tenant->id), request.memory_mib, request.compute_percent);
   if (node) {
@@ -339,8 +340,9 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   std::vector<RowId> released;
   const std::string why =
       reason.empty() ? "deleted by an operator" : reason.substr(0, 1024);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
@@ -396,7 +398,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   auto visible = GetSlice(caller, id);  // 404 for another tenant's slice
   if (!visible.ok()) return visible.status();
   const std::string why = request.reason.substr(0, 1024);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   SliceRow current;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
     auto s = txn.GetSlice(id);
@@ -449,6 +451,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   SliceResize out;
   bool task_running = false;
   Status written = LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     task_running = false;
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
@@ -555,7 +558,7 @@ StatusOr<std::vector<SliceTarget>> ControlPlane::SliceTargets(RowId id) {
   const GpuKey own{slice->node_id, slice->gpu_indices[0]};
   std::vector<std::pair<GpuKey, SliceTarget>> found;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ExpireApprovalsLocked();  // as every placement does first
     if (gpu_type) request.allowed_models = AllowedModelsLocked(*gpu_type);
     // What PlaceLocked and the defragmentation planner leave out, worked
@@ -567,6 +570,7 @@ StatusOr<std::vector<SliceTarget>> ControlPlane::SliceTargets(RowId id) {
       }
     }
     ledger_->Read([&](const ledger::ClusterView& view) {
+      mu_.AssertHeld();  // runs here, under mu_
       const ledger::SharingKey tenant_key = view.SharingKeyOf(request.tenant);
       for (const auto& [key, gpu] : ledger_gpus_) {
         if (skipped.contains(gpu) || !view.HasGpu(gpu)) continue;
@@ -615,7 +619,7 @@ StatusOr<Page<store::SliceRequestRow>> ControlPlane::ListSliceRequests(
 }
 
 Status ControlPlane::CheckLedgerMatchesStore() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<SliceRow> live;
   RowId after = 0;
   for (;;) {

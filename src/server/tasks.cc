@@ -180,7 +180,7 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
   // store rescan (ControlPlaneOptions::resync_interval_ms).
   if (!recovered_.load()) return stored;
   {
-    std::lock_guard lock(sched_mu_);
+    MutexLock lock(sched_mu_);
     incoming_.push_back(stored);
     if (task_feed_ != nullptr) created_here_.insert(stored.id);
   }
@@ -263,8 +263,9 @@ StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
   }
   std::vector<RowId> released;
   TaskRow out;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     auto t = txn.GetTask(id);
     if (!t.ok()) return t.status();
@@ -315,7 +316,6 @@ StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
 
 // ------------------------------------------------------------- releases
 
-// REQUIRES: mu_ held by the thread that issued the Write running `txn`.
 Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
                                   const std::string& actor,
                                   const std::string& reason,
@@ -417,7 +417,7 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
     }
   }
   {
-    std::lock_guard lock(hook_mu_);
+    MutexLock lock(hook_mu_);
     for (RowId id : released) {
       hook_usage_.erase(id);
       hook_stored_.erase(id);

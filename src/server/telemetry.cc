@@ -90,7 +90,7 @@ Telemetry::Telemetry() : registry_(std::make_shared<prometheus::Registry>()) {
 
 void Telemetry::SliceLive(const store::SliceRow& slice) {
   SliceLabels labels{slice.qos_level, EnforcementLabel(slice.enforcement)};
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto [it, inserted] = slices_.try_emplace(slice.id, labels);
   if (!inserted) {
     auto old = slice_counts_.find({it->second.qos, it->second.enforcement});
@@ -103,14 +103,14 @@ void Telemetry::SliceLive(const store::SliceRow& slice) {
 }
 
 void Telemetry::NoteReleasePath(store::RowId id, const char* path) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   release_paths_[id] = path;
 }
 
 void Telemetry::SliceReleased(store::RowId id) {
   std::string path = "other";
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto p = release_paths_.find(id);
     if (p != release_paths_.end()) {
       path = p->second;
@@ -155,7 +155,7 @@ void Telemetry::HttpRequest(const std::string& route, const std::string& method,
 }
 
 void Telemetry::SetPending(std::map<std::string, int> by_reason) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   pending_ = std::move(by_reason);
 }
 
@@ -166,7 +166,7 @@ metrics::Families Telemetry::CollectState() const {
       "heteroflow_pending_tasks",
       "Tasks waiting to be bound, by the class of their pending reason.");
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [key, n] : slice_counts_) {
       slices.Add({{"qos", key.first}, {"enforcement", key.second}}, n);
     }

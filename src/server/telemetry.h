@@ -13,11 +13,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "metrics/metrics.h"
 #include "store/store.h"
 
@@ -78,17 +78,17 @@ class Telemetry {
   prometheus::Family<prometheus::Histogram>* http_seconds_;
   std::map<std::string, prometheus::Counter*> release_counters_;
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   struct SliceLabels {
     std::string qos;
     std::string enforcement;
   };
-  std::unordered_map<store::RowId, SliceLabels> slices_;  // GUARDED_BY(mu_)
-  std::map<std::pair<std::string, std::string>, int>
-      slice_counts_;                    // GUARDED_BY(mu_)
-  std::map<std::string, int> pending_;  // GUARDED_BY(mu_)
-  std::unordered_map<store::RowId, const char*>
-      release_paths_;  // GUARDED_BY(mu_)
+  std::unordered_map<store::RowId, SliceLabels> slices_ HF_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, int> slice_counts_
+      HF_GUARDED_BY(mu_);
+  std::map<std::string, int> pending_ HF_GUARDED_BY(mu_);
+  std::unordered_map<store::RowId, const char*> release_paths_
+      HF_GUARDED_BY(mu_);
 };
 
 }  // namespace hf::server

@@ -1884,8 +1884,8 @@ class PgTaskFeed final : public TaskFeed {
 }  // namespace
 
 std::unique_ptr<TaskFeed> PostgresStore::WatchTasks(
-    std::function<void(RowId)> on_created) {
-  return std::make_unique<PgTaskFeed>(*info_, std::move(on_created));
+    const std::function<void(RowId)>& on_created) {
+  return std::make_unique<PgTaskFeed>(*info_, on_created);
 }
 
 StoreInfo PostgresStore::info() const {

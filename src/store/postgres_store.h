@@ -108,7 +108,7 @@ class PostgresStore final : public Store {
   // LISTEN on its own connection: every task insert notifies the channel
   // kTaskChannel with the task's id when it commits.
   std::unique_ptr<TaskFeed> WatchTasks(
-      std::function<void(RowId)> on_created) override;
+      const std::function<void(RowId)>& on_created) override;
   static constexpr const char* kTaskChannel = "hf_task_created";
 
  private:

@@ -462,7 +462,7 @@ class Store {
   // backend has no such feed (SQLite: one process owns the database, and
   // it knows what it creates).
   virtual std::unique_ptr<TaskFeed> WatchTasks(
-      std::function<void(RowId)> on_created) {
+      const std::function<void(RowId)>& on_created) {
     (void)on_created;
     return nullptr;
   }

@@ -167,7 +167,8 @@ HookReport ReadHookReport(const json& hook) {
       it != hook.end() && it->is_number()) {
     h.share_achieved_percent = it->get<double>();
   }
-  if (auto it = hook.find("interference"); it != hook.end() && it->is_number()) {
+  if (auto it = hook.find("interference");
+      it != hook.end() && it->is_number()) {
     h.interference = it->get<double>();
     h.interference_samples = Integer(hook, "interference_samples").value_or(0);
   }

@@ -318,13 +318,13 @@ std::pair<std::int64_t, int> FgdNodeScore(const Need& need,
 
 std::optional<std::vector<GpuId>> RandomPolicy::Choose(
     const ClusterView& view, const PlacementRequest& request) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return GpusOf(request, PickRandom(view, request, rng_));
 }
 
 std::optional<NodeId> RandomPolicy::ChooseNode(
     const ClusterView& view, const PlacementRequest& request) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return NodeOf(PickRandom(view, request, rng_));
 }
 
@@ -425,13 +425,13 @@ std::optional<Choice> PickFgd(const ClusterView& view,
 
 std::optional<std::vector<GpuId>> FgdPolicy::Choose(
     const ClusterView& view, const PlacementRequest& request) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return GpusOf(request, PickFgd(view, request, workload_, memoize_, *memo_));
 }
 
 std::optional<NodeId> FgdPolicy::ChooseNode(
     const ClusterView& view, const PlacementRequest& request) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return NodeOf(PickFgd(view, request, workload_, memoize_, *memo_));
 }
 

@@ -31,7 +31,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "ledger/placement_policy.h"
 #include "scheduler/fragmentation.h"
 
@@ -62,8 +62,8 @@ class RandomPolicy final : public ledger::PlacementPolicy {
       const ledger::PlacementRequest& request) const override;
 
  private:
-  mutable std::mutex mu_;
-  mutable std::mt19937_64 rng_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable std::mt19937_64 rng_ HF_GUARDED_BY(mu_);
 };
 
 // Tetris-style dot product of the node's free (CPU, total GPU milli) with
@@ -150,8 +150,8 @@ class FgdPolicy final : public ledger::PlacementPolicy {
  private:
   const TargetWorkload workload_;
   const bool memoize_;
-  mutable std::mutex mu_;
-  std::unique_ptr<Memo> memo_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::unique_ptr<Memo> memo_ HF_GUARDED_BY(mu_);
 };
 
 // The simulator's names for these policies and the factory that makes them

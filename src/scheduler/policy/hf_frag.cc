@@ -387,7 +387,7 @@ HfFragPolicy::~HfFragPolicy() = default;
 std::optional<std::vector<GpuId>> HfFragPolicy::Choose(
     const ClusterView& view, const PlacementRequest& request) const {
   if (request.kind == RequestKind::kNodeOnly) return std::nullopt;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   EnsurePrices(view, demand_, cpu_per_milli_, memo_);
   std::optional<Choice> choice =
       Pick(view, request, workload_, max_scored_nodes_, *memo_);
@@ -398,7 +398,7 @@ std::optional<std::vector<GpuId>> HfFragPolicy::Choose(
 std::optional<NodeId> HfFragPolicy::ChooseNode(
     const ClusterView& view, const PlacementRequest& request) const {
   if (request.kind != RequestKind::kNodeOnly) return std::nullopt;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   EnsurePrices(view, demand_, cpu_per_milli_, memo_);
   std::optional<Choice> choice =
       Pick(view, request, workload_, max_scored_nodes_, *memo_);

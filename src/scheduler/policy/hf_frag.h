@@ -51,12 +51,12 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "ledger/placement_policy.h"
 #include "scheduler/fragmentation.h"
 
@@ -130,8 +130,8 @@ class HfFragPolicy final : public ledger::PlacementPolicy {
   const WorkloadDemand demand_;
   const double cpu_per_milli_;
   const std::size_t max_scored_nodes_;
-  mutable std::mutex mu_;
-  mutable std::unique_ptr<Memo> memo_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  mutable std::unique_ptr<Memo> memo_ HF_GUARDED_BY(mu_);
 };
 
 }  // namespace hf::scheduler

@@ -168,24 +168,24 @@ LearnedFragPolicy::LearnedFragPolicy(LearnedOptions options)
 LearnedFragPolicy::~LearnedFragPolicy() = default;
 
 void LearnedFragPolicy::Observe(const PlacementRequest& request) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   history_.Add(TaskShape::Of(request));
 }
 
 void LearnedFragPolicy::Forget() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   history_.Clear();
   built_.reset();
   built_at_ = -1;
 }
 
 bool LearnedFragPolicy::ColdStart() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return history_.tasks() < options_.cold_start_tasks;
 }
 
 std::int64_t LearnedFragPolicy::tasks_observed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return history_.tasks();
 }
 
@@ -212,13 +212,13 @@ const ledger::PlacementPolicy& LearnedFragPolicy::CurrentLocked(
 
 std::optional<std::vector<GpuId>> LearnedFragPolicy::Choose(
     const ClusterView& view, const PlacementRequest& request) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return CurrentLocked(view).Choose(view, request);
 }
 
 std::optional<NodeId> LearnedFragPolicy::ChooseNode(
     const ClusterView& view, const PlacementRequest& request) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return CurrentLocked(view).ChooseNode(view, request);
 }
 

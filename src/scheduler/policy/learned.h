@@ -30,12 +30,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "ledger/placement_policy.h"
 #include "scheduler/fragmentation.h"
 #include "scheduler/policy/best_fit.h"
@@ -132,18 +132,18 @@ class LearnedFragPolicy final : public ledger::PlacementPolicy,
   std::int64_t tasks_observed() const override;
 
  private:
-  // The policy to place with now; REQUIRES: mu_ held.
+  // The policy to place with now.
   const ledger::PlacementPolicy& CurrentLocked(
-      const ledger::ClusterView& view) const;
+      const ledger::ClusterView& view) const HF_REQUIRES(mu_);
 
   const LearnedOptions options_;
   const BestFitPolicy best_fit_;
-  mutable std::mutex mu_;
-  WorkloadHistory history_;                      // GUARDED_BY(mu_)
-  mutable std::unique_ptr<HfFragPolicy> built_;  // GUARDED_BY(mu_)
-  mutable std::int64_t built_at_ = -1;           // GUARDED_BY(mu_)
-  mutable MemoryMib built_reference_ = 0;        // GUARDED_BY(mu_)
-  mutable std::size_t built_gpus_ = 0;           // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  WorkloadHistory history_ HF_GUARDED_BY(mu_);
+  mutable std::unique_ptr<HfFragPolicy> built_ HF_GUARDED_BY(mu_);
+  mutable std::int64_t built_at_ HF_GUARDED_BY(mu_) = -1;
+  mutable MemoryMib built_reference_ HF_GUARDED_BY(mu_) = 0;
+  mutable std::size_t built_gpus_ HF_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace hf::scheduler
