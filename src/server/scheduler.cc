@@ -243,12 +243,15 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     if (!pending_.contains(id)) pending_[id] = PendingTask{std::move(t)};
   }
   // Tasks other instances created (the task feed): read those not held.
-  std::erase_if(created, [&](RowId id) { return pending_.contains(id); });
-  if (!resync && !created.empty()) {
+  std::vector<RowId> unknown;
+  for (RowId id : created) {
+    if (!pending_.contains(id)) unknown.push_back(id);
+  }
+  if (!resync && !unknown.empty()) {
     std::vector<TaskRow> rows;
     HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
       rows.clear();
-      for (RowId id : created) {
+      for (RowId id : unknown) {
         auto t = txn.GetTask(id);
         if (t.ok()) {
           if (t->state == TaskState::kPending) rows.push_back(*std::move(t));
