@@ -238,25 +238,82 @@ Status ParsePage(const httplib::Request& req, Query& query) {
   return Status::Ok();
 }
 
+// The cursors of the lists clients follow (the history, the tasks): a
+// store::ListPosition as "<txn>.<id>", or "<id>" when txn is 0 (always on
+// SQLite, and for the rows stored before PostgreSQL schema 11), which is
+// also the form every cursor had before: one handed out then still means
+// the same place.
+std::string PositionCursor(const store::ListPosition& position) {
+  if (position.txn == 0) return std::to_string(position.id);
+  return std::to_string(position.txn) + "." + std::to_string(position.id);
+}
+
+StatusOr<store::ListPosition> ParsePositionCursor(const httplib::Request& req) {
+  auto v = Query(req, "cursor");
+  if (!v || v->empty() || *v == "0") return store::ListPosition{};
+  const std::size_t dot = v->find('.');
+  if (dot == std::string::npos) {
+    auto id = ParseCursor(req);
+    if (!id.ok()) return id.status();
+    return store::ListPosition{.txn = 0, .id = *id};
+  }
+  auto txn = ParseId(v->substr(0, dot), "cursor");
+  auto id = ParseId(v->substr(dot + 1), "cursor");
+  if (!txn.ok() || !id.ok()) {
+    return Status::InvalidArgument("is not a cursor this server handed out",
+                                   "cursor");
+  }
+  return store::ListPosition{.txn = *txn, .id = *id};
+}
+
+// ?limit= and ?cursor= into a query or filter with `limit` and `after` (a
+// position in the history or the tasks).
+template <typename Query>
+Status ParsePositionPage(const httplib::Request& req, Query& query) {
+  auto limit = ParseLimit(req);
+  if (!limit.ok()) return limit.status();
+  auto cursor = ParsePositionCursor(req);
+  if (!cursor.ok()) return cursor.status();
+  query.limit = *limit;
+  query.after = *cursor;
+  return Status::Ok();
+}
+
+// The cursor that resumes a list after `row`.
+std::string CursorAfter(const store::HistoryRow& row) {
+  return PositionCursor(row.position());
+}
+std::string CursorAfter(const store::TaskRow& row) {
+  return PositionCursor(row.position());
+}
+template <typename T>
+std::string CursorAfter(const T& row) {
+  return std::to_string(row.id);
+}
+
 // The body of a page: its items, `next_cursor` (the next page; null on the
 // last one, so a client looping over pages stops) and `resume_cursor`,
 // always set: after the last item sent, or where the request started when
 // the page is empty. A client that follows a growing list (the history)
 // passes resume_cursor later and gets only what came after.
-json PageBody(json items, std::optional<RowId> next_after, RowId resume_after) {
+json PageBody(json items, std::optional<std::string> next, std::string resume) {
   return {{"items", std::move(items)},
-          {"next_cursor",
-           next_after ? json(std::to_string(*next_after)) : json(nullptr)},
-          {"resume_cursor", std::to_string(resume_after)}};
+          {"next_cursor", next ? json(std::move(*next)) : json(nullptr)},
+          {"resume_cursor", std::move(resume)}};
 }
 
-// `after_id`: the request's cursor.
+// `start`: the request's cursor, as this server writes it.
 template <typename T, typename F>
-json PageJson(const server::Page<T>& page, RowId after_id, F&& render) {
+json PageJson(const server::Page<T>& page, std::string start, F&& render) {
   json items = json::array();
   for (const T& row : page.items) items.push_back(render(row));
-  const RowId resume = page.items.empty() ? after_id : page.items.back().id;
-  return PageBody(std::move(items), page.next_after, resume);
+  if (page.items.empty()) return PageBody(std::move(items), {}, start);
+  // TrimToPage sets next_after only when another page follows, always to
+  // the last item's place.
+  std::string resume = CursorAfter(page.items.back());
+  std::optional<std::string> next;
+  if (page.next_after) next = resume;
+  return PageBody(std::move(items), std::move(next), std::move(resume));
 }
 
 StatusOr<json> Body(const Ctx& ctx) { return ParseBody(ctx.req.body); }
@@ -283,7 +340,10 @@ StatusOr<json> PagedList(const httplib::Request& req,
     items.push_back(render(row));
     last = id_of(row);
   }
-  return PageBody(std::move(items), next, last);
+  std::optional<std::string> next_cursor;
+  if (next) next_cursor = std::to_string(*next);
+  return PageBody(std::move(items), std::move(next_cursor),
+                  std::to_string(last));
 }
 
 std::string PathRegex(const std::string& path) {
@@ -447,12 +507,12 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
           }
         }
         if (auto t = Query(c.req, "tenant"); t && !t->empty()) q.tenant = *t;
-        HF_RETURN_IF_ERROR(ParsePage(c.req, q));
+        HF_RETURN_IF_ERROR(ParsePositionPage(c.req, q));
         auto page = cp.ListTasks(c.caller, q);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, q.after_id, [&](const store::TaskRow& t) {
-          return TaskJson(cp, t);
-        }));
+        return Ok(
+            PageJson(*page, PositionCursor(q.after),
+                     [&](const store::TaskRow& t) { return TaskJson(cp, t); }));
       });
   add("GET", "/api/v1/tasks/{id}", kAnyRole, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
@@ -517,7 +577,7 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
       [cpp](Ctx& c) -> StatusOr<Reply> {
         ControlPlane& cp = *cpp;
         store::HistoryFilter f;
-        HF_RETURN_IF_ERROR(ParsePage(c.req, f));
+        HF_RETURN_IF_ERROR(ParsePositionPage(c.req, f));
         if (auto v = Query(c.req, "slice_id"); v && !v->empty()) {
           auto id = ParseId(*v, "slice_id");
           if (!id.ok()) return id.status();
@@ -530,9 +590,9 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         }
         auto page = cp.History(c.caller, f);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, f.after_id, [&](const store::HistoryRow& h) {
-          return HistoryJson(cp, h);
-        }));
+        return Ok(PageJson(
+            *page, PositionCursor(*f.after),
+            [&](const store::HistoryRow& h) { return HistoryJson(cp, h); }));
       });
   add("GET", "/api/v1/slices", kAnyRole,
       {"node_id", "gpu_index", "state", "limit", "cursor"},
@@ -564,9 +624,9 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, q));
         auto page = cp.ListSlices(c.caller, q);
         if (!page.ok()) return page.status();
-        return Ok(PageJson(*page, q.after_id, [&](const store::SliceRow& s) {
-          return SliceJson(cp, s);
-        }));
+        return Ok(PageJson(
+            *page, std::to_string(q.after_id),
+            [&](const store::SliceRow& s) { return SliceJson(cp, s); }));
       });
   add("POST", "/api/v1/slices", kTenantAdmins, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {
@@ -686,10 +746,10 @@ std::vector<Route> BuildRoutes(ControlPlane* cpp, const Clock& clock,
         HF_RETURN_IF_ERROR(ParsePage(c.req, f));
         auto page = cp.ListSliceRequests(c.caller, f);
         if (!page.ok()) return page.status();
-        return Ok(
-            PageJson(*page, f.after_id, [&](const store::SliceRequestRow& row) {
-              return SliceRequestJson(cp, row);
-            }));
+        return Ok(PageJson(*page, std::to_string(f.after_id),
+                           [&](const store::SliceRequestRow& row) {
+                             return SliceRequestJson(cp, row);
+                           }));
       });
   add("POST", "/api/v1/slice-requests/{id}/result", kAgents, {},
       [cpp](Ctx& c) -> StatusOr<Reply> {

@@ -155,7 +155,7 @@ Status ValidateTaskCreate(const TaskCreate& task);
 struct TaskQuery {
   std::optional<store::TaskState> state;
   std::optional<std::string> tenant;  // admins only
-  RowId after_id = 0;
+  store::ListPosition after;          // a client's cursor (store.h)
   int limit = 100;
 };
 
@@ -397,6 +397,8 @@ class ControlPlane {
   StatusOr<Page<store::SliceRow>> ListSlices(const Caller& caller,
                                              const SliceQuery& query);
   StatusOr<SliceStats> Stats(const Caller& caller);
+  // Pages for clients: from `after` in store::ListPosition order (the
+  // history's f.after unset: from the beginning).
   StatusOr<Page<store::HistoryRow>> History(const Caller& caller,
                                             const store::HistoryFilter& f);
   StatusOr<store::SliceRow> CreateSlice(const Caller& caller,

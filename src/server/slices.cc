@@ -203,6 +203,9 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
 StatusOr<Page<store::HistoryRow>> ControlPlane::History(
     const Caller& caller, const store::HistoryFilter& filter) {
   store::HistoryFilter f = filter;
+  // A client's page, in the order no later commit reaches back into
+  // (store::ListPosition); unset: from the beginning.
+  if (!f.after) f.after.emplace();
   const int limit = f.limit;
   f.limit = limit + 1;
   if (!caller.admin()) {

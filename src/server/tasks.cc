@@ -231,7 +231,7 @@ StatusOr<Page<TaskRow>> ControlPlane::ListTasks(const Caller& caller,
   if (caller.role == Role::kNode) return Page<TaskRow>{};
   store::TaskFilter f;
   f.state = query.state;
-  f.after_id = query.after_id;
+  f.after = query.after;
   f.limit = query.limit + 1;
   if (!caller.admin()) {
     if (query.tenant && *query.tenant != caller.tenant) {

@@ -608,6 +608,22 @@ CREATE TABLE slice_usage_history (
 INSERT INTO slice_usage_history (slice_id, reported_at, usage)
 SELECT slice_id, reported_at, usage FROM slice_usage;
 )sql",
+    // 11: the transaction that inserted each history and task row, so that
+    // clients page those lists in an order no later commit can reach back
+    // into (ListPosition in store.h). The rows stored before it are all
+    // committed (ALTER TABLE waits for every transaction writing the
+    // table), so they get 0 and keep their id order, ahead of every new
+    // row: a cursor handed out before it still means the same place. The
+    // default is set after the column is added, so that the existing rows
+    // are not rewritten with this transaction's id.
+    R"sql(
+ALTER TABLE slice_history ADD COLUMN txid BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE slice_history ALTER COLUMN txid SET DEFAULT txid_current();
+CREATE INDEX slice_history_by_txid ON slice_history(txid, id);
+ALTER TABLE tasks ADD COLUMN txid BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE tasks ALTER COLUMN txid SET DEFAULT txid_current();
+CREATE INDEX tasks_by_txid ON tasks(txid, id);
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -801,6 +817,17 @@ using RowOf = std::remove_cvref_t<
     decltype(std::declval<Decode>()(std::declval<RowReader&>()).value())>;
 template <typename Decode>
 using RowsOf = StatusOr<std::vector<RowOf<Decode>>>;
+
+// `decode`, then the `txid` column that follows the row's columns (the
+// row's ListPosition).
+template <int kTxnColumn, typename Decode>
+auto WithTxn(Decode decode) {
+  return [decode](const RowReader& s) -> StatusOr<RowOf<Decode>> {
+    StatusOr<RowOf<Decode>> row = decode(s);
+    if (row.ok()) row->txn = s.Int(kTxnColumn);
+    return row;
+  };
+}
 
 // ------------------------------------------------------------------- Txn
 
@@ -1120,18 +1147,19 @@ class PgTxn final : public Txn {
   }
   StatusOr<TaskRow> GetTask(RowId id) override {
     static const std::string sql = TaskSelect() + " WHERE id = $1";
-    return One(DecodeTask, "task " + std::to_string(id), sql,
-               Params().Bind(id));
+    return One(WithTxn<kTaskColumnCount>(DecodeTask),
+               "task " + std::to_string(id), sql, Params().Bind(id));
   }
   StatusOr<std::vector<TaskRow>> ListTasks(const TaskFilter& f) override {
     HF_RETURN_IF_ERROR(CheckLimit(f.limit));
     Params params;
-    std::string sql = TaskSelect() + " WHERE id > " + params.Add(f.after_id);
+    std::string sql = TaskSelect() + " WHERE " + PageWhere(f, params);
     if (f.state) sql += " AND state = " + params.Add(TaskStateName(*f.state));
     if (f.tenant_id) sql += " AND tenant_id = " + params.Add(*f.tenant_id);
     if (f.node_id) sql += " AND node_id = " + params.Add(*f.node_id);
-    sql += " ORDER BY id LIMIT " + params.Add(f.limit);
-    return Many(DecodeTask, "listing tasks", sql, params);
+    sql += PageOrder(f, params);
+    return Many(WithTxn<kTaskColumnCount>(DecodeTask), "listing tasks", sql,
+                params);
   }
   StatusOr<TaskRow> UpdateTask(const TaskRow& row) override {
     const std::string what = "task " + std::to_string(row.id);
@@ -1236,13 +1264,14 @@ class PgTxn final : public Txn {
       const HistoryFilter& f) override {
     HF_RETURN_IF_ERROR(CheckLimit(f.limit));
     Params params;
-    std::string sql = Select(kHistoryColumns, "slice_history",
-                             "id > " + params.Add(f.after_id));
+    static const std::string columns = std::string(kHistoryColumns) + ", txid";
+    std::string sql = Select(columns, "slice_history", PageWhere(f, params));
     if (f.tenant_id) sql += " AND tenant_id = " + params.Add(*f.tenant_id);
     if (f.slice_id) sql += " AND slice_id = " + params.Add(*f.slice_id);
     if (f.task_id) sql += " AND task_id = " + params.Add(*f.task_id);
-    sql += " ORDER BY id LIMIT " + params.Add(f.limit);
-    return Many(DecodeHistory, "listing history", sql, params);
+    sql += PageOrder(f, params);
+    return Many(WithTxn<kHistoryColumnCount>(DecodeHistory), "listing history",
+                sql, params);
   }
 
   // --------------------------------------------------- slice requests
@@ -1520,7 +1549,31 @@ class PgTxn final : public Txn {
   }
   static std::string TaskSelect() {
     return "SELECT id, " + std::string(kTaskFieldColumns) +
-           ", version, created_at, updated_at FROM tasks";
+           ", version, created_at, updated_at, txid FROM tasks";
+  }
+  // The columns of TaskSelect() and kHistoryColumns before `txid`.
+  static constexpr int kTaskColumnCount = sql_rows::kTaskFieldCount + 4;
+  static constexpr int kHistoryColumnCount = 12;
+
+  // The condition that starts a list of the history or the tasks: past
+  // `after` in (txid, id) order, and only rows of transactions below the
+  // reading snapshot's xmin. Every transaction below xmin has finished, and
+  // any transaction that is still running, or that gets its id after this
+  // snapshot, has one at or above xmin; so no row that commits later can
+  // come before the last row returned, and a cursor past it skips nothing.
+  // Without `after`: every visible row with id > after_id (the server's
+  // own scans, which must see the newest commits and their own inserts).
+  template <typename Filter>
+  static std::string PageWhere(const Filter& f, Params& params) {
+    if (!f.after) return "id > " + params.Add(f.after_id);
+    return "(txid, id) > (" + params.Add(f.after->txn) + ", " +
+           params.Add(f.after->id) +
+           ") AND txid < (SELECT txid_snapshot_xmin(txid_current_snapshot()))";
+  }
+  template <typename Filter>
+  static std::string PageOrder(const Filter& f, Params& params) {
+    return std::string(f.after ? " ORDER BY txid, id" : " ORDER BY id") +
+           " LIMIT " + params.Add(f.limit);
   }
 
   Status CheckWritable(std::string_view what) const {

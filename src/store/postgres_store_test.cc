@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <pqxx/pqxx>
@@ -252,8 +253,10 @@ TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
   RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawExec(url, "DROP TABLE slice_usage");          // migration 9
-  RawExec(url, "DROP TABLE slice_usage_history");  // migration 10
+  RawExec(url, "DROP TABLE slice_usage");                      // migration 9
+  RawExec(url, "DROP TABLE slice_usage_history");              // migration 10
+  RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");  // migration 11
+  RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -277,8 +280,10 @@ TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawExec(url, "ALTER TABLE slices DROP COLUMN mig_start");
   RawExec(url, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawExec(url, "DROP TABLE slice_usage");          // migration 9
-  RawExec(url, "DROP TABLE slice_usage_history");  // migration 10
+  RawExec(url, "DROP TABLE slice_usage");                      // migration 9
+  RawExec(url, "DROP TABLE slice_usage_history");              // migration 10
+  RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");  // migration 11
+  RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
@@ -312,6 +317,8 @@ TEST(PostgresStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
   // As a database from before migration 10 is: the latest rows only.
   RawExec(url, "DELETE FROM schema_migrations WHERE version >= 10");
   RawExec(url, "DROP TABLE slice_usage_history");
+  RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");  // migration 11
+  RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
@@ -625,6 +632,211 @@ TEST(PostgresStoreTest, CompareAndSetHoldsAcrossStores) {
                  EXPECT_EQ(row->state, TaskState::kScheduled);
                  return Status::Ok();
                }).ok());
+}
+
+// ------------------------------------------------------- client pages
+
+// Inserts one row (a history entry or a task); returns its id.
+using InsertRow = std::function<StatusOr<RowId>(Txn&)>;
+// The ids and positions of a list: a client's page from `after`, or, with
+// nullopt, the server's own scan (every visible row, id order).
+using ListRows =
+    std::function<StatusOr<std::vector<std::pair<RowId, ListPosition>>>(
+        Txn&, std::optional<ListPosition> after)>;
+
+std::vector<std::pair<RowId, ListPosition>> MustList(
+    Store& store, const ListRows& list, std::optional<ListPosition> after) {
+  std::vector<std::pair<RowId, ListPosition>> out;
+  const Status read = store.Read([&](Txn& t) -> Status {
+    auto rows = list(t, after);
+    if (!rows.ok()) return rows.status();
+    out = std::move(rows).value();
+    return Status::Ok();
+  });
+  EXPECT_TRUE(read.ok()) << read.ToString();
+  return out;
+}
+
+// Two server instances (two stores): A inserts row N and stays in its
+// transaction while B inserts N+1 and commits, so B's row is visible and
+// A's is not. A client pages the list then, keeps the cursor, and pages
+// again once A has committed: it must get every row exactly once; a
+// cursor that moved past N+1 (id order) would never return N.
+void CheckALateCommitIsNotSkipped(const InsertRow& insert,
+                                  const ListRows& list) {
+  const std::string url = NewDatabaseUrl();
+  std::unique_ptr<Store> a = MustOpen(url);
+  std::unique_ptr<Store> b = MustOpen(url);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto must_insert = [&](Store& store) {
+    RowId id = 0;
+    const Status wrote = store.Write([&](Txn& t) -> Status {
+      StatusOr<RowId> inserted = insert(t);
+      if (!inserted.ok()) return inserted.status();
+      id = *inserted;
+      return Status::Ok();
+    });
+    EXPECT_TRUE(wrote.ok()) << wrote.ToString();
+    return id;
+  };
+  const RowId seed = must_insert(*b);
+
+  std::promise<RowId> inserted_a;
+  std::promise<void> commit_a;
+  std::shared_future<void> may_commit_a = commit_a.get_future().share();
+  Status wrote_a;
+  std::thread in_flight([&] {
+    bool told = false;
+    wrote_a = a->Write([&](Txn& t) -> Status {
+      StatusOr<RowId> id = insert(t);
+      if (!id.ok()) return id.status();
+      if (!told) inserted_a.set_value(*id);
+      told = true;
+      may_commit_a.wait();
+      return Status::Ok();
+    });
+    if (!told) inserted_a.set_value(0);
+  });
+  const RowId n = inserted_a.get_future().get();
+  const RowId n1 = must_insert(*b);
+  EXPECT_GT(n1, n);
+
+  // The server's own scans see the newest commit at once.
+  std::vector<RowId> scanned;
+  for (const auto& [id, position] : MustList(*b, list, std::nullopt)) {
+    scanned.push_back(id);
+  }
+  EXPECT_EQ(scanned, (std::vector<RowId>{seed, n1}));
+
+  // The client's first page, and the cursor it keeps.
+  std::vector<RowId> seen;
+  ListPosition cursor;
+  for (const auto& [id, position] : MustList(*b, list, ListPosition{})) {
+    seen.push_back(id);
+    cursor = position;
+  }
+  commit_a.set_value();
+  in_flight.join();
+  ASSERT_TRUE(wrote_a.ok()) << wrote_a.ToString();
+
+  for (const auto& [id, position] : MustList(*b, list, cursor)) {
+    EXPECT_LT(cursor, position) << id;
+    seen.push_back(id);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<RowId>{seed, n, n1}))
+      << "a row that committed after a later id was skipped or repeated";
+}
+
+TEST(PostgresStoreTest, HistoryPagesDoNotSkipARowThatCommitsLate) {
+  HistoryRow row;
+  row.op = "allocate";
+  row.actor = "test";
+  CheckALateCommitIsNotSkipped(
+      [&](Txn& t) { return t.AppendHistory(row); },
+      [](Txn& t, std::optional<ListPosition> after)
+          -> StatusOr<std::vector<std::pair<RowId, ListPosition>>> {
+        HistoryFilter f;
+        f.after = after;
+        StatusOr<std::vector<HistoryRow>> rows = t.ListHistory(f);
+        if (!rows.ok()) return rows.status();
+        std::vector<std::pair<RowId, ListPosition>> out;
+        for (const HistoryRow& h : *rows) out.emplace_back(h.id, h.position());
+        return out;
+      });
+}
+
+TEST(PostgresStoreTest, TaskPagesDoNotSkipATaskThatCommitsLate) {
+  // Each store inserts the task under a tenant of its own making: the
+  // first insert creates it, later ones find it.
+  auto tenant_of = [](Txn& t) -> StatusOr<RowId> {
+    StatusOr<TenantRow> found = t.FindTenant("t");
+    if (found.ok()) return found->id;
+    TenantRow row;
+    row.name = "t";
+    StatusOr<TenantRow> added = t.InsertTenant(row);
+    if (!added.ok()) return added.status();
+    return added->id;
+  };
+  CheckALateCommitIsNotSkipped(
+      [&](Txn& t) -> StatusOr<RowId> {
+        StatusOr<RowId> tenant = tenant_of(t);
+        if (!tenant.ok()) return tenant.status();
+        StatusOr<TaskRow> task =
+            t.InsertTask(contract::PendingTask(*tenant, "late"));
+        if (!task.ok()) return task.status();
+        return task->id;
+      },
+      [](Txn& t, std::optional<ListPosition> after)
+          -> StatusOr<std::vector<std::pair<RowId, ListPosition>>> {
+        TaskFilter f;
+        f.after = after;
+        StatusOr<std::vector<TaskRow>> rows = t.ListTasks(f);
+        if (!rows.ok()) return rows.status();
+        std::vector<std::pair<RowId, ListPosition>> out;
+        for (const TaskRow& task : *rows) {
+          out.emplace_back(task.id, task.position());
+        }
+        return out;
+      });
+}
+
+TEST(PostgresStoreTest, Migration11PutsStoredRowsAheadOfNewOnesInIdOrder) {
+  const std::string url = NewDatabaseUrl();
+  std::vector<RowId> old_rows;
+  {
+    std::unique_ptr<Store> store = MustOpen(url);
+    ASSERT_NE(store, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      HistoryRow row;
+      row.op = "allocate";
+      ASSERT_TRUE(store
+                      ->Write([&](Txn& t) -> Status {
+                        StatusOr<RowId> id = t.AppendHistory(row);
+                        if (!id.ok()) return id.status();
+                        old_rows.push_back(*id);
+                        return Status::Ok();
+                      })
+                      .ok());
+    }
+  }
+  // As a database from before migration 11 is.
+  RawExec(url, "DELETE FROM schema_migrations WHERE version >= 11");
+  RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");
+  RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
+  std::unique_ptr<Store> store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
+  RowId added = 0;
+  ASSERT_TRUE(store
+                  ->Write([&](Txn& t) -> Status {
+                    HistoryRow row;
+                    row.op = "release";
+                    StatusOr<RowId> id = t.AppendHistory(row);
+                    if (!id.ok()) return id.status();
+                    added = *id;
+                    return Status::Ok();
+                  })
+                  .ok());
+  // A cursor handed out before (an id, position (0, id)) still means the
+  // same place: the stored rows after it, then the new one.
+  std::vector<HistoryRow> rows;
+  ASSERT_TRUE(store
+                  ->Read([&](Txn& t) -> Status {
+                    HistoryFilter f;
+                    f.after = ListPosition{.txn = 0, .id = old_rows[0]};
+                    auto listed = t.ListHistory(f);
+                    if (!listed.ok()) return listed.status();
+                    rows = std::move(listed).value();
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_EQ(contract::IdsOf(rows),
+            (std::vector<RowId>{old_rows[1], old_rows[2], added}));
+  EXPECT_EQ(rows[0].txn, 0);
+  EXPECT_EQ(rows[1].txn, 0);
+  EXPECT_GT(rows[2].txn, 0);
 }
 
 // ------------------------------------------------------ server failures

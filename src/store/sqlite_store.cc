@@ -607,6 +607,12 @@ CREATE TABLE slice_usage_history (
 INSERT INTO slice_usage_history (slice_id, reported_at, usage)
 SELECT slice_id, reported_at, usage FROM slice_usage;
 )sql",
+    // 11: nothing here. PostgreSQL records the transaction that inserted
+    // each history and task row, to page them in an order no later commit
+    // reaches back into; SQLite has one writer, so ids commit in order and
+    // every row's ListPosition is (0, id). The step keeps the versions of
+    // both stores in step.
+    "-- ids commit in order on SQLite\n",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -964,6 +970,7 @@ class SqliteTxn final : public Txn {
   }
   StatusOr<std::vector<TaskRow>> ListTasks(const TaskFilter& f) override {
     HF_RETURN_IF_ERROR(CheckLimit(f.limit));
+    if (PastEveryRow(f)) return std::vector<TaskRow>();
     std::string sql = TaskSelect() + " WHERE id > ?";
     if (f.state) sql += " AND state = ?";
     if (f.tenant_id) sql += " AND tenant_id = ?";
@@ -971,7 +978,7 @@ class SqliteTxn final : public Txn {
     sql += " ORDER BY id LIMIT ?";
     std::optional<std::string_view> state;
     if (f.state) state = TaskStateName(*f.state);
-    return ManyFiltered(DecodeTask, "listing tasks", sql, f.after_id, state,
+    return ManyFiltered(DecodeTask, "listing tasks", sql, AfterId(f), state,
                         f.tenant_id, f.node_id, f.limit);
   }
   StatusOr<TaskRow> UpdateTask(const TaskRow& row) override {
@@ -1069,12 +1076,13 @@ class SqliteTxn final : public Txn {
   StatusOr<std::vector<HistoryRow>> ListHistory(
       const HistoryFilter& f) override {
     HF_RETURN_IF_ERROR(CheckLimit(f.limit));
+    if (PastEveryRow(f)) return std::vector<HistoryRow>();
     std::string sql = Select(kHistoryColumns, "slice_history", "id > ?");
     if (f.tenant_id) sql += " AND tenant_id = ?";
     if (f.slice_id) sql += " AND slice_id = ?";
     if (f.task_id) sql += " AND task_id = ?";
     sql += " ORDER BY id LIMIT ?";
-    return ManyFiltered(DecodeHistory, "listing history", sql, f.after_id,
+    return ManyFiltered(DecodeHistory, "listing history", sql, AfterId(f),
                         f.tenant_id, f.slice_id, f.task_id, f.limit);
   }
 
@@ -1439,6 +1447,19 @@ class SqliteTxn final : public Txn {
     if (!stmt.ok()) return stmt.status();
     (BindIfSet(*stmt, filters_then_limit), ...);
     return Collect(decode, *stmt, what);
+  }
+
+  // A client's page (`after` set) of the history or the tasks: here every
+  // row's ListPosition is (0, id), as one writer commits ids in order, so
+  // id order is the position order and nothing has to be held back.
+  template <typename Filter>
+  static RowId AfterId(const Filter& f) {
+    return f.after ? f.after->id : f.after_id;
+  }
+  // A position with txn > 0 (from a PostgreSQL store) is past every row.
+  template <typename Filter>
+  static bool PastEveryRow(const Filter& f) {
+    return f.after && f.after->txn > 0;
   }
 
   template <typename Decode>

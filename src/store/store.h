@@ -18,6 +18,7 @@
 // belongs to the function it was passed to and must not escape it.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -111,6 +112,26 @@ using ::hf::TaskStateName;
 
 using StringMap = std::map<std::string, std::string>;
 
+// Where a row of a list that clients page through and follow (the history,
+// the tasks: docs/API.md "Lists") stands in that list: ordered by `txn`,
+// then `id`. A cursor is the position of the last row a client got.
+//
+// Why not the id alone: on PostgreSQL, concurrent transactions (of several
+// server instances) take ids from a sequence as they insert but commit in
+// any order, so a reader can see id 11 while id 10 is still in flight, and
+// a cursor past 11 would never return 10. There `txn` is the id of the
+// inserting transaction (64 bits, never wraps; 0 for rows stored before
+// schema 11), and a page returns only rows of transactions that have
+// finished before every transaction still running began: any row that
+// commits later has a higher txn than every row already returned. On
+// SQLite `txn` is always 0: one writer, so ids commit in order.
+struct ListPosition {
+  std::int64_t txn = 0;
+  RowId id = 0;
+
+  friend auto operator<=>(const ListPosition&, const ListPosition&) = default;
+};
+
 struct TaskRow {
   RowId id = 0;
   RowId tenant_id = 0;
@@ -140,6 +161,10 @@ struct TaskRow {
   std::int64_t version = 0;  // bumped by every UpdateTask (compare-and-set)
   Millis created_at = 0;
   Millis updated_at = 0;
+  // Set by the store when it reads the row (ListPosition); never written.
+  std::int64_t txn = 0;
+
+  ListPosition position() const { return {txn, id}; }
 };
 
 // A slice's measured usage as its node last reported it (the hook's
@@ -197,6 +222,10 @@ struct HistoryRow {
   int compute_percent = 0;
   std::string actor;   // "scheduler", "gc", "token:12", "agent:node-1", ...
   std::string reason;  // for people
+  // Set by the store when it reads the row (ListPosition); never written.
+  std::int64_t txn = 0;
+
+  ListPosition position() const { return {txn, id}; }
 };
 
 // An admin's approval for two tenants outside one shared group to share GPUs
@@ -260,13 +289,22 @@ struct SliceRequestRow {
 
 // --------------------------------------------------------------- filters
 // Every list returns rows with id > after_id in ascending id order, at most
-// `limit` (> 0) of them.
+// `limit` (> 0) of them: every row the transaction sees, for the server's
+// own scans.
+//
+// The history and the tasks are also paged for clients: with `after` set,
+// a list returns, in ListPosition order, the rows past that position
+// (after_id is then ignored), and only rows that no row committing later
+// can precede. On PostgreSQL that holds back rows of transactions that
+// committed while an older one is still running (for as long as it runs:
+// milliseconds for the server's own); on SQLite nothing is held back.
 
 struct TaskFilter {
   std::optional<TaskState> state;
   std::optional<RowId> tenant_id;
   std::optional<RowId> node_id;
   RowId after_id = 0;
+  std::optional<ListPosition> after;  // a client's page (see above)
   int limit = 100;
 };
 
@@ -285,6 +323,7 @@ struct HistoryFilter {
   std::optional<RowId> slice_id;
   std::optional<RowId> task_id;
   RowId after_id = 0;
+  std::optional<ListPosition> after;  // a client's page (see above)
   int limit = 100;
 };
 

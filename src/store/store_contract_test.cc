@@ -928,6 +928,62 @@ TEST_P(StoreContractTest, ListHistoryFiltersAndPages) {
   EXPECT_EQ(list(f), (std::vector<RowId>{rows[2].id, rows[4].id}));
 }
 
+TEST_P(StoreContractTest, ClientPagesWalkEveryRowOnceInPositionOrder) {
+  const RowId a = AddTenant("a");
+  const RowId b = AddTenant("b");
+  std::vector<RowId> history;
+  std::vector<RowId> tasks;
+  std::vector<RowId> tasks_of_a;
+  for (int i = 0; i < 7; ++i) {
+    HistoryRow h;
+    h.op = "allocate";
+    h.tenant_id = i % 2 == 0 ? a : b;
+    history.push_back(MustWrite([&](Txn& t) { return t.AppendHistory(h); }));
+    TaskRow task = PendingTask(h.tenant_id.value(), "t" + std::to_string(i));
+    tasks.push_back(MustWrite([&](Txn& t) { return t.InsertTask(task); }).id);
+    if (i % 2 == 0) tasks_of_a.push_back(tasks.back());
+  }
+  // Pages of 3 from the beginning, each from the last row's position:
+  // every row once, positions rising (committed one after the other, the
+  // rows also rise in id).
+  auto walk = [&](auto list, auto filter) {
+    std::vector<RowId> ids;
+    std::optional<ListPosition> last;
+    filter.after.emplace();
+    filter.limit = 3;
+    for (int pages = 0; pages < 10; ++pages) {
+      const auto page = MustRead([&](Txn& t) { return list(t, filter); });
+      EXPECT_LE(page.size(), 3u);
+      if (page.empty()) break;
+      for (const auto& row : page) {
+        if (last) {
+          EXPECT_LT(*last, row.position()) << row.id;
+        }
+        last = row.position();
+        ids.push_back(row.id);
+      }
+      filter.after = page.back().position();
+    }
+    return ids;
+  };
+  auto list_history = [](Txn& t, const HistoryFilter& f) {
+    return t.ListHistory(f);
+  };
+  auto list_tasks = [](Txn& t, const TaskFilter& f) { return t.ListTasks(f); };
+  EXPECT_EQ(walk(list_history, HistoryFilter{}), history);
+  EXPECT_EQ(walk(list_tasks, TaskFilter{}), tasks);
+  TaskFilter of_a;
+  of_a.tenant_id = a;
+  EXPECT_EQ(walk(list_tasks, of_a), tasks_of_a);
+  // A row read any other way has the position the pages give it.
+  const TaskRow got = MustRead([&](Txn& t) { return t.GetTask(tasks[3]); });
+  TaskFilter from;
+  from.after = got.position();
+  const std::vector<TaskRow> rest =
+      MustRead([&](Txn& t) { return t.ListTasks(from); });
+  EXPECT_EQ(IdsOf(rest), std::vector<RowId>(tasks.begin() + 4, tasks.end()));
+}
+
 // --------------------------------------------------------- slice requests
 
 TEST_P(StoreContractTest, SliceRequestsInsertGetUpdate) {

@@ -355,6 +355,17 @@ TEST_F(TasksValidationTest, ListPaginatesInIdOrderWithEveryTaskOnce) {
       IsInvalid(api_->http().Get("/api/v1/tasks?cursor=abc", user_), "cursor"));
   EXPECT_TRUE(
       IsInvalid(api_->http().Get("/api/v1/tasks?cursor=-3", user_), "cursor"));
+  // A cursor of two parts (a place in commit order, on PostgreSQL) must be
+  // two positive integers.
+  for (const char* bad : {"1.", ".5", "1.x", "1.2.3", "0.5", "-1.2"}) {
+    EXPECT_TRUE(IsInvalid(
+        api_->http().Get(std::string("/api/v1/tasks?cursor=") + bad, user_),
+        "cursor"))
+        << "cursor=" << bad;
+  }
+  HttpReply two_part = api_->http().Get("/api/v1/tasks?cursor=7.1", user_);
+  ASSERT_TRUE(HasStatus(two_part, 200));
+  EXPECT_TRUE(two_part.body["resume_cursor"].is_string()) << two_part.raw;
   EXPECT_TRUE(
       IsInvalid(api_->http().Get("/api/v1/tasks?colour=red", user_), "colour"));
   EXPECT_TRUE(IsInvalid(api_->http().Get("/api/v1/tasks?status=done", user_),
