@@ -211,7 +211,7 @@ TEST_F(AdviceTest, WhoMayCallItIsCheckedBeforeTheQuery) {
   for (const RouteInfo& r : ServedRoutes()) {
     if (r.method == "GET" && r.path == "/api/v1/advice") {
       found = true;
-      EXPECT_TRUE(r.leader_only);
+      EXPECT_EQ(r.instance, Instance::kLeader);
     }
   }
   EXPECT_TRUE(found);

@@ -1,5 +1,6 @@
-// The HTTP front of hf-server: the route table (registered as data, the
-// same list the OpenAPI test compares against openapi.json), Bearer-token
+// The HTTP front of hf-server: the route tables (routes.h: data, one table
+// per resource, the same entries the OpenAPI test compares against
+// openapi.json and the forwarding of leader routes reads), Bearer-token
 // authentication, request limits, and the one translation of Status codes
 // into HTTP statuses and JSON error bodies.
 //
@@ -23,12 +24,18 @@
 
 namespace hf::api {
 
+// Which instance answers a route when several share one database
+// (docs/OPERATIONS.md, "Which instance answers what").
+enum class Instance {
+  kAny,     // rows in the database: any instance answers
+  kLeader,  // needs the ledger (or the leader's memory): followers forward
+  kEach,    // each instance answers for itself (GET /metrics)
+};
+
 struct RouteInfo {
   std::string method;  // "GET", "POST", ...
   std::string path;    // OpenAPI style: /api/v1/tasks/{id}
-  // Needs the ledger: a follower instance forwards it to the leader
-  // (docs/OPERATIONS.md, "Several instances").
-  bool leader_only = false;
+  Instance instance;
   // False: public (no token). Otherwise the roles ("admin", "tenant-admin",
   // "user", "node") that may call it; every other role gets 403 before the
   // request's query or body is looked at.
@@ -36,7 +43,8 @@ struct RouteInfo {
   std::vector<std::string> roles;
 };
 
-// Every route hf-server serves.
+// Every route hf-server serves, in matching order: a listing of the route
+// tables (routes.h) that serving and forwarding read.
 std::vector<RouteInfo> ServedRoutes();
 
 // What GET /metrics serves (and hf-server's --metrics-listen): the control
