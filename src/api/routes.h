@@ -229,7 +229,8 @@ template <typename T, typename F>
 json PageJson(const server::Page<T>& page, std::string start, F&& render) {
   json items = json::array();
   for (const T& row : page.items) items.push_back(render(row));
-  if (page.items.empty()) return PageBody(std::move(items), {}, start);
+  if (page.items.empty())
+    return PageBody(std::move(items), {}, std::move(start));
   // TrimToPage sets next_after only when another page follows, always to
   // the last item's place.
   std::string resume = CursorAfter(page.items.back());

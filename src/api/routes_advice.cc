@@ -3,7 +3,6 @@
 
 namespace hf::api::routes {
 
-using server::ControlPlane;
 using store::RowId;
 
 namespace {
