@@ -174,6 +174,11 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
     auto inserted = txn.InsertTask(row);
     if (!inserted.ok()) return inserted.status();
     stored = *inserted;
+    // A follower (no ledger) tells the leader through the store's task
+    // feed; the leader queues its own tasks below.
+    if (!recovered_.load()) {
+      HF_RETURN_IF_ERROR(txn.NotifyTaskCreated(stored.id));
+    }
     return task.in_txn ? task.in_txn(txn, stored) : Status::Ok();
   }));
   // A follower runs no scheduler: the leader finds the task in its next

@@ -1128,14 +1128,10 @@ class PgTxn final : public Txn {
   StatusOr<TaskRow> InsertTask(const TaskRow& row) override {
     const std::string what = "inserting task " + Quoted(row.name);
     HF_RETURN_IF_ERROR(CheckWritable(what));
-    // The insert notifies the task feed (WatchTasks) in the same round
-    // trip; PostgreSQL delivers it only if the transaction commits.
     static const std::string sql =
-        "WITH inserted AS (INSERT INTO tasks (" +
-        std::string(kTaskFieldColumns) + ", version, created_at, updated_at) " +
-        "VALUES (" + Placeholders(kTaskFieldCount + 3) +
-        ") RETURNING id) SELECT id, pg_notify('" + PostgresStore::kTaskChannel +
-        "', id::text) FROM inserted";
+        "INSERT INTO tasks (" + std::string(kTaskFieldColumns) +
+        ", version, created_at, updated_at) VALUES (" +
+        Placeholders(kTaskFieldCount + 3) + ") RETURNING id";
     Params params;
     HF_RETURN_IF_ERROR(BindTaskFields(params, row).WithContext(what));
     params.BindAll(row.version, row.created_at, row.updated_at);
@@ -1144,6 +1140,16 @@ class PgTxn final : public Txn {
     TaskRow out = row;
     out.id = *id;
     return out;
+  }
+  Status NotifyTaskCreated(RowId id) override {
+    // Delivered by PostgreSQL when the transaction commits, never if it
+    // rolls back.
+    return Exec("notifying the task feed of task " + std::to_string(id),
+                "SELECT pg_notify($1, $2)",
+                Params().BindAll(std::string(PostgresStore::kTaskChannel),
+                                 std::to_string(id)),
+                /*changes=*/false)
+        .status();
   }
   StatusOr<TaskRow> GetTask(RowId id) override {
     static const std::string sql = TaskSelect() + " WHERE id = $1";

@@ -566,6 +566,7 @@ TEST(PostgresStoreTest, TheTaskFeedSeesTasksCommittedByOtherStores) {
           t.InsertTask(contract::PendingTask(tenant->id, "job"));
       if (!row.ok()) return row.status();
       id = row->id;
+      HF_RETURN_IF_ERROR(t.NotifyTaskCreated(id));
       return commit ? Status::Ok() : Status::Aborted("rolled back");
     });
     EXPECT_EQ(s.ok(), commit) << s.ToString();

@@ -390,6 +390,14 @@ class Txn {
   // equals row.version (else Aborted) and stores version + 1; returns the
   // stored row.
   virtual StatusOr<TaskRow> InsertTask(const TaskRow& row) = 0;
+  // Tells the store's task feed (Store::WatchTasks) of task `id` when this
+  // transaction commits. Only a process that does not schedule calls it
+  // (a follower): the leader queues its own tasks itself, and notifying
+  // costs PostgreSQL a lock at every commit. A no-op where there is no feed.
+  virtual Status NotifyTaskCreated(RowId id) {
+    (void)id;
+    return Status::Ok();
+  }
   virtual StatusOr<TaskRow> GetTask(RowId id) = 0;
   virtual StatusOr<std::vector<TaskRow>> ListTasks(const TaskFilter& f) = 0;
   virtual StatusOr<TaskRow> UpdateTask(const TaskRow& row) = 0;
