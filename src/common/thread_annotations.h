@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 #include <utility>
 
 #if defined(__clang__)
@@ -46,6 +47,12 @@
 // The function takes / gives up the lock(s) and returns with / without it.
 #define HF_ACQUIRE(...) HF_THREAD_ANNOTATION_(acquire_capability(__VA_ARGS__))
 #define HF_RELEASE(...) HF_THREAD_ANNOTATION_(release_capability(__VA_ARGS__))
+#define HF_ACQUIRE_SHARED(...) \
+  HF_THREAD_ANNOTATION_(acquire_shared_capability(__VA_ARGS__))
+#define HF_RELEASE_SHARED(...) \
+  HF_THREAD_ANNOTATION_(release_shared_capability(__VA_ARGS__))
+#define HF_RELEASE_GENERIC(...) \
+  HF_THREAD_ANNOTATION_(release_generic_capability(__VA_ARGS__))
 // Takes the lock when it returns `result` (try_lock).
 #define HF_TRY_ACQUIRE(...) \
   HF_THREAD_ANNOTATION_(try_acquire_capability(__VA_ARGS__))
@@ -86,17 +93,76 @@ class HF_CAPABILITY("mutex") Mutex {
   std::mutex mu_;
 };
 
-// Holds `mu` from construction to destruction (std::lock_guard).
+// Holds `mu` from construction to destruction (std::lock_guard), or, with
+// Unlock() and Lock(), for parts of the scope (std::unique_lock): a store
+// write between two critical sections runs with the lock given up.
 class HF_SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex& mu) HF_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~MutexLock() HF_RELEASE() { mu_.unlock(); }
+  ~MutexLock() HF_RELEASE() {
+    if (held_) mu_.unlock();
+  }
+
+  void Unlock() HF_RELEASE() {
+    mu_.unlock();
+    held_ = false;
+  }
+  void Lock() HF_ACQUIRE() {
+    mu_.lock();
+    held_ = true;
+  }
 
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
  private:
   Mutex& mu_;
+  bool held_ = true;
+};
+
+// A std::shared_mutex the analysis knows as a lock: many holders share it,
+// or one holds it alone.
+class HF_CAPABILITY("mutex") SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  void lock() HF_ACQUIRE() { mu_.lock(); }
+  void unlock() HF_RELEASE() { mu_.unlock(); }
+  void lock_shared() HF_ACQUIRE_SHARED() { mu_.lock_shared(); }
+  void unlock_shared() HF_RELEASE_SHARED() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds `mu` alone from construction to destruction.
+class HF_SCOPED_CAPABILITY WriterLock {
+ public:
+  explicit WriterLock(SharedMutex& mu) HF_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~WriterLock() HF_RELEASE() { mu_.unlock(); }
+
+  WriterLock(const WriterLock&) = delete;
+  WriterLock& operator=(const WriterLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+// Shares `mu` from construction to destruction (std::shared_lock).
+class HF_SCOPED_CAPABILITY ReaderLock {
+ public:
+  explicit ReaderLock(SharedMutex& mu) HF_ACQUIRE_SHARED(mu) : mu_(mu) {
+    mu_.lock_shared();
+  }
+  ~ReaderLock() HF_RELEASE_GENERIC() { mu_.unlock_shared(); }
+
+  ReaderLock(const ReaderLock&) = delete;
+  ReaderLock& operator=(const ReaderLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 // A std::condition_variable for an hf::Mutex. The waits take the mutex the

@@ -104,7 +104,10 @@ StatusOr<ApprovalRow> ControlPlane::CreateApproval(
     }
   }
   ApprovalRow out;
-  MutexLock lock(mu_);
+  // Written without mu_ (a new approval only widens what may share a GPU:
+  // the ledger learns it after the commit), one approval change at a time
+  // (a revoke never overtakes the grant it revokes).
+  MutexLock one_change(approvals_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const auto find = [&](const std::string& name,
                           const char* field) -> StatusOr<RowId> {
@@ -138,6 +141,7 @@ StatusOr<ApprovalRow> ControlPlane::CreateApproval(
                " (epoch ms): " + request.reason;
     return txn.AppendHistory(h).status();
   }));
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(ApplyApprovalLocked(out));
   BumpGeneration();
   WakeScheduler();
@@ -161,7 +165,9 @@ StatusOr<ApprovalRow> ControlPlane::RevokeApproval(const Caller& caller,
                                                    RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   ApprovalRow out;
-  MutexLock lock(mu_);
+  // Written without mu_: until the ledger withdraws it, the approval counts
+  // as it did a moment before the revoke.
+  MutexLock one_change(approvals_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const Millis now = clock_->NowMillis();
     auto row = txn.GetApproval(id);
@@ -180,6 +186,7 @@ StatusOr<ApprovalRow> ControlPlane::RevokeApproval(const Caller& caller,
     h.reason = "approval " + std::to_string(id) + " revoked";
     return txn.AppendHistory(h).status();
   }));
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(WithdrawApprovalLocked(id));
   return out;
 }

@@ -485,7 +485,7 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     gpu_keys_[*id] = key;
     {
       MutexLock names(names_mu_);
-      gpu_uuids_[key] = gpu.uuid;
+      gpu_ids_[key] = GpuIdentity{gpu.uuid, gpu.vendor};
     }
     BumpGeneration();
     return Status::Ok();
@@ -693,8 +693,8 @@ std::string ControlPlane::GroupName(RowId id) {
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {
   {
     MutexLock lock(names_mu_);
-    auto it = gpu_uuids_.find(GpuKey{node_id, index});
-    if (it != gpu_uuids_.end()) return it->second;
+    auto it = gpu_ids_.find(GpuKey{node_id, index});
+    if (it != gpu_ids_.end()) return it->second.uuid;
   }
   // A follower's ledger is empty: the store's inventory says which card it
   // is. (Only there: the leader calls this inside write transactions, where

@@ -5,11 +5,14 @@
 // below and renders what these methods return; it holds no state.
 //
 // Ordering rule: every change to the ledger is mirrored in the store, and
-// the ledger is only changed while `mu_` is held, in the same critical
-// section as the store write that records it (placements are undone when the
-// write fails; releases are applied after the write commits). So the ledger
-// always equals the live slices in the store, and a restart rebuilds it from
-// the store alone.
+// the ledger is only changed while `mu_` is held. The ledger never holds
+// less than the store: a placement is reserved in the ledger (under `mu_`)
+// before the store write that records it, and undone if that write fails;
+// a release is applied to the ledger only after its write has committed.
+// The write itself runs without `mu_` (placements and heartbeats go on
+// meanwhile), inside `write_gate_` held shared; whoever must see the ledger
+// equal to the live slices in the store (CheckLedgerMatchesStore) holds the
+// gate alone. A restart rebuilds the ledger from the store alone.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -590,16 +593,16 @@ class ControlPlane {
       HF_REQUIRES(mu_);
 
   // Releases `slice` in the store (inside `txn`) and appends history; the
-  // caller applies `ApplyReleasesLocked` after the commit. mu_ is held by
-  // the thread that issued the Write running `txn`.
+  // caller applies `ApplyReleasesLocked` after the commit (store only: no
+  // lock needed, the caller holds `write_gate_` shared).
   Status ReleaseInTxn(store::Txn& txn, store::SliceRow& slice,
                       const std::string& actor, const std::string& reason,
-                      std::vector<RowId>& released) HF_REQUIRES(mu_);
+                      std::vector<RowId>& released);
   void ApplyReleasesLocked(const std::vector<RowId>& released) HF_REQUIRES(mu_);
   Status ReleaseTaskSliceInTxn(store::Txn& txn, const store::TaskRow& task,
                                const std::string& actor,
                                const std::string& reason,
-                               std::vector<RowId>& released) HF_REQUIRES(mu_);
+                               std::vector<RowId>& released);
 
   // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
   // (the one derivation, scheduler::DeriveQos).
@@ -625,22 +628,25 @@ class ControlPlane {
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
-                            const store::TaskRow& task) HF_REQUIRES(mu_);
+                            const store::TaskRow& task);
 
   // GC's parts: the tasks lost nodes were asked to stop (returns the
   // slices released), and MIG commands past their deadline.
   StatusOr<int> ReleaseOnLostNodes();
   Status MarkStuckCommands();
 
-  // Compensation: a running task reported with no live slice.
-  Status CompensateLocked(const store::NodeRow& node, const RunningTask& task)
-      HF_REQUIRES(mu_);
+  // Compensation: running tasks reported with no live slice. The store is
+  // read without mu_ (the common case: every task has its slice, nothing
+  // else happens); each task found gets its slice (Compensate).
+  StatusOr<std::vector<store::TaskRow>> RunningWithoutSlice(
+      const std::vector<RunningTask>& tasks) HF_EXCLUDES(mu_);
+  Status Compensate(const store::NodeRow& node, const RunningTask& report,
+                    const store::TaskRow& task) HF_EXCLUDES(mu_);
   // Records MIG devices a heartbeat reports that no live slice owns (and
   // no MIG command in flight is about to own) as MIG_PARTITION_ORPHANED in
-  // the history, once per device.
-  Status NoteOrphanedMigDevicesLocked(const store::NodeRow& node,
-                                      const NodeReport& report)
-      HF_REQUIRES(mu_);
+  // the history, once per device. Reads and writes the store without mu_.
+  Status NoteOrphanedMigDevices(const store::NodeRow& node,
+                                const NodeReport& report) HF_EXCLUDES(mu_);
   // The hook part of a heartbeat (see Heartbeat). Takes no mu_.
   Status NoteHookReports(const store::NodeRow& node,
                          const std::vector<RunningTask>& tasks,
@@ -686,7 +692,7 @@ class ControlPlane {
   // true when the task was bound to the target.
   StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                RowId slice, bool rebind,
-                               std::vector<RowId>& released) HF_REQUIRES(mu_);
+                               std::vector<RowId>& released);
   void WakeScheduler();
   // The task feed's callback: task `id` was committed (0: some may have
   // been missed, read every pending task afresh).
@@ -703,6 +709,12 @@ class ControlPlane {
   // and a follower queues no created task for a scheduler it does not run.
   std::atomic<bool> recovered_{false};
 
+  // Shared by every write that changes the store and then the ledger (or
+  // the ledger, the store, and the ledger again); held alone to see both
+  // settled. Taken before `mu_`, never while holding it.
+  SharedMutex write_gate_;
+  Mutex resize_mu_;     // one ResizeSlice at a time (taken before write_gate_)
+  Mutex approvals_mu_;  // one approval grant or revoke at a time (before mu_)
   Mutex mu_;  // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
   // The policy placed with (policy_for_testing, or owned_policy_), and the
@@ -754,9 +766,13 @@ class ControlPlane {
   std::unordered_map<RowId, std::string> tenant_names_ HF_GUARDED_BY(names_mu_);
   std::unordered_map<RowId, std::string> node_names_ HF_GUARDED_BY(names_mu_);
   std::unordered_map<RowId, std::string> group_names_ HF_GUARDED_BY(names_mu_);
-  // The card the ledger holds at each (node, index), for rendering slices
-  // and commands without taking mu_ (held across bind commits).
-  std::map<GpuKey, std::string> gpu_uuids_ HF_GUARDED_BY(names_mu_);
+  // The card the ledger holds at each (node, index): slices, commands and
+  // a slice's env (built inside store writes) are rendered without mu_.
+  struct GpuIdentity {
+    std::string uuid;
+    std::string vendor;
+  };
+  std::map<GpuKey, GpuIdentity> gpu_ids_ HF_GUARDED_BY(names_mu_);
 
   // Token cache: hash -> (caller, when cached). Revocation here removes the
   // entry; a revocation by another server instance takes effect within

@@ -9,11 +9,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "server/internal.h"
@@ -26,17 +30,43 @@ using store::SliceRow;
 using store::TaskRow;
 using store::TaskState;
 
-// Delegates to a real store; fails the next N writes like a full disk.
+// Delegates to a real store; fails the next N writes like a full disk, and
+// can hold the next write, as a slow disk or a far database does, until
+// the test lets it go (whether it then fails is set by then).
 class FaultyStore final : public store::Store {
  public:
   explicit FaultyStore(std::unique_ptr<store::Store> inner)
       : inner_(std::move(inner)) {}
   Status Write(const std::function<Status(store::Txn&)>& fn) override {
+    {
+      std::unique_lock<std::mutex> lock(hold_mu_);
+      if (hold_next_) {
+        hold_next_ = false;
+        holding_ = true;
+        hold_cv_.notify_all();
+        hold_cv_.wait(lock, [&] { return !holding_; });
+      }
+    }
     if (fail_writes.load() > 0) {
       fail_writes.fetch_sub(1);
       return Status::Unavailable("disk I/O error (injected)");
     }
     return inner_->Write(fn);
+  }
+  // The next Write waits, once it has started, until Release().
+  void HoldNextWrite() {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    hold_next_ = true;
+  }
+  // Waits until a held Write has started (false after `timeout`).
+  bool WaitUntilHolding(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(hold_mu_);
+    return hold_cv_.wait_for(lock, timeout, [&] { return holding_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    holding_ = false;
+    hold_cv_.notify_all();
   }
   Status Read(const std::function<Status(store::Txn&)>& fn) override {
     return inner_->Read(fn);
@@ -46,6 +76,10 @@ class FaultyStore final : public store::Store {
 
  private:
   std::unique_ptr<store::Store> inner_;
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool hold_next_ = false;
+  bool holding_ = false;
 };
 
 class ControlPlaneTest : public ::testing::Test {
@@ -291,6 +325,74 @@ TEST_F(ControlPlaneTest, FailedCommitRollsTheWholeBindBack) {
   EXPECT_EQ(stats->accounted_memory_mib, 0);  // placements undone
   EXPECT_EQ(Bind(), 2);
   EXPECT_EQ(Get(b.id).state, TaskState::kScheduled);
+}
+
+// A bind's store write runs without the control plane's lock: while it is
+// held (a slow disk), an operator's placement, a heartbeat and the stats go
+// on; the held bind's placement is already counted (nothing oversold), and
+// when its write fails the capacity comes back.
+TEST_F(ControlPlaneTest, AStoreWriteInFlightBlocksNoOtherCall) {
+  Register(Node("n1", {Gpu(0, 81920)}));
+  const Caller alice = TenantUser("alice");
+  Caller tenant_admin = alice;
+  tenant_admin.role = Role::kTenantAdmin;
+  for (const bool fails : {false, true}) {
+    const TaskRow task = Submit(alice, 61440);
+    store_->HoldNextWrite();
+    if (fails) store_->fail_writes = 1;
+    auto bind =
+        std::async(std::launch::async, [&] { return cp_->BindPendingOnce(); });
+    ASSERT_TRUE(store_->WaitUntilHolding(std::chrono::seconds(10)));
+
+    // Each of these needs the control plane's lock (or the ledger) and
+    // returns while the bind's write is still held.
+    auto others = std::async(std::launch::async, [&] {
+      SliceCreate big;
+      big.memory_mib = 40960;
+      auto refused = cp_->CreateSlice(tenant_admin, big);
+      auto stats = cp_->Stats(admin_);
+      auto beat = cp_->Heartbeat(admin_, Node("n1", {Gpu(0, 81920)}), {});
+      return std::make_tuple(refused.status(), stats.status(), beat.status());
+    });
+    // Lets the held write go however the test ends (the futures wait).
+    const struct Unhold {
+      FaultyStore* store;
+      ~Unhold() { store->Release(); }
+    } unhold{store_.get()};
+    ASSERT_EQ(others.wait_for(std::chrono::seconds(10)),
+              std::future_status::ready)
+        << "a call waited for another call's store write";
+    const auto [refused, stats, beat] = others.get();
+    // 60 of 80 GB are reserved by the bind in flight: 40 more do not fit.
+    EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted)
+        << refused.ToString();
+    EXPECT_TRUE(stats.ok()) << stats.ToString();
+    EXPECT_TRUE(beat.ok()) << beat.ToString();
+
+    store_->Release();
+    auto bound = bind.get();
+    if (!fails) {
+      ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+      EXPECT_EQ(*bound, 1);
+      EXPECT_EQ(Get(task.id).state, TaskState::kScheduled);
+      EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok());
+      auto cancelled = cp_->CancelTask(alice, task.id);
+      ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+      ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                        {{task.id, TaskState::kCancelled}})
+                      .ok());
+    } else {
+      EXPECT_FALSE(bound.ok());
+      EXPECT_EQ(Get(task.id).state, TaskState::kPending);
+      // The failed write's reservation is gone: 60 GB fit again.
+      SliceCreate again;
+      again.memory_mib = 61440;
+      auto placed = cp_->CreateSlice(tenant_admin, again);
+      EXPECT_TRUE(placed.ok()) << placed.status().ToString();
+    }
+    EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+        << cp_->CheckLedgerMatchesStore().ToString();
+  }
 }
 
 TEST_F(ControlPlaneTest, LostClaimUndoesThePlacement) {

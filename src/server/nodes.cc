@@ -314,17 +314,27 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
   const bool any_mig =
       std::any_of(report.gpus.begin(), report.gpus.end(),
                   [](const GpuReport& g) { return g.mig_devices.has_value(); });
-  if (any_running || any_mig) {
-    MutexLock lock(mu_);
-    for (const RunningTask& t : tasks) {
-      if (t.state != "running") continue;
-      Status s = CompensateLocked(*stored, t);
-      if (!s.ok()) {
-        spdlog::warn("compensation for task {} on {}: {}", t.task_id,
-                     stored->name, s.ToString());
+  if (any_running) {
+    auto unaccounted = RunningWithoutSlice(tasks);
+    if (!unaccounted.ok()) {
+      spdlog::warn("compensation check on {}: {}", stored->name,
+                   unaccounted.status().ToString());
+    } else {
+      for (const TaskRow& task : *unaccounted) {
+        for (const RunningTask& t : tasks) {
+          if (t.task_id != task.id || t.state != "running") continue;
+          Status s = Compensate(*stored, t, task);
+          if (!s.ok()) {
+            spdlog::warn("compensation for task {} on {}: {}", t.task_id,
+                         stored->name, s.ToString());
+          }
+          break;
+        }
       }
     }
-    const Status orphans = NoteOrphanedMigDevicesLocked(*stored, report);
+  }
+  if (any_mig) {
+    const Status orphans = NoteOrphanedMigDevices(*stored, report);
     if (!orphans.ok()) {
       spdlog::warn("MIG orphan check on {}: {}", stored->name,
                    orphans.ToString());
@@ -611,15 +621,12 @@ Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
   return Status::Ok();
 }
 
-Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
-                                                  const NodeReport& report) {
+Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
+                                            const NodeReport& report) {
   // What is on each MIG GPU now, as the agent reports it.
   std::map<int, std::vector<std::string>> reported;
   for (const GpuReport& g : report.gpus) {
     if (g.mig_devices) reported[g.index] = *g.mig_devices;
-  }
-  for (const auto& [index, devices] : reported) {
-    mig_reported_[GpuKey{node.id, index}] = devices;
   }
   if (reported.empty()) return Status::Ok();
   std::set<std::string> owned;
@@ -649,51 +656,57 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
     return Status::Ok();
   }));
   std::vector<std::pair<int, std::string>> fresh;  // to record now
-  for (const auto& [index, devices] : reported) {
-    const GpuKey key{node.id, index};
-    if (creating.contains(index)) continue;  // cannot tell yet
-    std::set<std::string> orphans;
-    for (const std::string& d : devices) {
-      if (owned.contains(d)) continue;
-      orphans.insert(d);
-      if (!orphans_noted_.contains(d)) fresh.emplace_back(index, d);
+  std::string noted;  // the devices noted, as stored
+  {
+    MutexLock lock(mu_);
+    for (const auto& [index, devices] : reported) {
+      mig_reported_[GpuKey{node.id, index}] = devices;
     }
-    // A partition nobody owns still takes its place on the card: no new
-    // gold slice lands there until it is gone (PlaceLocked).
-    if (orphans.empty()) {
-      mig_orphans_.erase(key);
-    } else {
-      mig_orphans_[key] = orphans;
+    for (const auto& [index, devices] : reported) {
+      const GpuKey key{node.id, index};
+      if (creating.contains(index)) continue;  // cannot tell yet
+      std::set<std::string> orphans;
+      for (const std::string& d : devices) {
+        if (owned.contains(d)) continue;
+        orphans.insert(d);
+        if (!orphans_noted_.contains(d)) fresh.emplace_back(index, d);
+      }
+      // A partition nobody owns still takes its place on the card: no new
+      // gold slice lands there until it is gone (PlaceLocked).
+      if (orphans.empty()) {
+        mig_orphans_.erase(key);
+      } else {
+        mig_orphans_[key] = orphans;
+      }
     }
-  }
-  // Forget the notes of partitions gone from the GPUs reported now.
-  bool pruned = false;
-  for (auto it = orphans_noted_.begin(); it != orphans_noted_.end();) {
-    const GpuKey& where = it->second;
-    auto now_there = reported.find(where.index);
-    const bool gone =
-        where.node_id == node.id && now_there != reported.end() &&
-        std::find(now_there->second.begin(), now_there->second.end(),
-                  it->first) == now_there->second.end();
-    if (gone) {
-      it = orphans_noted_.erase(it);
-      pruned = true;
-    } else {
-      ++it;
+    // Forget the notes of partitions gone from the GPUs reported now.
+    bool pruned = false;
+    for (auto it = orphans_noted_.begin(); it != orphans_noted_.end();) {
+      const GpuKey& where = it->second;
+      auto now_there = reported.find(where.index);
+      const bool gone =
+          where.node_id == node.id && now_there != reported.end() &&
+          std::find(now_there->second.begin(), now_there->second.end(),
+                    it->first) == now_there->second.end();
+      if (gone) {
+        it = orphans_noted_.erase(it);
+        pruned = true;
+      } else {
+        ++it;
+      }
     }
-  }
-  if (fresh.empty() && !pruned) return Status::Ok();
-  for (const auto& [index, device] : fresh) {
-    orphans_noted_[device] = GpuKey{node.id, index};
-  }
-  const std::string noted = [&] {
-    mu_.AssertHeld();  // runs here, under mu_
+    if (fresh.empty() && !pruned) return Status::Ok();
+    for (const auto& [index, device] : fresh) {
+      orphans_noted_[device] = GpuKey{node.id, index};
+    }
     nlohmann::json j = nlohmann::json::object();
     for (const auto& [device, where] : orphans_noted_) {
       j[device] = {{"node", where.node_id}, {"gpu", where.index}};
     }
-    return j.dump();
-  }();
+    noted = j.dump();
+  }
+  // Written without mu_ (two heartbeats at once write what each saw: the
+  // set is noted again by the next report that changes it).
   const Millis now = clock_->NowMillis();
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [index, device] : fresh) {
@@ -723,28 +736,37 @@ Status ControlPlane::NoteOrphanedMigDevicesLocked(const NodeRow& node,
 // that holds no live slice gets a ledger-only slice pinned to the GPU it really
 // uses. Env injection is too late then; the slice is recorded so the ledger
 // tells the truth.
-Status ControlPlane::CompensateLocked(const NodeRow& node,
-                                      const RunningTask& report) {
-  std::optional<TaskRow> task;
-  std::optional<SliceRow> slice;
+StatusOr<std::vector<TaskRow>> ControlPlane::RunningWithoutSlice(
+    const std::vector<RunningTask>& tasks) {
+  std::vector<TaskRow> out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto t = txn.GetTask(report.task_id);
-    if (!t.ok()) return Status::Ok();
-    task = *t;
-    if (t->slice_id) {
-      auto s = txn.GetSlice(*t->slice_id);
-      if (s.ok()) slice = *s;
+    out.clear();
+    for (const RunningTask& report : tasks) {
+      if (report.state != "running") continue;
+      auto t = txn.GetTask(report.task_id);
+      if (!t.ok() || store::IsTerminal(t->state)) continue;
+      if (t->slice_id) {
+        auto s = txn.GetSlice(*t->slice_id);
+        if (s.ok() && s->state != store::SliceState::kReleased) continue;
+      }
+      out.push_back(*t);
     }
     return Status::Ok();
   }));
-  if (!task || store::IsTerminal(task->state)) return Status::Ok();
-  if (slice && slice->state != store::SliceState::kReleased) {
-    return Status::Ok();
-  }
+  return out;
+}
+
+Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
+                                const TaskRow& found) {
+  const TaskRow* task = &found;
   if (report.gpu_indices.empty()) {
     return Status::InvalidArgument("running task reported without GPUs",
                                    "tasks.gpu_indices");
   }
+  // Reserved in the ledger under mu_, written without it (checking again
+  // that the task still has no live slice), undone under it if not written.
+  ReaderLock gate(write_gate_);
+  MutexLock lock(mu_);
   ledger::Allocation a;
   a.id = ledger_->ReserveSliceId();
   a.tenant = TenantId(task->tenant_id);
@@ -770,6 +792,7 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   if (!restored.ok()) {
     // Recorded in the history so an operator sees the conflict.
     const std::string why = restored.status().message();
+    lock.Unlock();
     (void)LeaderWrite([&](Txn& txn) -> Status {
       store::HistoryRow h;
       h.op = "compensate_refused";
@@ -804,9 +827,23 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";
   row.created_at = now;
+  lock.Unlock();
+  bool accounted = false;  // meanwhile (a heartbeat repeated)
   Status written = LeaderWrite([&](Txn& txn) -> Status {
+    accounted = false;
     auto t = txn.GetTask(task->id);
     if (!t.ok()) return t.status();
+    if (store::IsTerminal(t->state)) {
+      accounted = true;
+      return Status::Ok();
+    }
+    if (t->slice_id) {
+      auto live = txn.GetSlice(*t->slice_id);
+      if (live.ok() && live->state != store::SliceState::kReleased) {
+        accounted = true;
+        return Status::Ok();
+      }
+    }
     TaskRow updated = *t;
     updated.slice_id = row.id;
     updated.node_id = node.id;
@@ -825,8 +862,10 @@ Status ControlPlane::CompensateLocked(const NodeRow& node,
     h.reason = "task reported running without a slice; recorded ledger-only";
     return txn.AppendHistory(h).status();
   });
-  if (!written.ok()) {
+  if (!written.ok() || accounted) {
+    lock.Lock();
     (void)ledger_->Release(restored->id);
+    BumpGeneration();
     return written;
   }
   telemetry_->SliceLive(row);
@@ -895,9 +934,9 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   int accepted = 0;
   std::vector<RowId> released;
   bool requeued = false;
-  MutexLock lock(mu_);
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
     accepted = 0;
     released.clear();
     requeued = false;
@@ -981,6 +1020,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
     }
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   ApplyReleasesLocked(released);
   if (requeued) {
     MutexLock sched(sched_mu_);
@@ -1040,12 +1080,14 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
   std::vector<RowId> released;
   bool requeue = false;
   bool repeated = false;
-  MutexLock lock(mu_);
+  std::optional<GpuKey> full;  // the card had no room for the partition
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     requeue = false;
     repeated = false;
+    full.reset();
     auto r = txn.GetSliceRequest(id);
     if (!r.ok())
       return Status::NotFound("no slice request " + std::to_string(id));
@@ -1134,9 +1176,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
         if (cmd.error.find("RESOURCE_EXHAUSTED") != std::string::npos) {
           // No room on the card as it really is: no more gold there until
           // its partitions change (MigBlockedLocked).
-          const GpuKey key{cmd.node_id, cmd.gpu_index};
-          mig_full_[key] = MigFull{mig_reported_[key],
-                                   monotonic_->NowMillis() + kMigFullMillis};
+          full = GpuKey{cmd.node_id, cmd.gpu_index};
         }
         s.state = store::SliceState::kReleased;
         s.released_at = now;
@@ -1190,6 +1230,11 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     out = cmd;
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
+  if (full) {
+    mig_full_[*full] =
+        MigFull{mig_reported_[*full], monotonic_->NowMillis() + kMigFullMillis};
+  }
   ApplyReleasesLocked(released);
   if (!repeated && out.finished_at) {
     telemetry_->MigCommandFinished(

@@ -160,14 +160,15 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
   in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
   std::string uuids;
   std::string vendor = "nvidia";
-  for (int index : slice.gpu_indices) {
-    auto gpu = LedgerGpuLocked(slice.node_id, index);
-    if (!gpu.ok()) continue;
-    ledger_->Read([&](const ledger::ClusterView& view) {
+  {
+    MutexLock names(names_mu_);
+    for (int index : slice.gpu_indices) {
+      auto it = gpu_ids_.find(GpuKey{slice.node_id, index});
+      if (it == gpu_ids_.end()) continue;
       if (!uuids.empty()) uuids += ",";
-      uuids += view.gpu(*gpu).spec.uuid;
-      vendor = view.gpu(*gpu).spec.vendor;
-    });
+      uuids += it->second.uuid;
+      vendor = it->second.vendor;
+    }
   }
   in.gpu_uuids = uuids;
   in.vendor = vendor;
@@ -283,9 +284,13 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     *more = static_cast<int>(batch.size()) >= options_.bind_batch;
   }
 
-  MutexLock lock(mu_);
+  // The placements are reserved in the ledger under mu_, written without
+  // it (other placements see the reservations meanwhile), and undone under
+  // it if the write fails: the ledger never holds less than the store.
+  ReaderLock gate(write_gate_);
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
+  MutexLock lock(mu_);
   for (PendingTask* entry : batch) {
     const TaskRow& task = entry->row;
     Decision d;
@@ -384,6 +389,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     }
     decisions.push_back(std::move(d));
   }
+  lock.Unlock();
 
   Status written = LeaderWrite([&](Txn& txn) -> Status {
     for (Decision& d : decisions) {
@@ -422,10 +428,11 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
 
   int bound = 0;
   bool lost_any = false;
+  std::vector<SliceId> undo;  // reservations the store did not take
   for (Decision& d : decisions) {
     if (!written.ok() || d.claim_lost) {
       if (d.kind == Decision::kPlaced) {
-        (void)ledger_->Release(SliceId(static_cast<std::uint64_t>(d.slice.id)));
+        undo.push_back(SliceId(static_cast<std::uint64_t>(d.slice.id)));
       }
       if (d.claim_lost) {
         pending_.erase(d.task_id);
@@ -448,6 +455,11 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       telemetry_->Bound(static_cast<double>(now - d.stored.created_at) / 1e3);
     }
     pending_.erase(d.task_id);
+  }
+  if (!undo.empty()) {
+    lock.Lock();
+    for (SliceId id : undo) (void)ledger_->Release(id);
+    lock.Unlock();
   }
   pending_count_.store(static_cast<int>(pending_.size()));
   NotePendingReasons();
@@ -546,9 +558,9 @@ StatusOr<int> ControlPlane::RunGcOnce() {
   int released_count = 0;
   if (!candidates.empty()) {
     std::vector<RowId> released;
-    MutexLock lock(mu_);
+    // Written without mu_; the releases reach the ledger after the commit.
+    ReaderLock gate(write_gate_);
     HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-      mu_.AssertHeld();  // the caller holds it while the store runs this
       released.clear();
       for (const Candidate& c : candidates) {
         auto slice = txn.GetSlice(c.slice_id);
@@ -560,6 +572,7 @@ StatusOr<int> ControlPlane::RunGcOnce() {
     // Only what is free now counts (a partition still to be destroyed
     // keeps its slice releasing).
     released_count = static_cast<int>(released.size());
+    MutexLock lock(mu_);
     ApplyReleasesLocked(released);
   }
   auto lost = ReleaseOnLostNodes();
@@ -579,9 +592,9 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   const Millis now = clock_->NowMillis();
   std::vector<RowId> released;
   bool requeued = false;
-  MutexLock lock(mu_);
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     requeued = false;
     for (const auto& [node_id, silence] : silent) {
@@ -652,6 +665,7 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
     }
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   ApplyReleasesLocked(released);
   if (requeued) {
     MutexLock sched(sched_mu_);
@@ -665,7 +679,8 @@ Status ControlPlane::MarkStuckCommands() {
   const Millis now = clock_->NowMillis();
   bool requeued = false;
   std::vector<RowId> released;
-  MutexLock lock(mu_);
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     requeued = false;
     released.clear();
@@ -750,6 +765,7 @@ Status ControlPlane::MarkStuckCommands() {
     }
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   ApplyReleasesLocked(released);
   if (requeued) {
     MutexLock sched(sched_mu_);

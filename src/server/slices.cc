@@ -257,6 +257,9 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
     }
   }
   const store::Millis now = clock_->NowMillis();
+  // Reserved in the ledger under mu_, written without it, undone under it
+  // if the write fails.
+  ReaderLock gate(write_gate_);
   MutexLock lock(mu_);
   ledger::PlacementRequest pr = ledger::PlacementRequest::Slice(
       TenantId(tenant->id), request.memory_mib, request.compute_percent);
@@ -313,6 +316,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   slice.enforcement = {};
   slice.origin = "admin";
   slice.created_at = now;
+  lock.Unlock();
   Status written = LeaderWrite([&](Txn& txn) -> Status {
     HF_RETURN_IF_ERROR(txn.InsertSlice(slice));
     store::HistoryRow h = HistoryFor(slice, "allocate");
@@ -323,6 +327,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
     return txn.AppendHistory(h).status();
   });
   if (!written.ok()) {
+    lock.Lock();
     (void)ledger_->Release(a.id);
     BumpGeneration();
     return written;
@@ -343,9 +348,9 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   std::vector<RowId> released;
   const std::string why =
       reason.empty() ? "deleted by an operator" : reason.substr(0, 1024);
-  MutexLock lock(mu_);
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
@@ -379,6 +384,7 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
     }
     return ReleaseInTxn(txn, out, caller.Actor(), why, released);
   }));
+  MutexLock lock(mu_);
   ApplyReleasesLocked(released);
   HF_RETURN_IF_ERROR(UnfenceLocked(id));
   return out;
@@ -401,7 +407,10 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   auto visible = GetSlice(caller, id);  // 404 for another tenant's slice
   if (!visible.ok()) return visible.status();
   const std::string why = request.reason.substr(0, 1024);
-  MutexLock lock(mu_);
+  // One resize at a time: each reads the size it changes from the store
+  // and commits without mu_, so two at once could leave the ledger with
+  // one's size and the store with the other's.
+  MutexLock one_resize(resize_mu_);
   SliceRow current;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
     auto s = txn.GetSlice(id);
@@ -433,7 +442,10 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   if (memory == old) return SliceResize{current, {}};
   const SliceId ledger_id(static_cast<std::uint64_t>(id));
   // Like a placement, a raise takes the capacity first (undone if the write
-  // fails); like a release, a lowering gives it back after the commit.
+  // fails); like a release, a lowering gives it back after the commit. The
+  // write runs without mu_.
+  ReaderLock gate(write_gate_);
+  MutexLock lock(mu_);
   if (memory > old) {
     auto raised = ledger_->ResizeSlice(ledger_id, memory);
     if (!raised.ok()) {
@@ -453,12 +465,19 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   const Millis now = clock_->NowMillis();
   SliceResize out;
   bool task_running = false;
+  lock.Unlock();
   Status written = LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
     task_running = false;
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
     SliceRow slice = *s;
+    if (slice.state != store::SliceState::kAllocated ||
+        slice.memory_mib != old) {
+      // Released (or changed) since it was read: the ledger's change is
+      // undone below.
+      return Status::FailedPrecondition(name +
+                                        " changed while it was resized; retry");
+    }
     slice.memory_mib = memory;
     HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
     store::HistoryRow h = HistoryFor(slice, "slice_resized");
@@ -482,6 +501,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
     out.slice = slice;
     return Status::Ok();
   });
+  lock.Lock();
   if (!written.ok()) {
     if (memory > old) (void)ledger_->ResizeSlice(ledger_id, old);
     return written;
@@ -622,6 +642,7 @@ StatusOr<Page<store::SliceRequestRow>> ControlPlane::ListSliceRequests(
 }
 
 Status ControlPlane::CheckLedgerMatchesStore() {
+  WriterLock settled(write_gate_);  // no write between store and ledger
   MutexLock lock(mu_);
   std::vector<SliceRow> live;
   RowId after = 0;

@@ -268,9 +268,9 @@ StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
   }
   std::vector<RowId> released;
   TaskRow out;
-  MutexLock lock(mu_);
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
     released.clear();
     auto t = txn.GetTask(id);
     if (!t.ok()) return t.status();
@@ -315,6 +315,7 @@ StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
     out = *updated;
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   ApplyReleasesLocked(released);
   return out;
 }
