@@ -6,7 +6,8 @@
 //          [--gpuspec-share 0.2] [--cpu-only-scale 2.5] [--variant-seed 1]
 //          [--write-pods OUT.csv]
 //   hf-sim --replay --nodes NODES.csv --pods PODS.csv --policy NAME
-//          [--load 0.9] [--defrag simple|moves] [--be-preemptible true]
+//          [--load 0.9] [--defrag simple|moves|consolidate] [--be-preemptible
+//          true]
 //          --json OUT.json
 //   hf-sim --policy list
 #include <CLI/CLI.hpp>
@@ -173,7 +174,8 @@ static int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--defrag", defrag,
                  "replay: defragmenter called when tasks wait ('simple': "
-                 "evictions; 'moves': planned moves)");
+                 "evictions; 'moves': planned moves; 'consolidate': moves "
+                 "planned for the queue, CPU included)");
   app.add_option("--defrag-evictions-per-100", defrag_rate,
                  "replay: the defragmenter's eviction budget per 100 tasks")
       ->capture_default_str()
@@ -251,9 +253,11 @@ static int Main(int argc, char** argv) {
       hook = std::make_unique<SimpleDefragmenter>(defrag_rate);
     } else if (defrag == "moves") {
       hook = std::make_unique<MovingDefragmenter>(defrag_rate);
+    } else if (defrag == "consolidate") {
+      hook = std::make_unique<ConsolidatingDefragmenter>(defrag_rate);
     } else if (!defrag.empty()) {
       return Fail("--defrag: unknown defragmenter '" + defrag +
-                  "'; known: simple, moves");
+                  "'; known: simple, moves, consolidate");
     }
     replay_options.seed = options.seeds.front();
     replay_options.max_scored_nodes = options.max_scored_nodes;

@@ -122,6 +122,15 @@ TEST_F(HfSimCliTest, ReplayNeedsTimesAndWritesItsJson) {
   // b waits for a's 8 GPUs from 10 to 100.
   EXPECT_NEAR(doc.at("waiting_gpu_hours").get<double>(), 8.0 * 90 / 3600, 1e-9);
   EXPECT_FALSE(doc.at("samples").empty());
+
+  const Outcome planned = RunHfSim(
+      "--replay --nodes " + Path("nodes.csv") + " --pods " + Path("timed.csv") +
+      " --policy hf-frag --defrag consolidate --json " + Path("c.json"));
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  const auto moved = nlohmann::json::parse(Read("c.json"));
+  EXPECT_EQ(moved.at("defrag"), "consolidate");
+  EXPECT_EQ(moved.at("evictions_requeued"), 0);
+  EXPECT_TRUE(moved.contains("waiting_evictable_gpu_hours"));
 }
 
 TEST_F(HfSimCliTest, WritesTheJsonContractAndAPlot) {

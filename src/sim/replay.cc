@@ -12,6 +12,7 @@
 
 #include "scheduler/policy/artifact.h"
 #include "scheduler/policy/registry.h"
+#include "sim/node_room.h"
 #include "sim/sim_cluster.h"
 
 namespace hf::sim {
@@ -118,24 +119,6 @@ class Failures {
   std::map<GpuKey, std::vector<std::pair<CpuMilli, MemoryMib>>> failed_;
 };
 
-// Places exactly the GPUs it was given (the ledger checks them).
-class PinnedPolicy final : public ledger::PlacementPolicy {
- public:
-  explicit PinnedPolicy(std::vector<GpuId> gpus) : gpus_(std::move(gpus)) {}
-  std::string_view name() const override { return "pinned"; }
-  std::optional<std::vector<GpuId>> Choose(
-      const ledger::ClusterView&, const PlacementRequest&) const override {
-    return gpus_;
-  }
-  std::optional<NodeId> ChooseNode(const ledger::ClusterView&,
-                                   const PlacementRequest&) const override {
-    return std::nullopt;
-  }
-
- private:
-  std::vector<GpuId> gpus_;
-};
-
 class Replayer final : public ReplayControl {
  public:
   Replayer(std::unique_ptr<ledger::Ledger> ledger,
@@ -147,6 +130,7 @@ class Replayer final : public ReplayControl {
         hook_(hook) {
     ledger_->Read([&](const ledger::ClusterView& view) {
       on_gpu_.resize(view.gpu_slot_count());
+      on_node_.resize(view.node_slot_count());
     });
   }
 
@@ -163,6 +147,9 @@ class Replayer final : public ReplayControl {
   const std::vector<std::size_t>& tasks_on_gpu(GpuId gpu) const override {
     return on_gpu_[gpu.value()];
   }
+  const std::vector<std::size_t>& tasks_on_node(NodeId node) const override {
+    return on_node_[node.value()];
+  }
   std::int64_t arrived() const override { return arrived_; }
   std::int64_t evictions() const override { return evictions_; }
   bool Evict(std::size_t id) override {
@@ -173,6 +160,7 @@ class Replayer final : public ReplayControl {
       t.remaining = std::max<std::int64_t>(0, t.remaining - (now_ - t.started));
     ++t.evictions;
     ++evictions_;
+    evicted_now_.push_back(id);
     Enqueue(id);
     freed_ = true;
     return true;
@@ -194,7 +182,9 @@ class Replayer final : public ReplayControl {
     waiting_by_[ShapeOf(t)] -= t.gpu_milli;
     running_milli_ += t.gpu_milli;
     for (const GpuId g : r.allocation.gpus) on_gpu_[g.value()].push_back(id);
+    on_node_[r.allocation.node.value()].push_back(id);
     gpus_of_[id] = r.allocation.gpus;
+    node_of_[id] = r.allocation.node;
     if (t.remaining >= 0) {
       events_.push({now_ + t.remaining, 0, seq_++, id, now_});
     }
@@ -214,6 +204,8 @@ class Replayer final : public ReplayControl {
     double waiting_ms = 0, running_ms = 0;  // milli-GPU seconds
     double covered_ms = 0;                  // waiting while idle GPU covered it
     std::int64_t covered_milli = 0;         // for the state since `last`
+    double evictable_ms = 0;  // of that, while evictions could have helped
+    std::int64_t evictable_milli = 0;
     std::map<std::string, double> waiting_by_ms;
     while (!events_.empty()) {
       const std::int64_t t = events_.top().time;
@@ -222,6 +214,8 @@ class Replayer final : public ReplayControl {
           static_cast<double>(waiting_milli_) * static_cast<double>(t - last);
       covered_ms +=
           static_cast<double>(covered_milli) * static_cast<double>(t - last);
+      evictable_ms +=
+          static_cast<double>(evictable_milli) * static_cast<double>(t - last);
       for (const auto& [shape, milli] : waiting_by_) {
         waiting_by_ms[shape] +=
             static_cast<double>(milli) * static_cast<double>(t - last);
@@ -258,8 +252,12 @@ class Replayer final : public ReplayControl {
           freed_ = true;
           Pass({});
         }
+        for (const std::size_t id : evicted_now_) {
+          if (tasks_[id].queued_since >= 0) ++requeued_;
+        }
+        evicted_now_.clear();
       }
-      covered_milli = CoveredWaitingMilli(capacity);
+      std::tie(covered_milli, evictable_milli) = CoveredWaitingMilli(capacity);
     }
     out.samples.push_back(Sample(now_, workload, capacity));
     // Tasks still waiting at the end: their wait so far.
@@ -288,6 +286,8 @@ class Replayer final : public ReplayControl {
             : 100.0 * evictions_ / static_cast<double>(tasks_.size());
     out.waiting_gpu_hours = waiting_ms / 1000 / 3600;
     out.waiting_with_idle_gpu_hours = covered_ms / 1000 / 3600;
+    out.waiting_evictable_gpu_hours = evictable_ms / 1000 / 3600;
+    out.evictions_requeued = requeued_;
     for (const auto& [shape, ms] : waiting_by_ms) {
       out.waiting_gpu_hours_by_shape[shape] = ms / 1000 / 3600;
     }
@@ -319,18 +319,57 @@ class Replayer final : public ReplayControl {
   }
 
   // The GPU of waiting tasks that the cluster's idle GPU covers, in queue
-  // order, each using up what it is counted against.
-  std::int64_t CoveredWaitingMilli(std::int64_t capacity) const {
+  // order, each using up what it is counted against; and the part of it
+  // that some node could take were its preemptible tasks gone.
+  std::pair<std::int64_t, std::int64_t> CoveredWaitingMilli(
+      std::int64_t capacity) const {
     std::int64_t idle = capacity - running_milli_;
-    std::int64_t covered = 0;
+    std::int64_t covered = 0, evictable = 0;
+    std::optional<std::vector<NodeRoom>> rooms;
+    // Many waiting tasks ask the same: one answer per request.
+    std::map<std::tuple<GpuKey, CpuMilli, MemoryMib>, bool> answers;
     for (const auto& [arrival, id] : queue_) {
-      const std::int64_t need = tasks_[id].gpu_milli;
-      if (need > 0 && need <= idle) {
-        covered += need;
-        idle -= need;
+      const ReplayTask& t = tasks_[id];
+      const std::int64_t need = t.gpu_milli;
+      if (need <= 0 || need > idle) continue;
+      covered += need;
+      idle -= need;
+      const PlacementRequest& r = t.request;
+      const auto key =
+          std::make_tuple(GpuKeyOf(r), r.cpu_milli, r.host_memory_mib);
+      auto it = answers.find(key);
+      if (it == answers.end()) {
+        ledger_->Read([&](const ledger::ClusterView& view) {
+          if (!rooms.has_value()) rooms = RoomsWithoutPreemptible(view);
+          bool fits = false;
+          for (const NodeRoom& room : *rooms) {
+            if (room.Fits(view, r)) {
+              fits = true;
+              break;
+            }
+          }
+          it = answers.emplace(key, fits).first;
+        });
       }
+      if (it->second) evictable += need;
     }
-    return covered;
+    return {covered, evictable};
+  }
+
+  // Every node's room were its preemptible tasks gone.
+  std::vector<NodeRoom> RoomsWithoutPreemptible(
+      const ledger::ClusterView& view) const {
+    std::vector<NodeRoom> rooms;
+    for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
+      const ledger::NodeRecord& node = view.node(NodeId(n));
+      if (!node.live) continue;
+      std::vector<std::size_t> leave;
+      for (const std::size_t id : on_node_[n]) {
+        if (tasks_[id].preemptible) leave.push_back(id);
+      }
+      rooms.push_back(NodeRoom::After(*this, view, node, leave));
+    }
+    return rooms;
   }
 
   void Enqueue(std::size_t id) {
@@ -350,6 +389,9 @@ class Replayer final : public ReplayControl {
       list.erase(std::find(list.begin(), list.end(), id));
     }
     gpus_of_.erase(id);
+    auto& here = on_node_[node_of_[id].value()];
+    here.erase(std::find(here.begin(), here.end(), id));
+    node_of_.erase(id);
   }
 
   // FIFO with backfill: after a departure or eviction every waiting task is
@@ -405,11 +447,15 @@ class Replayer final : public ReplayControl {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::set<std::pair<std::int64_t, std::size_t>> queue_;  // (arrival, id)
   std::vector<std::vector<std::size_t>> on_gpu_;
+  std::vector<std::vector<std::size_t>> on_node_;
   std::map<std::size_t, std::vector<GpuId>> gpus_of_;
+  std::map<std::size_t, NodeId> node_of_;
   std::int64_t now_ = 0;
   std::uint64_t seq_ = 0;
   std::int64_t arrived_ = 0;
   std::int64_t evictions_ = 0;
+  std::vector<std::size_t> evicted_now_;  // by the hook's current call
+  std::int64_t requeued_ = 0;
   std::int64_t waiting_milli_ = 0;
   std::map<std::string, std::int64_t> waiting_by_;  // by ShapeOf
   std::int64_t running_milli_ = 0;
@@ -530,14 +576,6 @@ std::optional<Plan> PlanOn(const ReplayControl& c,
   return plan;
 }
 
-// What a defragmenter may still evict: `per_100` per 100 arrived tasks,
-// less what it evicted so far.
-std::int64_t EvictionBudget(const ReplayControl& c, double per_100) {
-  return static_cast<std::int64_t>(
-             std::floor(static_cast<double>(c.arrived()) * per_100 / 100.0)) -
-         c.evictions();
-}
-
 // Every node's plan for `want` (PlanOn), best first.
 std::vector<Plan> PlansFor(const ReplayControl& c, const ReplayTask& want,
                            std::int64_t budget) {
@@ -556,6 +594,12 @@ std::vector<Plan> PlansFor(const ReplayControl& c, const ReplayTask& want,
 }
 
 }  // namespace
+
+std::int64_t EvictionBudget(const ReplayControl& c, double per_100) {
+  return static_cast<std::int64_t>(
+             std::floor(static_cast<double>(c.arrived()) * per_100 / 100.0)) -
+         c.evictions();
+}
 
 void SimpleDefragmenter::OnWaiting(ReplayControl& c) {
   std::int64_t budget = EvictionBudget(c, evictions_per_100_);
@@ -752,6 +796,8 @@ std::string ReplayJson(const ReplayResult& r) {
   j["evictions_per_100_tasks"] = r.evictions_per_100;
   j["waiting_gpu_hours"] = r.waiting_gpu_hours;
   j["waiting_with_idle_gpu_hours"] = r.waiting_with_idle_gpu_hours;
+  j["waiting_evictable_gpu_hours"] = r.waiting_evictable_gpu_hours;
+  j["evictions_requeued"] = r.evictions_requeued;
   j["waiting_gpu_hours_by_shape"] = r.waiting_gpu_hours_by_shape;
   j["running_gpu_hours"] = r.running_gpu_hours;
   j["waiting_share_pct"] = r.waiting_share_pct;
@@ -775,7 +821,7 @@ std::string ReplayJson(const ReplayResult& r) {
 
 std::string ReplayTable(const ReplayResult& r, std::size_t rows) {
   std::string out;
-  char line[320];
+  char line[512];
   std::snprintf(line, sizeof line, "%12s %10s %8s %10s %9s %7s\n", "time_s",
                 "waiting%", "waiting", "running", "alloc%", "frag%");
   out += line;
@@ -793,17 +839,19 @@ std::string ReplayTable(const ReplayResult& r, std::size_t rows) {
     out += line;
     if (i + step >= n) break;
   }
-  std::snprintf(line, sizeof line,
-                "%s%s%s: %lld tasks, waiting GPU-time %.1f GPU-h (%.2f%% of "
-                "requested; %.1f GPU-h while idle GPU covered it), wait "
-                "median %.0f s, p99 %.0f s, %lld never "
-                "started, %lld evictions (%.2f per 100 tasks)\n",
-                r.policy.c_str(), r.defrag.empty() ? "" : " + defrag ",
-                r.defrag.c_str(), static_cast<long long>(r.tasks),
-                r.waiting_gpu_hours, r.waiting_share_pct,
-                r.waiting_with_idle_gpu_hours, r.wait_median_s, r.wait_p99_s,
-                static_cast<long long>(r.never_started),
-                static_cast<long long>(r.evictions), r.evictions_per_100);
+  std::snprintf(
+      line, sizeof line,
+      "%s%s%s: %lld tasks, waiting GPU-time %.1f GPU-h (%.2f%% of "
+      "requested; %.1f GPU-h while idle GPU covered it, %.1f of "
+      "them evictable), wait median %.0f s, p99 %.0f s, %lld never "
+      "started, %lld evictions (%.2f per 100 tasks, %lld "
+      "requeued)\n",
+      r.policy.c_str(), r.defrag.empty() ? "" : " + defrag ", r.defrag.c_str(),
+      static_cast<long long>(r.tasks), r.waiting_gpu_hours, r.waiting_share_pct,
+      r.waiting_with_idle_gpu_hours, r.waiting_evictable_gpu_hours,
+      r.wait_median_s, r.wait_p99_s, static_cast<long long>(r.never_started),
+      static_cast<long long>(r.evictions), r.evictions_per_100,
+      static_cast<long long>(r.evictions_requeued));
   out += line;
   return out;
 }

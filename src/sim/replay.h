@@ -29,8 +29,10 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "common/status.h"
@@ -76,8 +78,11 @@ class ReplayControl {
   // Waiting tasks (ids), in queue order.
   virtual std::vector<std::size_t> waiting() const = 0;
   virtual const ReplayTask& task(std::size_t id) const = 0;
-  // Running tasks holding (part of) `gpu`, and node-only tasks on `node`.
+  // Running tasks holding (part of) `gpu`.
   virtual const std::vector<std::size_t>& tasks_on_gpu(GpuId gpu) const = 0;
+  // Every running task on `node`: those on its GPUs and its node-only
+  // (CPU) tasks, which hold CPU and host memory a waiting task may need.
+  virtual const std::vector<std::size_t>& tasks_on_node(NodeId node) const = 0;
   // Tasks arrived so far and evictions so far.
   virtual std::int64_t arrived() const = 0;
   virtual std::int64_t evictions() const = 0;
@@ -142,6 +147,74 @@ class MovingDefragmenter final : public DefragHook {
   int plans_;
 };
 
+// A planner that plans for the waiting queue as a whole: for the oldest
+// waiting GPU tasks (at most `tasks` distinct requests per call) and every
+// node, the fewest running preemptible tasks whose departure lets the task
+// fit there: those on the GPUs it would take (slices, largest first, until
+// one GPU has room; whole GPUs cleared) and, where the node's CPU or host
+// memory is what lacks, any other preemptible task on the node, CPU-only
+// ones included. Each such plan is valued by the GPU of the waiting tasks
+// (that one and any later ones) that would fit on the node afterwards, per
+// eviction, since one move that frees a node's CPU can let several waiting
+// tasks onto its idle GPUs. The best plans (at most `trials` per round)
+// are tried on a snapshot of the ledger: the waiting task is placed there
+// and every evictee placed again by the replay's policy; only a plan where
+// all of them land is applied, so an evicted task restarts at once
+// elsewhere (a move) and never waits. A plan without an eviction (a task
+// that fits on a node the policy did not choose) is taken as well. Then
+// the next round plans on the changed cluster, up to `rounds` per call.
+// Evictions are capped at `evictions_per_100` per 100 arrived tasks, and a
+// task that started at this instant is never moved again.
+class ConsolidatingDefragmenter final : public DefragHook {
+ public:
+  explicit ConsolidatingDefragmenter(double evictions_per_100 = 1.0,
+                                     int tasks = 16, int trials = 4,
+                                     int rounds = 8)
+      : evictions_per_100_(evictions_per_100),
+        tasks_(tasks),
+        trials_(trials),
+        rounds_(rounds) {}
+  std::string_view name() const override { return "consolidate"; }
+  void OnWaiting(ReplayControl& control) override;
+
+ private:
+  double evictions_per_100_;
+  int tasks_;
+  int trials_;
+  int rounds_;
+  // Plans that failed: (waiting task, node, the node's generation then).
+  std::set<std::tuple<std::size_t, std::size_t, std::uint64_t>> failed_;
+};
+
+// For planners: what a defragmenter may still evict, `per_100` per 100
+// arrived tasks less the evictions so far.
+std::int64_t EvictionBudget(const ReplayControl& control, double per_100);
+
+// For planners: a policy that places exactly the GPUs (or, for a CPU-only
+// task, the node) it was given, to apply a plan made on a snapshot; the
+// ledger checks the choice.
+class PinnedPolicy final : public ledger::PlacementPolicy {
+ public:
+  explicit PinnedPolicy(std::vector<GpuId> gpus,
+                        std::optional<NodeId> node = std::nullopt)
+      : gpus_(std::move(gpus)), node_(node) {}
+  std::string_view name() const override { return "pinned"; }
+  std::optional<std::vector<GpuId>> Choose(
+      const ledger::ClusterView&,
+      const ledger::PlacementRequest&) const override {
+    return gpus_;
+  }
+  std::optional<NodeId> ChooseNode(
+      const ledger::ClusterView&,
+      const ledger::PlacementRequest&) const override {
+    return node_;
+  }
+
+ private:
+  std::vector<GpuId> gpus_;
+  std::optional<NodeId> node_;
+};
+
 struct ReplaySample {
   std::int64_t time = 0;
   std::int64_t running_milli = 0;
@@ -163,12 +236,20 @@ struct ReplayResult {
   std::int64_t never_fit = 0;      // do not fit the empty cluster: left out
   std::int64_t evictions = 0;
   double evictions_per_100 = 0;
+  // Evictions after which the task did not start again at the same instant
+  // (it went back to waiting): 0 for a planner that only moves tasks.
+  std::int64_t evictions_requeued = 0;
   double waiting_gpu_hours = 0;  // integral of the waiting GPU request
   // The part of it while the cluster's idle GPU covered the task (waiting
   // tasks taken in queue order, each using up idle GPU it is counted
   // against): what placement or defragmentation could at most have saved;
   // the rest waited because the GPU was short.
   double waiting_with_idle_gpu_hours = 0;
+  // The part of that during which some node could also have taken the task
+  // had every preemptible task on it left (by memory, compute, CPU and host
+  // memory; ignoring where those tasks would go): the most that evicting
+  // preemptible tasks could save at the moment it waited.
+  double waiting_evictable_gpu_hours = 0;
   // Waiting GPU-time by task shape ("share", "1 gpus", "8 gpus", ...).
   std::map<std::string, double> waiting_gpu_hours_by_shape;
   double running_gpu_hours = 0;

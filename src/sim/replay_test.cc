@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sim/experiment.h"
 #include "sim/sim_cluster.h"
 
@@ -136,6 +138,124 @@ TEST(ReplayTest, MovingDefragmenterMovesOnlyWhatLandsAtOnce) {
               1e-9);
   // Idle GPU never covered z (400 + 400 milli free, z asks 1000).
   EXPECT_NEAR(stuck->waiting_with_idle_gpu_hours, 0, 1e-9);
+}
+
+// Two 1-GPU nodes of 8 cores, a G2 and a T4. f (T4) holds the T4 node's CPU
+// while c, a preemptible CPU-only task of 6 cores, arrives: c goes to the G2
+// node. f leaves and y takes the T4 GPU and 1 core. z (the G2 GPU and 4
+// cores) then fits nowhere: the G2 GPU is idle but c holds its node's CPU.
+// Moving c to the T4 node (7 cores free) lets z start.
+TracePod Pinned(TracePod p, const std::string& model) {
+  p.gpu_spec = {model};
+  return p;
+}
+std::vector<TracePod> CpuBlocked() {
+  return {Pinned(Pod("f", 1, 1000, 7000, 0, 5), "T4"),
+          Pod("c", 0, 0, 6000, 1, 501, "BE"),
+          Pinned(Pod("y", 1, 1000, 1000, 6, 400), "T4"),
+          Pinned(Pod("z", 1, 1000, 4000, 10, 110), "G2")};
+}
+std::vector<TraceNode> G2AndT4() {
+  return {{"n0", 8000, 65536, 1, "G2"}, {"n1", 8000, 65536, 1, "T4"}};
+}
+
+TEST(ReplayTest, ConsolidatorMovesACpuOnlyTaskSoAWaitingTaskStarts) {
+  auto without = RunReplay(G2AndT4(), CpuBlocked(), "hf-frag", {}, nullptr);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  // The premise: z waits (until c leaves at 501) while a GPU is idle, and
+  // only c's CPU stands in the way.
+  EXPECT_NEAR(without->waiting_gpu_hours, 491.0 / 3600, 1e-9);
+  EXPECT_NEAR(without->waiting_with_idle_gpu_hours, 491.0 / 3600, 1e-9);
+  EXPECT_NEAR(without->waiting_evictable_gpu_hours, 491.0 / 3600, 1e-9);
+
+  ConsolidatingDefragmenter consolidate(/*evictions_per_100=*/100);
+  auto with = RunReplay(G2AndT4(), CpuBlocked(), "hf-frag", {}, &consolidate);
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ(with->evictions, 1);
+  EXPECT_EQ(with->evictions_requeued, 0) << "c must restart at once";
+  EXPECT_EQ(with->never_started, 0);
+  EXPECT_EQ(with->waiting_gpu_hours, 0) << "z starts on arrival";
+
+  // The moving defragmenter frees only GPUs, so z waits.
+  MovingDefragmenter moves(/*evictions_per_100=*/100);
+  auto gpu_only = RunReplay(G2AndT4(), CpuBlocked(), "hf-frag", {}, &moves);
+  ASSERT_TRUE(gpu_only.ok());
+  EXPECT_NEAR(gpu_only->waiting_gpu_hours, 491.0 / 3600, 1e-9);
+
+  // c not preemptible: nothing to move, and nothing was evictable.
+  ReplayOptions keep;
+  keep.be_preemptible = false;
+  auto none = RunReplay(G2AndT4(), CpuBlocked(), "hf-frag", keep, &consolidate);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->evictions, 0);
+  EXPECT_NEAR(none->waiting_gpu_hours, 491.0 / 3600, 1e-9);
+  EXPECT_EQ(none->waiting_evictable_gpu_hours, 0);
+}
+
+TEST(ReplayTest, ConsolidatorKeepsToItsEvictionBudget) {
+  ConsolidatingDefragmenter consolidate(/*evictions_per_100=*/1);  // 0 of 4
+  auto r = RunReplay(G2AndT4(), CpuBlocked(), "hf-frag", {}, &consolidate);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->evictions, 0);
+  EXPECT_NEAR(r->waiting_gpu_hours, 491.0 / 3600, 1e-9);
+}
+
+// The consolidator never moves a task it cannot land at once, where the
+// simple defragmenter leaves its evictee waiting (and the count shows it).
+TEST(ReplayTest, ConsolidatorOnlyMovesWhatLandsAtOnce) {
+  ConsolidatingDefragmenter consolidate(/*evictions_per_100=*/100);
+  auto stuck = RunReplay(TwoGpus(), Fragmented(), "hf-frag", {}, &consolidate);
+  ASSERT_TRUE(stuck.ok());
+  EXPECT_EQ(stuck->evictions, 0);
+  EXPECT_NEAR(stuck->waiting_gpu_hours, 490.0 / 3600, 1e-9);
+
+  SimpleDefragmenter simple(/*evictions_per_100=*/100);
+  auto evicts = RunReplay(TwoGpus(), Fragmented(), "hf-frag", {}, &simple);
+  ASSERT_TRUE(evicts.ok());
+  EXPECT_EQ(evicts->evictions, 1);
+  EXPECT_EQ(evicts->evictions_requeued, 1) << "x waited after its eviction";
+}
+
+// A busy random workload on a small cluster: whatever the consolidator
+// moves lands at once, within the budget, and the waiting never grows.
+std::vector<TracePod> Busy(std::uint64_t seed, int count) {
+  std::mt19937_64 rng(seed);
+  const auto pick = [&](int n) {
+    return static_cast<int>(rng() % static_cast<std::uint64_t>(n));
+  };
+  std::vector<TracePod> pods;
+  for (int i = 0; i < count; ++i) {
+    const int shape = pick(10);
+    const int gpus = shape < 4 ? 1 : shape < 6 ? 0 : shape < 8 ? 1 : 2;
+    const int milli = shape < 4 ? 100 * (1 + pick(8)) : 1000;
+    const std::int64_t start = i * 3 + pick(3);
+    pods.push_back(Pod(std::to_string(i), gpus, gpus == 0 ? 0 : milli,
+                       1000 * (1 + pick(6)), start, start + 20 + pick(200),
+                       pick(2) == 0 ? "BE" : "LS"));
+  }
+  return pods;
+}
+
+TEST(ReplayTest, ConsolidatorMovesLandAtOnceWithinTheBudget) {
+  const std::vector<TraceNode> nodes = {{"n0", 12000, 65536, 4, "G2"},
+                                        {"n1", 12000, 65536, 4, "G2"},
+                                        {"n2", 16000, 65536, 2, "T4"},
+                                        {"n3", 8000, 65536, 2, "T4"}};
+  std::int64_t moved = 0;
+  for (const std::uint64_t seed : {1, 2, 3, 4}) {
+    const std::vector<TracePod> pods = Busy(seed, 400);
+    for (const double rate : {2.0, 100.0}) {
+      ConsolidatingDefragmenter consolidate(rate);
+      auto r = RunReplay(nodes, pods, "hf-frag", {}, &consolidate);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->evictions_requeued, 0) << "seed " << seed;
+      EXPECT_EQ(r->never_started, 0) << "seed " << seed;
+      EXPECT_LE(r->evictions, static_cast<std::int64_t>(r->tasks * rate / 100))
+          << "seed " << seed;
+      moved += r->evictions;
+    }
+  }
+  EXPECT_GT(moved, 0) << "the workload should give the planner work";
 }
 
 // --- the MIG variant ---
