@@ -107,7 +107,7 @@ StatusOr<ApprovalRow> ControlPlane::CreateApproval(
   // Written without mu_ (a new approval only widens what may share a GPU:
   // the ledger learns it after the commit), one approval change at a time
   // (a revoke never overtakes the grant it revokes).
-  MutexLock one_change(approvals_mu_);
+  MutexLock one_change(tenancy_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const auto find = [&](const std::string& name,
                           const char* field) -> StatusOr<RowId> {
@@ -167,7 +167,7 @@ StatusOr<ApprovalRow> ControlPlane::RevokeApproval(const Caller& caller,
   ApprovalRow out;
   // Written without mu_: until the ledger withdraws it, the approval counts
   // as it did a moment before the revoke.
-  MutexLock one_change(approvals_mu_);
+  MutexLock one_change(tenancy_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     const Millis now = clock_->NowMillis();
     auto row = txn.GetApproval(id);

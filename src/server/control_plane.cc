@@ -841,7 +841,8 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
   if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
   TenantRow out;
   std::optional<GroupRow> new_group;
-  MutexLock lock(mu_);
+  // Written without mu_; the ledger learns it after the commit.
+  MutexLock one_change(tenancy_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     TenantRow row;
@@ -862,6 +863,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
     out = *inserted;
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
   {
     MutexLock names(names_mu_);
@@ -910,7 +912,8 @@ StatusOr<TenantRow> ControlPlane::SetTenantGroup(
   if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
   TenantRow out;
   std::optional<GroupRow> new_group;
-  MutexLock lock(mu_);
+  // Written without mu_; the ledger learns it after the commit.
+  MutexLock one_change(tenancy_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     auto t = txn.FindTenant(name);
@@ -930,6 +933,7 @@ StatusOr<TenantRow> ControlPlane::SetTenantGroup(
     out.group_id = group_id;
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
   HF_RETURN_IF_ERROR(SyncTenantLocked(out));
   return out;
@@ -940,7 +944,8 @@ StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   HF_RETURN_IF_ERROR(ValidateName(name, "name"));
   GroupRow out;
-  MutexLock lock(mu_);
+  // Written without mu_; the ledger learns it after the commit.
+  MutexLock one_change(tenancy_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     GroupRow row;
     row.name = name;
@@ -955,6 +960,7 @@ StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
     out = *inserted;
     return Status::Ok();
   }));
+  MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(AdoptGroupLocked(out));
   return out;
 }
@@ -977,7 +983,8 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
   RowId id = 0;
   GroupRow deleted;
   std::vector<RowId> members;
-  MutexLock lock(mu_);
+  // Written without mu_; the ledger learns it after the commit.
+  MutexLock one_change(tenancy_mu_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     members.clear();
     auto g = txn.FindGroup(name);
@@ -995,6 +1002,7 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
     }
     return txn.DeleteGroup(id);
   }));
+  MutexLock lock(mu_);
   for (RowId t : members) tenant_groups_[t] = std::nullopt;
   // Members share with nobody from now on (fail-closed).
   HF_RETURN_IF_ERROR(ledger_->RemoveGroup(GroupId(id)));

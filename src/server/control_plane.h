@@ -713,8 +713,10 @@ class ControlPlane {
   // the ledger, the store, and the ledger again); held alone to see both
   // settled. Taken before `mu_`, never while holding it.
   SharedMutex write_gate_;
-  Mutex resize_mu_;     // one ResizeSlice at a time (taken before write_gate_)
-  Mutex approvals_mu_;  // one approval grant or revoke at a time (before mu_)
+  Mutex resize_mu_;  // one ResizeSlice at a time (taken before write_gate_)
+  // One tenancy change (tenant, group, approval) at a time: each commits
+  // without mu_ and then tells the ledger, in the order they committed.
+  Mutex tenancy_mu_;
   Mutex mu_;  // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
   // The policy placed with (policy_for_testing, or owned_policy_), and the
