@@ -392,21 +392,35 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   lock.Unlock();
 
   Status written = LeaderWrite([&](Txn& txn) -> Status {
+    // Each kind of row in one batch call: on PostgreSQL a statement per
+    // kind instead of a round trip per row.
+    std::vector<Decision*> writing;
+    std::vector<store::TaskRow> updates;
     for (Decision& d : decisions) {
       d.claim_lost = false;
       if (!d.write) continue;
-      auto stored = txn.UpdateTask(d.updated);
-      if (!stored.ok()) {
-        if (stored.status().code() == StatusCode::kAborted ||
-            stored.status().code() == StatusCode::kNotFound) {
+      writing.push_back(&d);
+      updates.push_back(d.updated);
+    }
+    auto stored = txn.UpdateTasks(updates);
+    if (!stored.ok()) return stored.status();
+    std::vector<SliceRow> slices;
+    std::vector<store::HistoryRow> history;
+    std::vector<store::SliceRequestRow> commands;
+    for (std::size_t i = 0; i < writing.size(); ++i) {
+      Decision& d = *writing[i];
+      StatusOr<TaskRow>& row = (*stored)[i];
+      if (!row.ok()) {
+        if (row.status().code() == StatusCode::kAborted ||
+            row.status().code() == StatusCode::kNotFound) {
           d.claim_lost = true;  // changed (e.g. cancelled) since we read it
           continue;
         }
-        return stored.status();
+        return row.status();
       }
-      d.stored = *stored;
+      d.stored = *std::move(row);
       if (d.kind != Decision::kPlaced) continue;
-      HF_RETURN_IF_ERROR(txn.InsertSlice(d.slice));
+      slices.push_back(d.slice);
       store::HistoryRow h = HistoryFor(d.slice, "allocate");
       h.at = d.slice.created_at;
       h.actor = "scheduler";
@@ -417,13 +431,12 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       if (fence_ != nullptr) {
         h.reason += " by leader term " + std::to_string(fence_->Term());
       }
-      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
-      if (d.mig_create) {
-        auto cmd = txn.InsertSliceRequest(*d.mig_create);
-        if (!cmd.ok()) return cmd.status();
-      }
+      history.push_back(std::move(h));
+      if (d.mig_create) commands.push_back(*d.mig_create);
     }
-    return Status::Ok();
+    HF_RETURN_IF_ERROR(txn.InsertSlices(slices));
+    HF_RETURN_IF_ERROR(txn.AppendHistories(history).status());
+    return txn.InsertSliceRequests(commands).status();
   });
 
   int bound = 0;

@@ -21,11 +21,13 @@
 #include <optional>
 #include <pqxx/pqxx>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -734,6 +736,15 @@ class Params {
     Bind(v);
     return "$" + std::to_string(values_.size());
   }
+  // A value already in PostgreSQL's text form and checked (ArrayColumns).
+  std::string AddLiteral(std::string text) {
+    Push(std::move(text));
+    return "$" + std::to_string(values_.size());
+  }
+  // A failure found while building a value (it fails the statement).
+  void Fail(Status status) {
+    if (status_.ok()) status_ = std::move(status);
+  }
 
   const std::vector<Param>& values() const { return values_; }
   const Status& status() const { return status_; }
@@ -771,6 +782,154 @@ std::string Assignments(std::string_view columns, int first = 1) {
     if (!out.empty()) out += ", ";
     out += name;
     out += " = $" + std::to_string(n++);
+    start = end + 1;
+  }
+  return out;
+}
+
+// The parameters of one statement over many rows: a PostgreSQL array per
+// column, each bound as one parameter and unnested back into rows
+// (Unnest()). So a batch is one statement and one round trip, and its text,
+// and so its prepared plan, is the same for any number of rows (multi-row
+// VALUES would need a text, and a prepared statement, per row count).
+// Rows are added with the binders of sql_rows (BindAll, in column order),
+// each followed by EndRow(). A column's SQL type follows from the C++ type
+// bound to it, the same for every row (a null optional<T> has T's type).
+class ArrayColumns {
+ public:
+  ArrayColumns& Bind(std::int64_t v) {
+    return Add("bigint", std::to_string(v));
+  }
+  ArrayColumns& Bind(int v) { return Add("integer", std::to_string(v)); }
+  ArrayColumns& Bind(bool v) { return Add("boolean", v ? "t" : "f"); }
+  ArrayColumns& Bind(std::string_view v) {
+    if (v.find('\0') != std::string_view::npos && status_.ok()) {
+      status_ = Status::InvalidArgument(
+          "a text value holds a NUL byte, which PostgreSQL text cannot store");
+    }
+    return Add("text", Element(v));
+  }
+  ArrayColumns& Bind(const std::string& v) { return Bind(std::string_view(v)); }
+  ArrayColumns& Bind(const char* v) { return Bind(std::string_view(v)); }
+  template <typename T>
+  ArrayColumns& Bind(const std::optional<T>& v) {
+    if (v) return Bind(*v);
+    return Add(TypeOf(T{}), "NULL");
+  }
+  // Any bytes, for a BYTEA column (hex format, as Params::BindBytes).
+  ArrayColumns& BindBytes(std::string_view v) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string text = "\\x";
+    text.reserve(2 + 2 * v.size());
+    for (const char c : v) {
+      const auto byte = static_cast<unsigned char>(c);
+      text += kHex[byte >> 4];
+      text += kHex[byte & 0xf];
+    }
+    return Add("bytea", Element(text));
+  }
+  template <typename... Args>
+  ArrayColumns& BindAll(const Args&... args) {
+    (Bind(args), ...);
+    return *this;
+  }
+  void EndRow() {
+    if (column_ != columns_.size() && status_.ok()) {
+      status_ =
+          Status::Internal("a batch row bound " + std::to_string(column_) +
+                           " columns, not " + std::to_string(columns_.size()));
+    }
+    column_ = 0;
+    ++rows_;
+  }
+
+  int rows() const { return rows_; }
+  const Status& status() const { return status_; }
+
+  // Binds every column's array to `params` and returns
+  // "unnest($a::type[], $b::type[], ...)", which yields the rows in the
+  // order they were added. `arrays`, if given, receives each column's
+  // array ("$a::type[]"), to refer to again in the statement.
+  std::string Unnest(Params& params,
+                     std::vector<std::string>* arrays = nullptr) const {
+    if (!status_.ok()) params.Fail(status_);
+    std::string sql = "unnest(";
+    for (std::size_t i = 0; i < columns_.size(); ++i) {
+      std::string array = params.AddLiteral(columns_[i].array + "}") +
+                          "::" + std::string(columns_[i].type) + "[]";
+      if (i > 0) sql += ", ";
+      sql += array;
+      if (arrays != nullptr) arrays->push_back(std::move(array));
+    }
+    return sql + ")";
+  }
+
+ private:
+  struct Column {
+    std::string_view type;
+    std::string array = "{";  // the literal, without its closing brace
+  };
+
+  static std::string_view TypeOf(std::int64_t) { return "bigint"; }
+  static std::string_view TypeOf(int) { return "integer"; }
+  static std::string_view TypeOf(bool) { return "boolean"; }
+  static std::string_view TypeOf(const std::string&) { return "text"; }
+
+  // An array element: double-quoted, with `"` and `\` escaped, so that any
+  // text (empty, "NULL", braces, commas, newlines) stays itself.
+  static std::string Element(std::string_view v) {
+    std::string out;
+    out.reserve(v.size() + 2);
+    out += '"';
+    for (const char c : v) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+    return out;
+  }
+
+  ArrayColumns& Add(std::string_view type, std::string_view element) {
+    if (rows_ == 0) {
+      columns_.push_back(Column{type});
+    } else if (column_ >= columns_.size() || columns_[column_].type != type) {
+      if (status_.ok()) {
+        status_ =
+            Status::Internal("a batch row's column " + std::to_string(column_) +
+                             " does not match the first row's");
+      }
+      ++column_;
+      return *this;
+    }
+    std::string& array = columns_[column_].array;
+    if (rows_ > 0) array += ',';
+    array += element;
+    ++column_;
+    return *this;
+  }
+
+  std::vector<Column> columns_;
+  std::size_t column_ = 0;  // the next column of the current row
+  int rows_ = 0;
+  Status status_;
+};
+
+// "a, b" -> "a = v.a, b = v.b": an UPDATE of every column from the row
+// `v` of a FROM clause.
+std::string AssignmentsFrom(std::string_view columns, std::string_view v) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < columns.size()) {
+    std::size_t end = columns.find(',', start);
+    if (end == std::string_view::npos) end = columns.size();
+    std::string_view name = columns.substr(start, end - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    if (!out.empty()) out += ", ";
+    out += name;
+    out += " = ";
+    out += v;
+    out += '.';
+    out += name;
     start = end + 1;
   }
   return out;
@@ -1542,7 +1701,203 @@ class PgTxn final : public Txn {
         .status();
   }
 
+  // ---------------------------------------------------------- batches
+  // One statement each (ArrayColumns), where the single-row calls take a
+  // round trip per row: a bind pass writes hundreds of rows at once.
+  StatusOr<std::vector<StatusOr<TaskRow>>> UpdateTasks(
+      std::span<const TaskRow> rows) override {
+    std::vector<StatusOr<TaskRow>> out;
+    if (rows.empty()) return out;
+    const std::string what =
+        "updating " + std::to_string(rows.size()) + " tasks";
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    // A task twice in one batch: its second row must be checked against
+    // the version the first one stored, which one statement cannot do.
+    std::unordered_set<RowId> ids;
+    for (const TaskRow& row : rows) {
+      if (!ids.insert(row.id).second) return Txn::UpdateTasks(rows);
+    }
+    ArrayColumns columns;
+    for (const TaskRow& row : rows) {
+      HF_RETURN_IF_ERROR(
+          BindTaskFields(columns, row)
+              .WithContext("updating task " + std::to_string(row.id)));
+      columns.BindAll(row.created_at, row.updated_at, row.id, row.version);
+      columns.EndRow();
+    }
+    // The compare-and-set of UpdateTask, row by row: only the rows whose
+    // stored version matches are written, and RETURNING names them.
+    // `t.id = ANY(ids)` tells the planner how few tasks the join needs, so
+    // that on a large table it fetches them through the primary key, as
+    // UpdateTask does, rather than hash the whole table for each batch.
+    Params params;
+    std::vector<std::string> arrays;
+    const std::string unnest = columns.Unnest(params, &arrays);
+    const std::string& ids_array = arrays.at(kTaskFieldCount + 2);
+    const std::string sql =
+        "UPDATE tasks AS t SET " + AssignmentsFrom(kTaskFieldColumns, "v") +
+        ", version = t.version + 1, created_at = v.created_at, "
+        "updated_at = v.updated_at FROM " +
+        unnest + " AS v(" + std::string(kTaskFieldColumns) +
+        ", created_at, updated_at, id, version) WHERE t.id = ANY(" + ids_array +
+        ") AND t.id = v.id AND t.version = v.version " + "RETURNING t.id";
+    StatusOr<pqxx::result> result = Exec(what, sql, params, /*changes=*/true);
+    if (!result.ok()) return result.status();
+    std::unordered_set<RowId> updated;
+    HF_RETURN_IF_ERROR(Guarded(what, [&]() -> Status {
+      for (const pqxx::row& row : *result) updated.insert(row[0].as<RowId>());
+      return Status::Ok();
+    }));
+    if (updated.size() < rows.size()) {
+      // Claims lost (rare): which tasks are gone and which moved on, for
+      // the same answers as UpdateTask's.
+      StatusOr<std::map<RowId, std::int64_t>> now = TaskVersions(rows, updated);
+      if (!now.ok()) return now.status();
+      out.reserve(rows.size());
+      for (const TaskRow& row : rows) {
+        if (updated.contains(row.id)) {
+          out.push_back(Stored(row));
+          continue;
+        }
+        const std::string task = "task " + std::to_string(row.id);
+        auto it = now->find(row.id);
+        if (it == now->end()) {
+          out.push_back(Status::NotFound(task));
+        } else {
+          out.push_back(
+              Status::Aborted(task + " was changed concurrently (version " +
+                              std::to_string(row.version) + " is stale; now " +
+                              std::to_string(it->second) + ")"));
+        }
+      }
+      return out;
+    }
+    out.reserve(rows.size());
+    for (const TaskRow& row : rows) out.push_back(Stored(row));
+    return out;
+  }
+  Status InsertSlices(std::span<const SliceRow> rows) override {
+    if (rows.empty()) return Status::Ok();
+    const std::string what =
+        "inserting " + std::to_string(rows.size()) + " slices";
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    ArrayColumns columns;
+    for (const SliceRow& row : rows) {
+      const std::string slice = "inserting slice " + std::to_string(row.id);
+      if (row.id <= 0) return Status::Internal(slice + ": slice ids are > 0");
+      columns.Bind(row.id);
+      HF_RETURN_IF_ERROR(BindSliceData(columns, row).WithContext(slice));
+      columns.EndRow();
+    }
+    Params params;
+    const std::string sql = "INSERT INTO slices (" +
+                            std::string(kSliceColumns) + ") SELECT * FROM " +
+                            columns.Unnest(params);
+    return Change(what, sql, params).status();
+  }
+  StatusOr<std::vector<RowId>> AppendHistories(
+      std::span<const HistoryRow> rows) override {
+    if (rows.empty()) return std::vector<RowId>{};
+    const std::string what =
+        "appending " + std::to_string(rows.size()) + " rows to history";
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    ArrayColumns columns;
+    for (const HistoryRow& row : rows) {
+      columns
+          .BindAll(row.at, row.op, row.slice_id, row.task_id, row.tenant_id,
+                   row.node_id, sql_rows::Json(row.gpu_indices).dump(),
+                   row.memory_mib, row.compute_percent, row.actor)
+          .BindBytes(row.reason);
+      columns.EndRow();
+    }
+    Params params;
+    return InsertReturningIds(what, "slice_history", WithoutId(kHistoryColumns),
+                              columns, params);
+  }
+  StatusOr<std::vector<SliceRequestRow>> InsertSliceRequests(
+      std::span<const SliceRequestRow> rows) override {
+    std::vector<SliceRequestRow> out;
+    if (rows.empty()) return out;
+    const std::string what =
+        "inserting " + std::to_string(rows.size()) + " slice requests";
+    HF_RETURN_IF_ERROR(CheckWritable(what));
+    ArrayColumns columns;
+    for (const SliceRequestRow& row : rows) {
+      BindSliceRequestData(columns, row);
+      columns.EndRow();
+    }
+    Params params;
+    StatusOr<std::vector<RowId>> ids =
+        InsertReturningIds(what, "agent_slice_requests",
+                           WithoutId(kSliceRequestColumns), columns, params);
+    if (!ids.ok()) return ids.status();
+    out.assign(rows.begin(), rows.end());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i].id = (*ids)[i];
+    return out;
+  }
+
  private:
+  // UpdateTask's answer for a row it wrote.
+  static TaskRow Stored(const TaskRow& row) {
+    TaskRow out = row;
+    out.version = row.version + 1;
+    return out;
+  }
+
+  // The stored version of each task of `rows` not in `skip` (absent: the
+  // task is gone).
+  StatusOr<std::map<RowId, std::int64_t>> TaskVersions(
+      std::span<const TaskRow> rows, const std::unordered_set<RowId>& skip) {
+    std::string ids = "{";
+    for (const TaskRow& row : rows) {
+      if (skip.contains(row.id)) continue;
+      if (ids.size() > 1) ids += ',';
+      ids += std::to_string(row.id);
+    }
+    ids += '}';
+    Params params;
+    const std::string sql = "SELECT id, version FROM tasks WHERE id = ANY(" +
+                            params.AddLiteral(std::move(ids)) + "::bigint[])";
+    const std::string what = "reading the versions of tasks it lost";
+    StatusOr<pqxx::result> result = Exec(what, sql, params, /*changes=*/false);
+    if (!result.ok()) return result.status();
+    return Guarded(what, [&]() -> StatusOr<std::map<RowId, std::int64_t>> {
+      std::map<RowId, std::int64_t> versions;
+      for (const pqxx::row& row : *result) {
+        versions[row[0].as<RowId>()] = row[1].as<std::int64_t>();
+      }
+      return versions;
+    });
+  }
+
+  // Inserts the rows of `columns` (named `names`: every column but the id)
+  // into `table`; returns their new ids in the order the rows were added.
+  // The identity column numbers the rows in the order the SELECT yields
+  // them, which ORDER BY ord pins to the order they were added.
+  StatusOr<std::vector<RowId>> InsertReturningIds(const std::string& what,
+                                                  std::string_view table,
+                                                  std::string_view names,
+                                                  const ArrayColumns& columns,
+                                                  Params& params) {
+    const std::string sql =
+        "INSERT INTO " + std::string(table) + " (" + std::string(names) +
+        ") SELECT " + std::string(names) + " FROM " + columns.Unnest(params) +
+        " WITH ORDINALITY AS v(" + std::string(names) + ", ord) ORDER BY ord " +
+        "RETURNING id";
+    StatusOr<pqxx::result> result = Exec(what, sql, params, /*changes=*/true);
+    if (!result.ok()) return result.status();
+    return Guarded(what, [&]() -> StatusOr<std::vector<RowId>> {
+      if (static_cast<int>(result->size()) != columns.rows()) {
+        return Status::Internal(what + ": " + std::to_string(result->size()) +
+                                " ids returned");
+      }
+      std::vector<RowId> ids;
+      ids.reserve(result->size());
+      for (const pqxx::row& row : *result) ids.push_back(row[0].as<RowId>());
+      return ids;
+    });
+  }
+
   static std::string Select(std::string_view columns, std::string_view table,
                             std::string_view where) {
     std::string sql = "SELECT ";

@@ -36,6 +36,12 @@
 // later statement of that transaction with the same error, and the Write
 // never commits it, even if `fn` ignores the error.
 //
+// Batches (Txn::UpdateTasks, InsertSlices, AppendHistories,
+// InsertSliceRequests) are one statement each, whatever their size: each
+// column's values go as one array parameter and `unnest` turns them back
+// into rows, so a bind pass of hundreds of tasks costs a few round trips,
+// not a few per task.
+//
 // Connections. One for writes (opened by Open) and up to
 // StoreOptions::read_connections for reads (opened on first use). A
 // connection that broke is dropped and

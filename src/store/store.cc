@@ -1,6 +1,7 @@
 // The backend-independent half of the store: the names of the enumerations
-// as they are stored and shown, and `OpenStore`, which picks a backend from
-// the database URL (the server's --db flag).
+// as they are stored and shown, `OpenStore`, which picks a backend from
+// the database URL (the server's --db flag), and the batch calls of Txn
+// done row by row (for a backend without its own).
 //
 // Thread-safety: every function here is stateless and safe to call from any
 // thread.
@@ -8,9 +9,11 @@
 
 #include <array>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "store/postgres_store.h"
 #include "store/sqlite_store.h"
@@ -141,6 +144,52 @@ StatusOr<std::unique_ptr<Store>> OpenStore(const std::string& url,
       SqliteStore::Open(path, options);
   if (!sqlite.ok()) return sqlite.status();
   return std::unique_ptr<Store>(std::move(sqlite).value());
+}
+
+// ---------------------------------------------------------------- batches
+
+StatusOr<std::vector<StatusOr<TaskRow>>> Txn::UpdateTasks(
+    std::span<const TaskRow> rows) {
+  std::vector<StatusOr<TaskRow>> out;
+  out.reserve(rows.size());
+  for (const TaskRow& row : rows) {
+    StatusOr<TaskRow> stored = UpdateTask(row);
+    if (!stored.ok() && stored.status().code() != StatusCode::kAborted &&
+        stored.status().code() != StatusCode::kNotFound) {
+      return stored.status();
+    }
+    out.push_back(std::move(stored));
+  }
+  return out;
+}
+
+Status Txn::InsertSlices(std::span<const SliceRow> rows) {
+  for (const SliceRow& row : rows) HF_RETURN_IF_ERROR(InsertSlice(row));
+  return Status::Ok();
+}
+
+StatusOr<std::vector<RowId>> Txn::AppendHistories(
+    std::span<const HistoryRow> rows) {
+  std::vector<RowId> ids;
+  ids.reserve(rows.size());
+  for (const HistoryRow& row : rows) {
+    StatusOr<RowId> id = AppendHistory(row);
+    if (!id.ok()) return id.status();
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+StatusOr<std::vector<SliceRequestRow>> Txn::InsertSliceRequests(
+    std::span<const SliceRequestRow> rows) {
+  std::vector<SliceRequestRow> out;
+  out.reserve(rows.size());
+  for (const SliceRequestRow& row : rows) {
+    StatusOr<SliceRequestRow> stored = InsertSliceRequest(row);
+    if (!stored.ok()) return stored.status();
+    out.push_back(*std::move(stored));
+  }
+  return out;
 }
 
 }  // namespace hf::store

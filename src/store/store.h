@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -465,6 +466,31 @@ class Txn {
   virtual StatusOr<std::optional<std::string>> GetMeta(
       std::string_view key) = 0;
   virtual Status SetMeta(std::string_view key, std::string_view value) = 0;
+
+  // Batches: the single-row calls above for many rows at once, with the
+  // same effect as calling them one by one in order, and for a backend
+  // whose every statement is a round trip to a server (PostgreSQL) one
+  // statement per batch instead of one per row. The defaults here do call
+  // the single-row methods one by one (SQLite, in process, gains nothing
+  // from more). An empty batch does nothing.
+  //
+  // When a batch call fails, some of its rows may have been written
+  // already: return the error from the Write function, so that the whole
+  // transaction rolls back.
+
+  // UpdateTasks: for each row, in order, what UpdateTask would return for
+  // it: the stored row, or Aborted (a stale version) / NotFound for a row
+  // whose claim is lost, which is then not written; the others are. Any
+  // other failure fails the whole call.
+  virtual StatusOr<std::vector<StatusOr<TaskRow>>> UpdateTasks(
+      std::span<const TaskRow> rows);
+  virtual Status InsertSlices(std::span<const SliceRow> rows);
+  // The ids of the appended rows, in order (increasing).
+  virtual StatusOr<std::vector<RowId>> AppendHistories(
+      std::span<const HistoryRow> rows);
+  // The stored rows (ids set), in order.
+  virtual StatusOr<std::vector<SliceRequestRow>> InsertSliceRequests(
+      std::span<const SliceRequestRow> rows);
 };
 
 // ------------------------------------------------------------------ store

@@ -1184,6 +1184,314 @@ TEST_P(StoreContractTest, ExpiredIdempotencyKeysAreSweptInBatches) {
                       StatusCode::kInternal));
 }
 
+// ---------------------------------------------------------------- batches
+// UpdateTasks, InsertSlices, AppendHistories and InsertSliceRequests: the
+// same rows and answers as the single-row calls one by one.
+
+TEST_P(StoreContractTest, UpdateTasksIsACompareAndSetPerRow) {
+  const RowId tenant = AddTenant("t");
+  const RowId node = AddNode("n");
+  // Pairs of equal tasks: one of each updated by UpdateTask, the other in
+  // the batch, to compare what each stores.
+  constexpr int kPairs = 40;
+  std::vector<TaskRow> single;
+  std::vector<TaskRow> batched;
+  for (int i = 0; i < kPairs; ++i) {
+    for (auto* rows : {&single, &batched}) {
+      rows->push_back(MustWrite([&](Txn& t) {
+        return t.InsertTask(PendingTask(tenant, "job-" + std::to_string(i)));
+      }));
+    }
+  }
+  // Where each stands in a client's list (set when it is read back).
+  std::vector<ListPosition> positions;
+  for (const TaskRow& row : batched) {
+    positions.push_back(
+        MustRead([&](Txn& t) { return t.GetTask(row.id); }).position());
+  }
+  // The one row the batch must not write: a claim lost since it was read.
+  TaskRow& moved = batched[7];
+  TaskRow moved_on = moved;
+  moved_on.message = "cancelled meanwhile";
+  moved_on = MustWrite([&](Txn& t) { return t.UpdateTask(moved_on); });
+
+  const auto change = [&](TaskRow row, int i) {
+    const RowId id = row.id;
+    const std::int64_t version = row.version;
+    const Millis created_at = row.created_at;
+    if (i % 2 == 0) {
+      row = FullTask(tenant, node);  // every field, awkward text included
+      row.id = id;
+      row.version = version;
+      row.created_at = created_at;
+    }
+    row.state = TaskState::kScheduled;
+    row.slice_id = 100 + i;
+    row.node_id = node;
+    row.gpu_indices = {i % 8};
+    row.env["HETEROFLOW_SLICE_ID"] = std::to_string(100 + i);
+    row.pending_reason.clear();
+    row.updated_at = 5000 + i;
+    return row;
+  };
+  std::vector<TaskRow> want_single;
+  std::vector<TaskRow> want_batched;
+  for (int i = 0; i < kPairs; ++i) {
+    want_single.push_back(change(single[i], i));
+    want_batched.push_back(change(batched[i], i));
+  }
+  TaskRow ghost = want_batched[0];
+  ghost.id = 99'999;
+  std::vector<TaskRow> batch = want_batched;
+  batch.push_back(ghost);
+
+  const std::vector<StatusOr<TaskRow>> got =
+      MustWrite([&](Txn& t) -> StatusOr<std::vector<StatusOr<TaskRow>>> {
+        for (const TaskRow& row : want_single) {
+          HF_RETURN_IF_ERROR(t.UpdateTask(row).status());
+        }
+        return t.UpdateTasks(batch);
+      });
+  ASSERT_EQ(got.size(), batch.size());
+  for (int i = 0; i < kPairs; ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    if (i == 7) {
+      EXPECT_TRUE(HasCode(got[i].status(), StatusCode::kAborted));
+      continue;
+    }
+    ASSERT_TRUE(got[i].ok()) << got[i].status().ToString();
+    TaskRow expected = want_batched[i];
+    expected.version = batched[i].version + 1;
+    EXPECT_EQ(Fields(*got[i]), Fields(expected));
+  }
+  EXPECT_TRUE(HasCode(got.back().status(), StatusCode::kNotFound));
+  EXPECT_NE(got.back().status().message().find("task 99999"), std::string::npos)
+      << got.back().status().message();
+
+  // Stored as UpdateTask stores them (the version bumped once, the list
+  // position kept); the lost claim's row untouched.
+  for (int i = 0; i < kPairs; ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    const TaskRow one =
+        MustRead([&](Txn& t) { return t.GetTask(single[i].id); });
+    const TaskRow two =
+        MustRead([&](Txn& t) { return t.GetTask(batched[i].id); });
+    if (i == 7) {
+      EXPECT_EQ(Fields(two), Fields(moved_on));
+      continue;
+    }
+    EXPECT_EQ(two.version, batched[i].version + 1);
+    EXPECT_EQ(two.position(), positions[i]);
+    TaskRow same = one;
+    same.id = two.id;
+    same.txn = two.txn;
+    EXPECT_EQ(Fields(two), Fields(same));
+  }
+}
+
+TEST_P(StoreContractTest, UpdateTasksChecksATaskTwiceInOneBatchInOrder) {
+  const RowId tenant = AddTenant("t");
+  const TaskRow task = MustWrite(
+      [&](Txn& t) { return t.InsertTask(PendingTask(tenant, "job")); });
+  TaskRow first = task;
+  first.message = "first";
+  TaskRow again = first;  // the same version: loses to the first
+  again.message = "again";
+  TaskRow next = first;  // the version the first stores: wins
+  next.version = task.version + 1;
+  next.message = "next";
+  const std::vector<TaskRow> batch = {first, again, next};
+  const std::vector<StatusOr<TaskRow>> got =
+      MustWrite([&](Txn& t) { return t.UpdateTasks(batch); });
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].ok());
+  EXPECT_TRUE(HasCode(got[1].status(), StatusCode::kAborted));
+  ASSERT_TRUE(got[2].ok()) << got[2].status().ToString();
+  EXPECT_EQ(got[2]->version, task.version + 2);
+  const TaskRow stored = MustRead([&](Txn& t) { return t.GetTask(task.id); });
+  EXPECT_EQ(stored.message, "next");
+  EXPECT_EQ(stored.version, task.version + 2);
+}
+
+TEST_P(StoreContractTest, BatchInsertsStoreWhatTheSingleRowCallsStore) {
+  const RowId tenant = AddTenant("t");
+  const RowId node = AddNode("n");
+  const RowId task = AddTask(tenant, "job");
+  // History written before the batch: the batch's rows come after it.
+  HistoryRow before;
+  before.op = "gc";
+  const RowId before_id =
+      MustWrite([&](Txn& t) { return t.AppendHistory(before); });
+
+  std::vector<SliceRow> slices;
+  for (int i = 0; i < 30; ++i) {
+    SliceRow s = MakeSlice(1'000'000'000 + i, tenant, node, {i % 8});
+    s.task_id = task;
+    if (i % 3 == 0) {
+      s.task_id.reset();  // an operator reservation
+      s.released_at = 3000 + i;
+      s.enforcement = {"mps", Awkward()};
+      s.mig_device_id = "MIG-\"x\"";
+      s.mig_profile = "1g.10gb";
+      s.mig_start = i % 7;
+      s.compute_defaulted = true;
+      s.qos_level = "gold";
+    }
+    slices.push_back(s);
+  }
+  std::vector<HistoryRow> history;
+  for (int i = 0; i < 30; ++i) {
+    HistoryRow h;
+    h.at = 123'000 + i;
+    h.op = "allocate";
+    h.slice_id = slices[i].id;
+    h.task_id = slices[i].task_id;
+    h.tenant_id = tenant;
+    if (i % 2 == 0) h.node_id = node;
+    h.gpu_indices = slices[i].gpu_indices;
+    h.memory_mib = 4096;
+    h.compute_percent = i;
+    h.actor = "scheduler";
+    h.reason = i % 5 == 0 ? "bound \"it\" {a,b} NULL\n" + Awkward() : "";
+    history.push_back(h);
+  }
+  std::vector<SliceRequestRow> requests;
+  for (int i = 0; i < 3; ++i) {
+    SliceRequestRow r;
+    r.node_id = node;
+    r.slice_id = slices[i].id;
+    r.task_id = i == 1 ? std::nullopt : std::optional<RowId>(task);
+    r.action = "create";
+    r.gpu_index = i;
+    r.gpu_uuid = "GPU-" + std::to_string(i);
+    r.profile = "1g.10gb";
+    r.mig_start = i == 2 ? -1 : i;
+    r.created_at = 100;
+    r.deadline_at = 60'100;
+    requests.push_back(r);
+  }
+
+  struct Out {
+    std::vector<RowId> history_ids;
+    std::vector<SliceRequestRow> requests;
+  };
+  const Out out = MustWrite([&](Txn& t) -> StatusOr<Out> {
+    Out o;
+    HF_RETURN_IF_ERROR(t.InsertSlices(slices));
+    auto ids = t.AppendHistories(history);
+    if (!ids.ok()) return ids.status();
+    o.history_ids = *std::move(ids);
+    auto stored = t.InsertSliceRequests(requests);
+    if (!stored.ok()) return stored.status();
+    o.requests = *std::move(stored);
+    return o;
+  });
+
+  for (const SliceRow& s : slices) {
+    EXPECT_EQ(Fields(MustRead([&](Txn& t) { return t.GetSlice(s.id); })),
+              Fields(s));
+  }
+  ASSERT_EQ(out.history_ids.size(), history.size());
+  HistoryFilter f;
+  f.after_id = before_id;
+  f.limit = 1000;
+  const std::vector<HistoryRow> listed =
+      MustRead([&](Txn& t) { return t.ListHistory(f); });
+  ASSERT_EQ(listed.size(), history.size());
+  for (std::size_t i = 0; i < history.size(); ++i) {
+    SCOPED_TRACE("history row " + std::to_string(i));
+    HistoryRow expected = history[i];
+    expected.id = out.history_ids[i];  // in order, increasing
+    EXPECT_EQ(Fields(listed[i]), Fields(expected));
+    EXPECT_EQ(listed[i].txn, listed[0].txn) << "one transaction";
+  }
+  ASSERT_EQ(out.requests.size(), requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    SliceRequestRow expected = requests[i];
+    expected.id = out.requests[i].id;
+    EXPECT_GT(expected.id, i == 0 ? 0 : out.requests[i - 1].id);
+    EXPECT_EQ(Fields(out.requests[i]), Fields(expected));
+    EXPECT_EQ(Fields(MustRead(
+                  [&](Txn& t) { return t.GetSliceRequest(expected.id); })),
+              Fields(expected));
+  }
+  // A client's page of the history finds them after the earlier row.
+  HistoryFilter page;
+  page.after = ListPosition{};
+  page.limit = 1000;
+  const std::vector<HistoryRow> paged =
+      MustRead([&](Txn& t) { return t.ListHistory(page); });
+  ASSERT_EQ(paged.size(), 1 + history.size());
+  EXPECT_EQ(paged.front().id, before_id);
+
+  // Empty batches do nothing.
+  const Status empty = WriteStatus([](Txn& t) -> Status {
+    auto updated = t.UpdateTasks({});
+    if (!updated.ok()) return updated.status();
+    if (!updated->empty()) return Status::Internal("rows from nothing");
+    HF_RETURN_IF_ERROR(t.InsertSlices({}));
+    auto ids = t.AppendHistories({});
+    if (!ids.ok()) return ids.status();
+    if (!ids->empty()) return Status::Internal("ids from nothing");
+    auto stored = t.InsertSliceRequests({});
+    if (!stored.ok()) return stored.status();
+    if (!stored->empty()) return Status::Internal("requests from nothing");
+    return Status::Ok();
+  });
+  EXPECT_TRUE(empty.ok()) << empty.ToString();
+}
+
+TEST_P(StoreContractTest, ABatchRefusedMidwayLeavesNothingOfTheWrite) {
+  const RowId tenant = AddTenant("t");
+  const RowId node = AddNode("n");
+  const TaskRow task = MustWrite(
+      [&](Txn& t) { return t.InsertTask(PendingTask(tenant, "job")); });
+  ASSERT_TRUE(WriteStatus([&](Txn& t) {
+                return t.InsertSlice(MakeSlice(5, tenant, node, {0}));
+              }).ok());
+  const auto history = [&] {
+    return MustRead([](Txn& t) { return t.ListHistory(HistoryFilter{}); })
+        .size();
+  };
+  const std::size_t history_before = history();
+  const auto bind = [&](std::vector<SliceRow> slices) {
+    return WriteStatus([&](Txn& t) -> Status {
+      TaskRow next = task;
+      next.state = TaskState::kScheduled;
+      auto updated = t.UpdateTasks(std::vector<TaskRow>{next});
+      if (!updated.ok()) return updated.status();
+      HF_RETURN_IF_ERROR(updated->front().status());
+      HistoryRow h;
+      h.op = "allocate";
+      HF_RETURN_IF_ERROR(
+          t.AppendHistories(std::vector<HistoryRow>{h, h}).status());
+      return t.InsertSlices(slices);  // the error is the function's
+    });
+  };
+  // A duplicate id between two new slices, then a missing node.
+  EXPECT_TRUE(HasCode(
+      bind({MakeSlice(6, tenant, node, {1}), MakeSlice(5, tenant, node, {1}),
+            MakeSlice(7, tenant, node, {2})}),
+      StatusCode::kAlreadyExists));
+  EXPECT_TRUE(HasCode(
+      bind({MakeSlice(6, tenant, node, {1}), MakeSlice(7, tenant, 999, {2})}),
+      StatusCode::kNotFound));
+  for (const RowId id : {RowId{6}, RowId{7}}) {
+    EXPECT_TRUE(
+        HasCode(TryRead([&](Txn& t) { return t.GetSlice(id); }).status(),
+                StatusCode::kNotFound))
+        << "slice " << id;
+  }
+  const TaskRow after = MustRead([&](Txn& t) { return t.GetTask(task.id); });
+  EXPECT_EQ(Fields(after), Fields(task));
+  EXPECT_EQ(history(), history_before);
+  // ...and the same Write with good rows is kept whole.
+  ASSERT_TRUE(bind({MakeSlice(6, tenant, node, {1})}).ok());
+  EXPECT_EQ(MustRead([&](Txn& t) { return t.GetTask(task.id); }).version,
+            task.version + 1);
+  EXPECT_EQ(history(), history_before + 2);
+}
+
 // ------------------------------------------------------------ transactions
 
 TEST_P(StoreContractTest, FailedWriteKeepsNothingAndReturnsItsStatus) {
@@ -1390,6 +1698,25 @@ TEST_P(StoreContractTest, ReadTransactionRejectsEveryMutation) {
           {"UpdateSliceRequest",
            [&](Txn& t) { return t.UpdateSliceRequest(request); }},
           {"SetMeta", [](Txn& t) { return t.SetMeta("k", "v"); }},
+          {"UpdateTasks",
+           [&](Txn& t) {
+             return t.UpdateTasks(std::vector<TaskRow>{task}).status();
+           }},
+          {"InsertSlices",
+           [&](Txn& t) {
+             return t.InsertSlices(
+                 std::vector<SliceRow>{MakeSlice(3, tenant, node, {0})});
+           }},
+          {"AppendHistories",
+           [](Txn& t) {
+             return t.AppendHistories(std::vector<HistoryRow>{HistoryRow{}})
+                 .status();
+           }},
+          {"InsertSliceRequests",
+           [&](Txn& t) {
+             return t.InsertSliceRequests(std::vector<SliceRequestRow>{request})
+                 .status();
+           }},
           {"InsertIdempotencyKey",
            [](Txn& t) {
              return t.InsertIdempotencyKey(PendingKey(1, "read-only"));
