@@ -273,6 +273,7 @@ Status Agent::Cycle() {
   if (!adopted_) HF_RETURN_IF_ERROR(Adopt());
   Probe();
   CheckHookProof();
+  SampleProcesses();
   FeedShares();
   MeasureInterference();
   HF_RETURN_IF_ERROR(RegisterOrHeartbeat());
@@ -449,6 +450,35 @@ void Agent::CheckHookProof() {
   hook_proof_.Check(slices, *driver_, clock_->NowMillis());
 }
 
+void Agent::SampleProcesses() {
+  std::set<int> hooked;  // GPUs with a running hooked single-GPU task
+  for (const auto& [id, t] : tasks_) {
+    if (t.region && !t.finished && t.gpu_indices.size() == 1) {
+      hooked.insert(t.gpu_indices[0]);
+    }
+  }
+  std::erase_if(process_samples_,
+                [&](const auto& e) { return !hooked.contains(e.first); });
+  const auto now_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (int index : hooked) {
+    ProcessSample& sample = process_samples_[index];
+    const std::uint64_t since = sample.now_us;
+    auto processes = driver_->SampleProcessUtilization(index, since);
+    sample.since_us = since;
+    sample.now_us = now_us;
+    sample.window = processes.ok() && since != 0 && now_us > since;
+    sample.processes.clear();
+    if (processes.ok()) {
+      sample.processes = std::move(*processes);
+    } else {
+      sample.now_us = 0;  // start afresh once the driver answers again
+    }
+  }
+}
+
 void Agent::FeedShares() {
   // The GPUs whose slices take turns: a running hooked task on one GPU.
   std::map<int, std::map<std::int64_t, std::int64_t>> slice_of_task;
@@ -475,27 +505,24 @@ void Agent::FeedShares() {
       }
       g.region = std::move(region);
     }
-    const auto now_us = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
-    auto samples = driver_->SampleProcessUtilization(index, g.sampled_us);
-    if (!samples.ok()) {
-      g.sampled_us = 0;  // start afresh once the driver answers again
+    auto sampled = process_samples_.find(index);
+    if (sampled == process_samples_.end() || sampled->second.now_us == 0) {
+      g.started = false;  // the driver did not answer: start afresh
       continue;
     }
-    const std::uint64_t since = g.sampled_us;
-    g.sampled_us = now_us;
-    if (since == 0 || now_us <= since) {
+    const ProcessSample& sample = sampled->second;
+    if (!g.started || !sample.window) {
       // The first sample only starts the window (and the baseline).
       g.feedback.Apply(*g.region, 1, {});
+      g.started = true;
       continue;
     }
-    const auto window_ns = static_cast<std::int64_t>(now_us - since) * 1000;
+    const auto window_ns =
+        static_cast<std::int64_t>(sample.now_us - sample.since_us) * 1000;
     const std::map<std::int64_t, std::int64_t> task_of =
         hook_proof_.TasksOfProcesses(index);
     std::map<std::int64_t, hook::SliceObservation> by_slice;
-    for (const gpu::ProcessUtilization& p : *samples) {
+    for (const gpu::ProcessUtilization& p : sample.processes) {
       auto task = task_of.find(p.pid);
       if (task == task_of.end()) continue;  // not a slice's process
       auto slice = slices.find(task->second);
@@ -539,12 +566,6 @@ void Agent::MeasureInterference() {
   interference_.Retain(live);
   std::erase_if(interference_seen_,
                 [&](const auto& e) { return !live.contains(e.first); });
-  std::erase_if(interference_sampled_us_,
-                [&](const auto& e) { return !tasks_on.contains(e.first); });
-  const auto now_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
   for (const auto& [index, ids] : tasks_on) {
     // Each slice's classes, and whether its timed launches grew.
     std::map<std::int64_t, std::vector<KernelCounts>> counts;
@@ -567,24 +588,20 @@ void Agent::MeasureInterference() {
     // process of another task, or of no task of this node.
     std::set<std::int64_t> busy;
     bool busy_stranger = false;
-    std::uint64_t& since = interference_sampled_us_[index];
-    if (since != 0) {
-      auto samples = driver_->SampleProcessUtilization(index, since);
-      if (samples.ok()) {
-        const std::map<std::int64_t, std::int64_t> task_of =
-            hook_proof_.TasksOfProcesses(index);
-        for (const gpu::ProcessUtilization& p : *samples) {
-          if (p.sm_percent == 0) continue;
-          auto it = task_of.find(p.pid);
-          if (it == task_of.end()) {
-            busy_stranger = true;
-          } else {
-            busy.insert(it->second);
-          }
+    auto sampled = process_samples_.find(index);
+    if (sampled != process_samples_.end() && sampled->second.window) {
+      const std::map<std::int64_t, std::int64_t> task_of =
+          hook_proof_.TasksOfProcesses(index);
+      for (const gpu::ProcessUtilization& p : sampled->second.processes) {
+        if (p.sm_percent == 0) continue;
+        auto it = task_of.find(p.pid);
+        if (it == task_of.end()) {
+          busy_stranger = true;
+        } else {
+          busy.insert(it->second);
         }
       }
     }
-    since = now_us;
     for (std::int64_t id : ids) {
       bool shared = busy_stranger;
       for (std::int64_t other : launched) shared = shared || other != id;

@@ -237,6 +237,10 @@ class Agent {
   // under the hook, and measures into the regions what the hook does not
   // count (HookProof::Check).
   void CheckHookProof();
+  // Asks the driver, once per cycle and GPU with a hooked single-GPU task,
+  // which processes used the GPU since the last cycle (process_samples_):
+  // the share feedback and the interference meter read the same answer.
+  void SampleProcesses();
   // Corrects the compute shares on each GPU with NVML's per-process
   // utilisation since the last cycle (hook::ShareFeedback): GPU time a
   // slice used outside its turns is charged to it. After CheckHookProof,
@@ -289,14 +293,21 @@ class Agent {
   struct GpuShares {
     std::unique_ptr<hook::GpuRegion> region;
     hook::ShareFeedback feedback;
-    std::uint64_t sampled_us = 0;  // CLOCK_REALTIME; 0: not yet
+    bool started = false;  // the feedback's baseline is taken
     std::vector<hook::SliceFeedback> last;
   };
   std::map<int, GpuShares> gpu_shares_;
+  // This cycle's answer of the driver for one GPU: the processes that used
+  // it in [since_us, now_us) (CLOCK_REALTIME microseconds). `window` is
+  // false on the first cycle and after the driver failed to answer.
+  struct ProcessSample {
+    std::uint64_t since_us = 0;
+    std::uint64_t now_us = 0;
+    bool window = false;
+    std::vector<gpu::ProcessUtilization> processes;
+  };
+  std::map<int, ProcessSample> process_samples_;
   InterferenceMeter interference_;
-  // Per GPU: when NVML's process utilisation was last asked for the
-  // interference meter (microseconds since the epoch; 0: not yet).
-  std::map<int, std::uint64_t> interference_sampled_us_;
   // Per slice: its regions' timed launches at the last round.
   std::map<std::int64_t, std::uint64_t> interference_seen_;
 

@@ -99,6 +99,41 @@ class OneTaskServer final : public Transport {
   std::vector<json> heartbeats;
 };
 
+// Passes every call to the driver underneath, counting the per-process
+// utilisation samples asked for.
+class CountingDriver final : public gpu::GpuDriver {
+ public:
+  explicit CountingDriver(gpu::GpuDriver* real) : real_(real) {}
+  std::string Name() const override { return real_->Name(); }
+  StatusOr<std::vector<gpu::GpuInfo>> ListGpus() override {
+    return real_->ListGpus();
+  }
+  StatusOr<std::vector<gpu::MigDevice>> ListMigDevices(int index) override {
+    return real_->ListMigDevices(index);
+  }
+  StatusOr<gpu::MigDevice> CreateMigDevice(
+      int index, const std::string& profile,
+      std::optional<gpu::MigPlacement> placement) override {
+    return real_->CreateMigDevice(index, profile, placement);
+  }
+  Status DestroyMigDevice(int index, int gpu_instance_id) override {
+    return real_->DestroyMigDevice(index, gpu_instance_id);
+  }
+  StatusOr<std::vector<gpu::GpuProcess>> ListProcesses(int index) override {
+    return real_->ListProcesses(index);
+  }
+  StatusOr<std::vector<gpu::ProcessUtilization>> SampleProcessUtilization(
+      int index, std::uint64_t since_us) override {
+    ++samples;
+    return real_->SampleProcessUtilization(index, since_us);
+  }
+
+  int samples = 0;
+
+ private:
+  gpu::GpuDriver* const real_;
+};
+
 class HookProofTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -224,8 +259,13 @@ class HookProofTest : public ::testing::Test {
     o.kill_grace = std::chrono::milliseconds(0);
     o.hook_library = HF_HOOK_PATH;
     o.hook_attach_grace = std::chrono::milliseconds(5000);
-    auto a = Agent::Create(o, client_.get(), nvml_.get(), runtime_.get(),
-                           nullptr, HostFacts{}, &clock_);
+    gpu::GpuDriver* driver = nvml_.get();
+    if (counting_) {
+      counting_driver_ = std::make_unique<CountingDriver>(nvml_.get());
+      driver = counting_driver_.get();
+    }
+    auto a = Agent::Create(o, client_.get(), driver, runtime_.get(), nullptr,
+                           HostFacts{}, &clock_);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     agent_ = std::move(*a);
     ASSERT_TRUE(agent_->RunOnce().ok());
@@ -267,6 +307,8 @@ class HookProofTest : public ::testing::Test {
   OneTaskServer* server_ = nullptr;
   std::unique_ptr<ServerClient> client_;
   std::unique_ptr<gpu::NvmlGpuDriver> nvml_;
+  bool counting_ = false;  // StartAgent wraps the driver in a CountingDriver
+  std::unique_ptr<CountingDriver> counting_driver_;
   std::unique_ptr<Agent> agent_;
   std::vector<pid_t> children_;
 };
@@ -304,6 +346,22 @@ TEST_F(HookProofTest, AProcessThatNeverAttachesIsReportedAfterTheGrace) {
   auto late = AttachAs(bare, static_cast<std::uint32_t>(bare), 0);
   ASSERT_TRUE(agent_->RunOnce().ok());
   EXPECT_FALSE(LastHook().contains("unhooked_pids")) << LastHook().dump();
+}
+
+// The share feedback and the interference meter read one answer of the
+// driver per cycle and GPU (NVML's per-process utilisation is not free).
+TEST_F(HookProofTest, TheDriverIsAskedOnceACycleForTheProcessesOnAGpu) {
+  const pid_t hooked = Spawn(TaskEnv());
+  UseNvml({{hooked, 300}});
+  counting_ = true;
+  StartAgent();
+  auto hook = AttachAs(hooked, static_cast<std::uint32_t>(hooked), 100);
+  const int before = counting_driver_->samples;
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(1000);
+    ASSERT_TRUE(agent_->RunOnce().ok());
+  }
+  EXPECT_EQ(counting_driver_->samples - before, 3);
 }
 
 TEST_F(HookProofTest, AProcessThatExitsNoLongerCounts) {
