@@ -220,6 +220,19 @@ StatusOr<json> AdviceJson(ControlPlane& cp, const Caller& caller,
     }
   }
 
+  // Where each suffering slice would be admitted now, in one pass.
+  std::vector<RowId> asked;
+  for (const auto& [at, slices] : by_gpu) {
+    if (node_filter && at.first != *node_filter) continue;
+    for (const Live& s : slices) {
+      if (visible(s) && suffers(s) && s.row.qos_level != "gold") {
+        asked.push_back(s.row.id);
+      }
+    }
+  }
+  auto targets_of = cp.SliceTargets(asked);
+  if (!targets_of.ok()) return targets_of.status();
+
   // NOLINTNEXTLINE(bugprone-exception-escape): json() does not throw
   struct Item {
     double max = 0;
@@ -260,14 +273,11 @@ StatusOr<json> AdviceJson(ControlPlane& cp, const Caller& caller,
     json advice = json::array();
     for (const Live* s : mine) {
       if (s->row.qos_level == "gold") continue;  // a partition already
-      auto targets = cp.SliceTargets(s->row.id);
-      if (!targets.ok()) {
-        if (targets.status().code() == StatusCode::kNotFound) continue;
-        return targets.status();
-      }
+      auto targets = targets_of->find(s->row.id);
+      if (targets == targets_of->end()) continue;  // no longer live
       std::vector<const SliceTarget*> moves;
       std::vector<const SliceTarget*> golds;
-      for (const SliceTarget& t : *targets) {
+      for (const SliceTarget& t : targets->second) {
         if (!t.mig_profile.empty()) {
           golds.push_back(&t);  // a partition is not shared: never crowded
         } else if (!crowded.contains({t.node, t.gpu_index})) {

@@ -436,6 +436,11 @@ class ControlPlane {
   // expired approvals, as every placement does first); NotFound for a slice
   // that is not live on one GPU. Needs the ledger (the leader).
   StatusOr<std::vector<SliceTarget>> SliceTargets(RowId id);
+  // The same for several slices at once, in one pass over the GPUs (one
+  // store read, one critical section): by slice id; a slice that is not
+  // live on one GPU is left out.
+  StatusOr<std::map<RowId, std::vector<SliceTarget>>> SliceTargets(
+      const std::vector<RowId>& ids);
   StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
       const Caller& caller, const store::SliceRequestFilter& f);
 

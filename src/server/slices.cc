@@ -550,77 +550,115 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
 }
 
 StatusOr<std::vector<SliceTarget>> ControlPlane::SliceTargets(RowId id) {
-  std::optional<SliceRow> slice;
-  std::optional<std::string> gpu_type;  // the task's; none: any model
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto s = txn.GetSlice(id);
-    if (!s.ok()) {
-      return s.status().code() == StatusCode::kNotFound ? Status::Ok()
-                                                        : s.status();
-    }
-    slice = *s;
-    if (s->task_id) {
-      auto t = txn.GetTask(*s->task_id);
-      if (t.ok()) gpu_type = t->gpu_type;
-    }
-    return Status::Ok();
-  }));
-  if (!slice || slice->state == store::SliceState::kReleased || slice->whole ||
-      slice->gpu_indices.size() != 1) {
+  auto found = SliceTargets(std::vector<RowId>{id});
+  if (!found.ok()) return found.status();
+  auto it = found->find(id);
+  if (it == found->end()) {
     return Status::NotFound("no live slice " + std::to_string(id) +
                             " on one GPU");
   }
-  // The slice as it is now (a resized quota, the compute it is accounted
-  // at), asked again the way the scheduler asks: the ledger's own checks
-  // decide, so this never disagrees with what a placement would do.
-  ledger::PlacementRequest request = ledger::PlacementRequest::Slice(
-      TenantId(slice->tenant_id), slice->memory_mib,
-      slice->compute_defaulted
-          ? std::nullopt
-          : std::optional<ComputePercent>(slice->compute_percent));
-  const GpuKey own{slice->node_id, slice->gpu_indices[0]};
-  std::vector<std::pair<GpuKey, SliceTarget>> found;
-  {
+  return std::move(it->second);
+}
+
+StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
+    const std::vector<RowId>& ids) {
+  struct Asked {
+    RowId id = 0;
+    GpuKey own;
+    ledger::PlacementRequest request;
+    std::optional<std::string> gpu_type;  // the task's; none: any model
+  };
+  std::vector<Asked> asked;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    asked.clear();
+    for (RowId id : ids) {
+      auto s = txn.GetSlice(id);
+      if (!s.ok()) {
+        if (s.status().code() == StatusCode::kNotFound) continue;
+        return s.status();
+      }
+      if (s->state == store::SliceState::kReleased || s->whole ||
+          s->gpu_indices.size() != 1) {
+        continue;
+      }
+      Asked a;
+      a.id = id;
+      a.own = GpuKey{s->node_id, s->gpu_indices[0]};
+      // The slice as it is now (a resized quota, the compute it is
+      // accounted at), asked again the way the scheduler asks: the ledger's
+      // own checks decide, so this never disagrees with what a placement
+      // would do.
+      a.request = ledger::PlacementRequest::Slice(
+          TenantId(s->tenant_id), s->memory_mib,
+          s->compute_defaulted
+              ? std::nullopt
+              : std::optional<ComputePercent>(s->compute_percent));
+      if (s->task_id) {
+        auto t = txn.GetTask(*s->task_id);
+        if (t.ok()) a.gpu_type = t->gpu_type;
+      }
+      asked.push_back(std::move(a));
+    }
+    return Status::Ok();
+  }));
+  std::map<RowId, std::vector<std::pair<GpuKey, SliceTarget>>> found;
+  if (!asked.empty()) {
     MutexLock lock(mu_);
     ExpireApprovalsLocked();  // as every placement does first
-    if (gpu_type) request.allowed_models = AllowedModelsLocked(*gpu_type);
+    for (Asked& a : asked) {
+      if (a.gpu_type)
+        a.request.allowed_models = AllowedModelsLocked(*a.gpu_type);
+      found[a.id];
+    }
     // What PlaceLocked and the defragmentation planner leave out, worked
     // out before the ledger's lock is taken (MigBlockedLocked reads it).
     std::set<GpuId> skipped;
     for (const auto& [key, gpu] : ledger_gpus_) {
-      if (key == own || FencedLocked(key) || !MigBlockedLocked(gpu).empty()) {
+      if (FencedLocked(key) || !MigBlockedLocked(gpu).empty()) {
         skipped.insert(gpu);
       }
     }
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_
-      const ledger::SharingKey tenant_key = view.SharingKeyOf(request.tenant);
+      std::vector<ledger::SharingKey> tenant_keys;
+      tenant_keys.reserve(asked.size());
+      for (const Asked& a : asked) {
+        tenant_keys.push_back(view.SharingKeyOf(a.request.tenant));
+      }
       for (const auto& [key, gpu] : ledger_gpus_) {
         if (skipped.contains(gpu) || !view.HasGpu(gpu)) continue;
         const ledger::GpuRecord& g = view.gpu(gpu);
-        if (view.CheckSlice(g, request, tenant_key)) continue;
-        SliceTarget t;
-        t.gpu_index = key.index;
-        t.slices = g.allocation_count;
-        if (g.mig != nullptr) {
-          if (auto instance = view.MigInstanceFor(g, request)) {
-            t.mig_profile = instance->profile;
+        for (std::size_t i = 0; i < asked.size(); ++i) {
+          const Asked& a = asked[i];
+          if (key == a.own) continue;
+          if (view.CheckSlice(g, a.request, tenant_keys[i])) continue;
+          SliceTarget t;
+          t.gpu_index = key.index;
+          t.slices = g.allocation_count;
+          if (g.mig != nullptr) {
+            if (auto instance = view.MigInstanceFor(g, a.request)) {
+              t.mig_profile = instance->profile;
+            }
           }
+          found[a.id].emplace_back(key, std::move(t));
         }
-        found.emplace_back(key, std::move(t));
       }
     });
   }
-  std::vector<SliceTarget> out;
-  out.reserve(found.size());
-  for (auto& [key, target] : found) {
-    target.node = NodeName(key.node_id);
-    out.push_back(std::move(target));
+  std::map<RowId, std::vector<SliceTarget>> out;
+  for (auto& [id, targets] : found) {
+    std::vector<SliceTarget>& listed = out[id];
+    listed.reserve(targets.size());
+    for (auto& [key, target] : targets) {
+      target.node = NodeName(key.node_id);
+      listed.push_back(std::move(target));
+    }
+    std::sort(listed.begin(), listed.end(),
+              [](const SliceTarget& a, const SliceTarget& b) {
+                return std::tie(a.node, a.gpu_index) <
+                       std::tie(b.node, b.gpu_index);
+              });
   }
-  std::sort(
-      out.begin(), out.end(), [](const SliceTarget& a, const SliceTarget& b) {
-        return std::tie(a.node, a.gpu_index) < std::tie(b.node, b.gpu_index);
-      });
   return out;
 }
 
