@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/server_client.h"
+#include "agent/testing/forwarding_driver.h"
 #include "agent/testing/test_node.h"
 #include "common/clock.h"
 #include "gpu/inventory.h"
@@ -91,36 +92,20 @@ class ScriptedServer final : public Transport {
 // A driver whose MIG creates can "crash the agent" halfway: after the
 // partition exists and before the call returns, the agent's state directory
 // is copied aside, as a kill -9 at that instant would leave it.
-class CrashingDriver final : public gpu::GpuDriver {
+class CrashingDriver final : public test_driver::ForwardingDriver {
  public:
-  explicit CrashingDriver(gpu::SimGpuDriver* real) : real_(real) {}
-  std::string Name() const override { return real_->Name(); }
-  StatusOr<std::vector<gpu::GpuInfo>> ListGpus() override {
-    return real_->ListGpus();
-  }
-  StatusOr<std::vector<gpu::MigDevice>> ListMigDevices(int index) override {
-    return real_->ListMigDevices(index);
-  }
+  using ForwardingDriver::ForwardingDriver;
   StatusOr<gpu::MigDevice> CreateMigDevice(
       int index, const std::string& profile,
       std::optional<gpu::MigPlacement> placement) override {
-    auto made = real_->CreateMigDevice(index, profile, placement);
+    auto made = real()->CreateMigDevice(index, profile, placement);
     ++creates;
     if (on_create) on_create();
     return made;
   }
-  Status DestroyMigDevice(int index, int gpu_instance_id) override {
-    return real_->DestroyMigDevice(index, gpu_instance_id);
-  }
-  StatusOr<std::vector<gpu::GpuProcess>> ListProcesses(int index) override {
-    return real_->ListProcesses(index);
-  }
 
   int creates = 0;
   std::function<void()> on_create;
-
- private:
-  gpu::SimGpuDriver* const real_;
 };
 
 class AgentTest : public ::testing::Test {

@@ -27,6 +27,7 @@
 
 #include "agent/agent.h"
 #include "agent/server_client.h"
+#include "agent/testing/forwarding_driver.h"
 #include "common/clock.h"
 #include "gpu/inventory.h"
 #include "gpu/nvml/nvml_driver.h"
@@ -101,37 +102,16 @@ class OneTaskServer final : public Transport {
 
 // Passes every call to the driver underneath, counting the per-process
 // utilisation samples asked for.
-class CountingDriver final : public gpu::GpuDriver {
+class CountingDriver final : public test_driver::ForwardingDriver {
  public:
-  explicit CountingDriver(gpu::GpuDriver* real) : real_(real) {}
-  std::string Name() const override { return real_->Name(); }
-  StatusOr<std::vector<gpu::GpuInfo>> ListGpus() override {
-    return real_->ListGpus();
-  }
-  StatusOr<std::vector<gpu::MigDevice>> ListMigDevices(int index) override {
-    return real_->ListMigDevices(index);
-  }
-  StatusOr<gpu::MigDevice> CreateMigDevice(
-      int index, const std::string& profile,
-      std::optional<gpu::MigPlacement> placement) override {
-    return real_->CreateMigDevice(index, profile, placement);
-  }
-  Status DestroyMigDevice(int index, int gpu_instance_id) override {
-    return real_->DestroyMigDevice(index, gpu_instance_id);
-  }
-  StatusOr<std::vector<gpu::GpuProcess>> ListProcesses(int index) override {
-    return real_->ListProcesses(index);
-  }
+  using ForwardingDriver::ForwardingDriver;
   StatusOr<std::vector<gpu::ProcessUtilization>> SampleProcessUtilization(
       int index, std::uint64_t since_us) override {
     ++samples;
-    return real_->SampleProcessUtilization(index, since_us);
+    return real()->SampleProcessUtilization(index, since_us);
   }
 
   int samples = 0;
-
- private:
-  gpu::GpuDriver* const real_;
 };
 
 class HookProofTest : public ::testing::Test {

@@ -715,17 +715,7 @@ class Params {
     return Bind(*v);
   }
   // Any bytes, for a BYTEA column (hex format: "\x0aff...").
-  Params& BindBytes(std::string_view v) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string text = "\\x";
-    text.reserve(2 + 2 * v.size());
-    for (const char c : v) {
-      const auto byte = static_cast<unsigned char>(c);
-      text += kHex[byte >> 4];
-      text += kHex[byte & 0xf];
-    }
-    return Push(std::move(text));
-  }
+  Params& BindBytes(std::string_view v) { return Push(sql_rows::HexBytea(v)); }
   template <typename... Args>
   Params& BindAll(const Args&... args) {
     (Bind(args), ...);
@@ -818,15 +808,7 @@ class ArrayColumns {
   }
   // Any bytes, for a BYTEA column (hex format, as Params::BindBytes).
   ArrayColumns& BindBytes(std::string_view v) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string text = "\\x";
-    text.reserve(2 + 2 * v.size());
-    for (const char c : v) {
-      const auto byte = static_cast<unsigned char>(c);
-      text += kHex[byte >> 4];
-      text += kHex[byte & 0xf];
-    }
-    return Add("bytea", Element(text));
+    return Add("bytea", Element(sql_rows::HexBytea(v)));
   }
   template <typename... Args>
   ArrayColumns& BindAll(const Args&... args) {
@@ -918,19 +900,13 @@ class ArrayColumns {
 // `v` of a FROM clause.
 std::string AssignmentsFrom(std::string_view columns, std::string_view v) {
   std::string out;
-  std::size_t start = 0;
-  while (start < columns.size()) {
-    std::size_t end = columns.find(',', start);
-    if (end == std::string_view::npos) end = columns.size();
-    std::string_view name = columns.substr(start, end - start);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+  for (std::string_view name : sql_rows::ColumnNames(columns)) {
     if (!out.empty()) out += ", ";
     out += name;
     out += " = ";
     out += v;
     out += '.';
     out += name;
-    start = end + 1;
   }
   return out;
 }

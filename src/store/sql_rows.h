@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/gpu_compute_mode.h"
 #include "common/status.h"
@@ -41,6 +42,34 @@ inline std::string Quoted(std::string_view s) {
 
 // Runs `fn`, turning an exception into Internal: a throwing function must not
 // take the writer thread (or a reader's transaction) down with it.
+// The names of a column list, in order ("a, b" -> {"a", "b"}).
+inline std::vector<std::string_view> ColumnNames(std::string_view columns) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (start < columns.size()) {
+    std::size_t end = columns.find(',', start);
+    if (end == std::string_view::npos) end = columns.size();
+    std::string_view name = columns.substr(start, end - start);
+    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+    out.push_back(name);
+    start = end + 1;
+  }
+  return out;
+}
+
+// Bytes as a BYTEA literal in hex format ("\x0aff...").
+inline std::string HexBytea(std::string_view bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string text = "\\x";
+  text.reserve(2 + 2 * bytes.size());
+  for (const char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    text += kHex[byte >> 4];
+    text += kHex[byte & 0xf];
+  }
+  return text;
+}
+
 inline Status RunGuarded(const std::function<Status(Txn&)>& fn, Txn& txn) {
   try {
     return fn(txn);

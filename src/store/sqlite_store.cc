@@ -682,16 +682,10 @@ StatusOr<int> Migrate(Connection& conn) {
 // "a, b, c" -> "a = ?, b = ?, c = ?" for an UPDATE of every column.
 std::string Assignments(std::string_view columns) {
   std::string out;
-  std::size_t start = 0;
-  while (start < columns.size()) {
-    std::size_t end = columns.find(',', start);
-    if (end == std::string_view::npos) end = columns.size();
-    std::string_view name = columns.substr(start, end - start);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+  for (std::string_view name : sql_rows::ColumnNames(columns)) {
     if (!out.empty()) out += ", ";
     out += name;
     out += " = ?";
-    start = end + 1;
   }
   return out;
 }
