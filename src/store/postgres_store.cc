@@ -763,16 +763,10 @@ std::string Placeholders(int count, int first = 1) {
 std::string Assignments(std::string_view columns, int first = 1) {
   std::string out;
   int n = first;
-  std::size_t start = 0;
-  while (start < columns.size()) {
-    std::size_t end = columns.find(',', start);
-    if (end == std::string_view::npos) end = columns.size();
-    std::string_view name = columns.substr(start, end - start);
-    while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+  for (std::string_view name : sql_rows::ColumnNames(columns)) {
     if (!out.empty()) out += ", ";
     out += name;
     out += " = $" + std::to_string(n++);
-    start = end + 1;
   }
   return out;
 }
