@@ -15,6 +15,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -393,6 +394,97 @@ TEST_F(ControlPlaneTest, AStoreWriteInFlightBlocksNoOtherCall) {
     EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
         << cp_->CheckLedgerMatchesStore().ToString();
   }
+}
+
+// Placements, releases, resizes and compensations from several threads at
+// once, some of their writes failing: whenever the writes in flight have
+// settled, the ledger holds exactly the store's live slices, and a GPU is
+// never charged past its memory.
+TEST_F(ControlPlaneTest, ConcurrentWritesLeaveTheLedgerEqualToTheStore) {
+  Register(Node("n1", {Gpu(0), Gpu(1)}));
+  const Caller alice = TenantUser("alice");
+  Caller tenant_admin = alice;
+  tenant_admin.role = Role::kTenantAdmin;
+  std::atomic<bool> stop{false};
+  std::atomic<int> ops{0};
+  const auto worker = [&](unsigned seed) {
+    std::mt19937 rng(seed);
+    std::vector<RowId> slices;
+    std::vector<RowId> tasks;
+    while (!stop.load()) {
+      const std::int64_t mib = 1024 * (1 + static_cast<int>(rng() % 40));
+      switch (rng() % 8) {
+        case 0: {
+          TaskCreate t;
+          t.name = "t";
+          t.memory_mib = mib;
+          auto row = cp_->CreateTask(alice, t);
+          if (row.ok()) tasks.push_back(row->id);
+          break;
+        }
+        case 1:
+          (void)cp_->BindPendingOnce();
+          break;
+        case 2: {
+          SliceCreate c;
+          c.memory_mib = mib;
+          auto made = cp_->CreateSlice(tenant_admin, c);
+          if (made.ok()) slices.push_back(made->id);
+          break;
+        }
+        case 3:
+          if (!slices.empty()) {
+            (void)cp_->DeleteSlice(admin_, slices[rng() % slices.size()], "");
+          }
+          break;
+        case 4:
+          if (!slices.empty()) {
+            SliceResizeRequest r;
+            r.memory_mib = mib;
+            (void)cp_->ResizeSlice(admin_, slices[rng() % slices.size()], r);
+          }
+          break;
+        case 5:
+          if (!tasks.empty()) {
+            const RowId id = tasks[rng() % tasks.size()];
+            (void)cp_->CancelTask(alice, id);
+            (void)cp_->ReportTaskStates(admin_, "n1",
+                                        {{id, TaskState::kCancelled}});
+          }
+          break;
+        case 6:
+          if (!tasks.empty()) {
+            // A task the node runs, whatever the server thinks of it.
+            const RowId id = tasks[rng() % tasks.size()];
+            (void)cp_->Heartbeat(
+                admin_, Node("n1", {Gpu(0), Gpu(1)}),
+                {{id, "running", {static_cast<int>(rng() % 2)}}});
+          }
+          break;
+        case 7:
+          if (rng() % 4 == 0) store_->fail_writes = 1;
+          break;
+      }
+      ops.fetch_add(1);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < 4; ++i) threads.emplace_back(worker, 7 + i);
+  int checks = 0;
+  for (const auto deadline =
+           std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+       std::chrono::steady_clock::now() < deadline; ++checks) {
+    const Status matches = cp_->CheckLedgerMatchesStore();
+    ASSERT_TRUE(matches.ok()) << matches.ToString();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  store_->fail_writes = 0;
+  EXPECT_GT(ops.load(), 100);
+  EXPECT_GT(checks, 10);
+  const Status matches = cp_->CheckLedgerMatchesStore();
+  EXPECT_TRUE(matches.ok()) << matches.ToString();
 }
 
 TEST_F(ControlPlaneTest, LostClaimUndoesThePlacement) {
