@@ -1,5 +1,6 @@
-// ControlPlane: construction, restart recovery, the inventory mirror, names,
-// identity and the admin objects (tenants, groups, tokens). Tasks, slices,
+// ControlPlane: construction, restart recovery, the inventory mirror,
+// identity and the admin objects (tenants, groups, tokens); names forward to
+// the Names unit (names.cc). Tasks, slices,
 // nodes and the scheduler live in the sibling files tasks.cc, slices.cc,
 // nodes.cc and scheduler.cc.
 #include "server/control_plane.h"
@@ -107,7 +108,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       policy_(options_.policy_for_testing != nullptr
                   ? options_.policy_for_testing
                   : owned_policy_.get()),
-      beats_(options_.heartbeat_write_every_ms) {}
+      beats_(options_.heartbeat_write_every_ms),
+      names_(store) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -291,12 +293,7 @@ Status ControlPlane::Recover() {
       }
     }
   }
-  {
-    MutexLock names(names_mu_);
-    for (const GroupRow& g : groups) group_names_[g.id] = g.name;
-    for (const TenantRow& t : tenants) tenant_names_[t.id] = t.name;
-    for (const store::NodeRow& n : nodes) node_names_[n.id] = n.name;
-  }
+  names_.SetAll(groups, tenants, nodes);
   for (const GroupRow& g : groups) {
     HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(g.id)));
   }
@@ -483,10 +480,7 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     if (!id.ok()) return id.status().WithContext("GPU " + gpu.uuid);
     ledger_gpus_[key] = *id;
     gpu_keys_[*id] = key;
-    {
-      MutexLock names(names_mu_);
-      gpu_ids_[key] = GpuIdentity{gpu.uuid, gpu.vendor};
-    }
+    names_.SetGpu(key, GpuIdentity{gpu.uuid, gpu.vendor});
     BumpGeneration();
     return Status::Ok();
   }
@@ -636,80 +630,17 @@ void ControlPlane::BumpGeneration() { generation_.fetch_add(1); }
 
 // ------------------------------------------------------------------ names
 
-std::unordered_map<RowId, std::string>& ControlPlane::NameCacheLocked(
-    NameKind kind) {
-  switch (kind) {
-    case NameKind::kTenant:
-      return tenant_names_;
-    case NameKind::kNode:
-      return node_names_;
-    case NameKind::kGroup:
-      break;
-  }
-  return group_names_;
-}
+std::string ControlPlane::TenantName(RowId id) { return names_.Tenant(id); }
 
-std::string ControlPlane::CachedName(
-    NameKind kind, RowId id, const std::function<std::string(Txn&)>& load) {
-  {
-    MutexLock lock(names_mu_);
-    const auto& cache = NameCacheLocked(kind);
-    auto it = cache.find(id);
-    if (it != cache.end()) return it->second;
-  }
-  std::string name;
-  (void)store_->Read([&](Txn& txn) -> Status {
-    name = load(txn);
-    return Status::Ok();
-  });
-  if (!name.empty()) {
-    MutexLock lock(names_mu_);
-    NameCacheLocked(kind)[id] = name;
-  }
-  return name;
-}
+std::string ControlPlane::NodeName(RowId id) { return names_.Node(id); }
 
-std::string ControlPlane::TenantName(RowId id) {
-  return CachedName(NameKind::kTenant, id, [id](Txn& txn) {
-    auto t = txn.GetTenant(id);
-    return t.ok() ? t->name : std::string();
-  });
-}
-
-std::string ControlPlane::NodeName(RowId id) {
-  return CachedName(NameKind::kNode, id, [id](Txn& txn) {
-    auto n = txn.GetNode(id);
-    return n.ok() ? n->name : std::string();
-  });
-}
-
-std::string ControlPlane::GroupName(RowId id) {
-  return CachedName(NameKind::kGroup, id, [id](Txn& txn) {
-    auto g = txn.GetGroup(id);
-    return g.ok() ? g->name : std::string();
-  });
-}
+std::string ControlPlane::GroupName(RowId id) { return names_.Group(id); }
 
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {
-  {
-    MutexLock lock(names_mu_);
-    auto it = gpu_ids_.find(GpuKey{node_id, index});
-    if (it != gpu_ids_.end()) return it->second.uuid;
-  }
   // A follower's ledger is empty: the store's inventory says which card it
-  // is. (Only there: the leader calls this inside write transactions, where
-  // a store read must not run, and its ledger knows every card.)
-  if (recovered_.load()) return "";
-  std::string uuid;
-  (void)store_->Read([&](Txn& txn) -> Status {
-    auto gpus = txn.ListGpus(node_id);
-    if (!gpus.ok()) return gpus.status();
-    for (const store::GpuRow& g : *gpus) {
-      if (g.index == index) uuid = g.uuid;
-    }
-    return Status::Ok();
-  });
-  return uuid;
+  // is (see Names::GpuUuid).
+  return names_.GpuUuid(GpuKey{node_id, index},
+                        /*read_store=*/!recovered_.load());
 }
 
 // --------------------------------------------------------------- identity
@@ -747,7 +678,7 @@ StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {
   caller.role = row->role;
   caller.tenant_id = row->tenant_id;
   caller.node = row->node;
-  if (row->tenant_id) caller.tenant = TenantName(*row->tenant_id);
+  if (row->tenant_id) caller.tenant = names_.Tenant(*row->tenant_id);
   MutexLock lock(auth_mu_);
   token_cache_[hash] = {caller, clock_->NowMillis()};
   return caller;
@@ -828,8 +759,7 @@ StatusOr<RowId> ControlPlane::FindOrCreateGroupInTxn(
 
 Status ControlPlane::AdoptGroupLocked(const GroupRow& group) {
   HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(group.id)));
-  MutexLock names(names_mu_);
-  group_names_[group.id] = group.name;
+  names_.SetGroup(group.id, group.name);
   return Status::Ok();
 }
 
@@ -865,10 +795,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
   }));
   MutexLock lock(mu_);
   if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
-  {
-    MutexLock names(names_mu_);
-    tenant_names_[out.id] = out.name;
-  }
+  names_.SetTenant(out.id, out.name);
   HF_RETURN_IF_ERROR(SyncTenantLocked(out));
   return out;
 }

@@ -42,6 +42,7 @@
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
 #include "server/leadership.h"
+#include "server/names.h"
 #include "server/node_beats.h"
 #include "server/slice_env.h"
 #include "server/telemetry.h"
@@ -510,7 +511,8 @@ class ControlPlane {
   // Checks that the ledger equals the live slices in the store.
   Status CheckLedgerMatchesStore();
 
-  // --- names for rendering (cached; "" when unknown) ---
+  // --- names for rendering (Names, server/names.h; cached; "" when
+  // unknown) ---
   std::string TenantName(RowId id);
   std::string NodeName(RowId id);
   std::string GroupName(RowId id);
@@ -529,12 +531,6 @@ class ControlPlane {
   metrics::Families CollectMetrics();
 
  private:
-  struct GpuKey {
-    RowId node_id;
-    int index;
-    // NOLINTNEXTLINE(modernize-use-nullptr): false positive on <=>
-    friend auto operator<=>(const GpuKey&, const GpuKey&) = default;
-  };
   struct PendingTask {
     store::TaskRow row;
     std::uint64_t failed_generation = 0;
@@ -658,15 +654,6 @@ class ControlPlane {
       const Caller& caller, const std::optional<std::string>& tenant);
   bool CanSee(const Caller& caller, RowId tenant_id) const;
 
-  // A name from the cache of `kind`, else loaded from the store and cached
-  // when found; "" when unknown.
-  enum class NameKind { kTenant, kNode, kGroup };
-  std::string CachedName(NameKind kind, RowId id,
-                         const std::function<std::string(store::Txn&)>& load)
-      HF_EXCLUDES(names_mu_);
-  std::unordered_map<RowId, std::string>& NameCacheLocked(NameKind kind)
-      HF_REQUIRES(names_mu_);
-
   // Makes `row` count in the ledger if it is active now.
   Status ApplyApprovalLocked(const store::ApprovalRow& row) HF_REQUIRES(mu_);
   // Withdraws `id` from the ledger if it counts there.
@@ -764,17 +751,10 @@ class ControlPlane {
   std::map<std::string, std::set<std::string>> vendors_models_
       HF_GUARDED_BY(mu_);
 
-  Mutex names_mu_;
-  std::unordered_map<RowId, std::string> tenant_names_ HF_GUARDED_BY(names_mu_);
-  std::unordered_map<RowId, std::string> node_names_ HF_GUARDED_BY(names_mu_);
-  std::unordered_map<RowId, std::string> group_names_ HF_GUARDED_BY(names_mu_);
-  // The card the ledger holds at each (node, index): slices, commands and
-  // a slice's env (built inside store writes) are rendered without mu_.
-  struct GpuIdentity {
-    std::string uuid;
-    std::string vendor;
-  };
-  std::map<GpuKey, GpuIdentity> gpu_ids_ HF_GUARDED_BY(names_mu_);
+  // Tenant, node and group names, and the card the ledger holds at each
+  // (node, index): slices, commands and a slice's env (built inside store
+  // writes) are rendered without mu_. Its own lock (order: mu_, then it).
+  Names names_;
 
   // Token cache: hash -> (caller, when cached). Revocation here removes the
   // entry; a revocation by another server instance takes effect within
