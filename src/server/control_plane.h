@@ -41,6 +41,7 @@
 #include "ledger/placement_policy.h"
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
+#include "server/identity.h"
 #include "server/leadership.h"
 #include "server/names.h"
 #include "server/node_beats.h"
@@ -101,18 +102,6 @@ struct ControlPlaneOptions {
   // Tests: places with this policy instead of `policy` (which must still
   // name a registered one). Must outlive the ControlPlane.
   const ledger::PlacementPolicy* policy_for_testing = nullptr;
-};
-
-// Who is calling, resolved from a Bearer token.
-struct Caller {
-  RowId token_id = 0;
-  store::Role role = store::Role::kUser;
-  std::optional<RowId> tenant_id;   // tenant-admin and user
-  std::string tenant;               // its name, or empty
-  std::optional<std::string> node;  // a node token bound to one node
-  bool admin() const { return role == store::Role::kAdmin; }
-  // The value written to the history log's `actor`.
-  std::string Actor() const { return "token:" + std::to_string(token_id); }
 };
 
 template <typename T>
@@ -346,7 +335,7 @@ class ControlPlane {
   // options.defer_recovery; called at most once (a demoted leader exits).
   Status Promote();
 
-  // --- identity ---
+  // --- identity (Identity, server/identity.h) ---
   // Unauthenticated for an unknown or revoked token.
   StatusOr<Caller> Authenticate(std::string_view secret);
   // With `secret`: makes it a valid admin token (idempotent). Without: on a
@@ -355,7 +344,7 @@ class ControlPlane {
   StatusOr<std::optional<std::string>> BootstrapAdmin(
       const std::optional<std::string>& secret);
 
-  // --- tenants, groups, tokens (admin) ---
+  // --- tenants, groups, tokens (admin; tokens: Identity) ---
   StatusOr<store::TenantRow> CreateTenant(
       const Caller& caller, const std::string& name,
       const std::optional<std::string>& group);
@@ -755,13 +744,8 @@ class ControlPlane {
   // (node, index): slices, commands and a slice's env (built inside store
   // writes) are rendered without mu_. Its own lock (order: mu_, then it).
   Names names_;
-
-  // Token cache: hash -> (caller, when cached). Revocation here removes the
-  // entry; a revocation by another server instance takes effect within
-  // kTokenCacheMillis.
-  Mutex auth_mu_;
-  std::unordered_map<std::string, std::pair<Caller, store::Millis>> token_cache_
-      HF_GUARDED_BY(auth_mu_);
+  // Tokens and the token cache. Its own lock, held alone.
+  Identity identity_;
 
   // Scheduler state.
   Mutex sched_mu_;
