@@ -1,11 +1,11 @@
-// ControlPlane: construction, restart recovery, the inventory mirror, names,
-// identity and the admin objects (tenants, groups, tokens). Tasks, slices,
-// nodes and the scheduler live in the sibling files tasks.cc, slices.cc,
-// nodes.cc and scheduler.cc.
+// ControlPlane: construction, restart recovery, the inventory mirror and
+// the admin objects (tenants, groups; tokens and names forward to the
+// Identity and Names units, identity.cc and names.cc). Tasks, slices, nodes
+// and the scheduler live in the sibling files tasks.cc, slices.cc, nodes.cc
+// and scheduler.cc.
 #include "server/control_plane.h"
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -41,20 +41,6 @@ std::string Sha256Hex(std::string_view data) {
   for (unsigned int i = 0; i < len; ++i) {
     out.push_back(kHex[digest[i] >> 4]);
     out.push_back(kHex[digest[i] & 0xf]);
-  }
-  return out;
-}
-
-StatusOr<std::string> NewTokenSecret() {
-  std::array<unsigned char, 24> bytes{};
-  if (RAND_bytes(bytes.data(), bytes.size()) != 1) {
-    return Status::Internal("the system random source failed");
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "hf_";
-  for (unsigned char b : bytes) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 0xf]);
   }
   return out;
 }
@@ -107,7 +93,9 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       policy_(options_.policy_for_testing != nullptr
                   ? options_.policy_for_testing
                   : owned_policy_.get()),
-      beats_(options_.heartbeat_write_every_ms) {}
+      beats_(options_.heartbeat_write_every_ms),
+      names_(store),
+      identity_(store, clock, &names_) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -291,12 +279,7 @@ Status ControlPlane::Recover() {
       }
     }
   }
-  {
-    MutexLock names(names_mu_);
-    for (const GroupRow& g : groups) group_names_[g.id] = g.name;
-    for (const TenantRow& t : tenants) tenant_names_[t.id] = t.name;
-    for (const store::NodeRow& n : nodes) node_names_[n.id] = n.name;
-  }
+  names_.SetAll(groups, tenants, nodes);
   for (const GroupRow& g : groups) {
     HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(g.id)));
   }
@@ -483,10 +466,7 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     if (!id.ok()) return id.status().WithContext("GPU " + gpu.uuid);
     ledger_gpus_[key] = *id;
     gpu_keys_[*id] = key;
-    {
-      MutexLock names(names_mu_);
-      gpu_ids_[key] = GpuIdentity{gpu.uuid, gpu.vendor};
-    }
+    names_.SetGpu(key, GpuIdentity{gpu.uuid, gpu.vendor});
     BumpGeneration();
     return Status::Ok();
   }
@@ -636,178 +616,28 @@ void ControlPlane::BumpGeneration() { generation_.fetch_add(1); }
 
 // ------------------------------------------------------------------ names
 
-std::unordered_map<RowId, std::string>& ControlPlane::NameCacheLocked(
-    NameKind kind) {
-  switch (kind) {
-    case NameKind::kTenant:
-      return tenant_names_;
-    case NameKind::kNode:
-      return node_names_;
-    case NameKind::kGroup:
-      break;
-  }
-  return group_names_;
-}
+std::string ControlPlane::TenantName(RowId id) { return names_.Tenant(id); }
 
-std::string ControlPlane::CachedName(
-    NameKind kind, RowId id, const std::function<std::string(Txn&)>& load) {
-  {
-    MutexLock lock(names_mu_);
-    const auto& cache = NameCacheLocked(kind);
-    auto it = cache.find(id);
-    if (it != cache.end()) return it->second;
-  }
-  std::string name;
-  (void)store_->Read([&](Txn& txn) -> Status {
-    name = load(txn);
-    return Status::Ok();
-  });
-  if (!name.empty()) {
-    MutexLock lock(names_mu_);
-    NameCacheLocked(kind)[id] = name;
-  }
-  return name;
-}
+std::string ControlPlane::NodeName(RowId id) { return names_.Node(id); }
 
-std::string ControlPlane::TenantName(RowId id) {
-  return CachedName(NameKind::kTenant, id, [id](Txn& txn) {
-    auto t = txn.GetTenant(id);
-    return t.ok() ? t->name : std::string();
-  });
-}
-
-std::string ControlPlane::NodeName(RowId id) {
-  return CachedName(NameKind::kNode, id, [id](Txn& txn) {
-    auto n = txn.GetNode(id);
-    return n.ok() ? n->name : std::string();
-  });
-}
-
-std::string ControlPlane::GroupName(RowId id) {
-  return CachedName(NameKind::kGroup, id, [id](Txn& txn) {
-    auto g = txn.GetGroup(id);
-    return g.ok() ? g->name : std::string();
-  });
-}
+std::string ControlPlane::GroupName(RowId id) { return names_.Group(id); }
 
 std::string ControlPlane::GpuUuid(RowId node_id, int index) {
-  {
-    MutexLock lock(names_mu_);
-    auto it = gpu_ids_.find(GpuKey{node_id, index});
-    if (it != gpu_ids_.end()) return it->second.uuid;
-  }
   // A follower's ledger is empty: the store's inventory says which card it
-  // is. (Only there: the leader calls this inside write transactions, where
-  // a store read must not run, and its ledger knows every card.)
-  if (recovered_.load()) return "";
-  std::string uuid;
-  (void)store_->Read([&](Txn& txn) -> Status {
-    auto gpus = txn.ListGpus(node_id);
-    if (!gpus.ok()) return gpus.status();
-    for (const store::GpuRow& g : *gpus) {
-      if (g.index == index) uuid = g.uuid;
-    }
-    return Status::Ok();
-  });
-  return uuid;
+  // is (see Names::GpuUuid).
+  return names_.GpuUuid(GpuKey{node_id, index},
+                        /*read_store=*/!recovered_.load());
 }
 
 // --------------------------------------------------------------- identity
 
 StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {
-  if (secret.empty()) {
-    return Status::Unauthenticated(
-        "missing bearer token (send 'Authorization: Bearer <token>')");
-  }
-  const std::string hash = Sha256Hex(secret);
-  {
-    MutexLock lock(auth_mu_);
-    auto it = token_cache_.find(hash);
-    if (it != token_cache_.end() &&
-        clock_->NowMillis() - it->second.second < kTokenCacheMillis) {
-      return it->second.first;
-    }
-  }
-  std::optional<TokenRow> row;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto t = txn.FindTokenByHash(hash);
-    if (t.ok()) {
-      row = *t;
-      return Status::Ok();
-    }
-    if (t.status().code() == StatusCode::kNotFound) return Status::Ok();
-    return t.status();
-  }));
-  if (!row || row->revoked_at) {
-    return Status::Unauthenticated(row ? "this token was revoked"
-                                       : "unknown token");
-  }
-  Caller caller;
-  caller.token_id = row->id;
-  caller.role = row->role;
-  caller.tenant_id = row->tenant_id;
-  caller.node = row->node;
-  if (row->tenant_id) caller.tenant = TenantName(*row->tenant_id);
-  MutexLock lock(auth_mu_);
-  token_cache_[hash] = {caller, clock_->NowMillis()};
-  return caller;
+  return identity_.Authenticate(secret);
 }
 
 StatusOr<std::optional<std::string>> ControlPlane::BootstrapAdmin(
     const std::optional<std::string>& secret) {
-  std::optional<std::string> created;
-  if (secret && secret->size() < 16) {
-    return Status::InvalidArgument(
-        "the admin token must be at least 16 characters", "admin_token_file");
-  }
-  std::string fresh;
-  if (!secret) {
-    auto s = NewTokenSecret();
-    if (!s.ok()) return s.status();
-    fresh = *s;
-  }
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
-    created.reset();
-    if (secret) {
-      auto existing = txn.FindTokenByHash(Sha256Hex(*secret));
-      if (existing.ok()) {
-        if (existing->revoked_at) {
-          return Status::FailedPrecondition(
-              "the token in the admin token file was revoked; put a new one "
-              "there");
-        }
-        if (existing->role != Role::kAdmin) {
-          return Status::FailedPrecondition(
-              "the token in the admin token file belongs to a non-admin "
-              "token");
-        }
-        return Status::Ok();
-      }
-      if (existing.status().code() != StatusCode::kNotFound) {
-        return existing.status();
-      }
-      TokenRow row;
-      row.hash = Sha256Hex(*secret);
-      row.role = Role::kAdmin;
-      row.description = "admin token from the admin token file";
-      row.created_at = clock_->NowMillis();
-      HF_RETURN_IF_ERROR(txn.InsertToken(row).status());
-      return txn.SetMeta("admin_bootstrapped", "file");
-    }
-    auto done = txn.GetMeta("admin_bootstrapped");
-    if (!done.ok()) return done.status();
-    if (done->has_value()) return Status::Ok();
-    TokenRow row;
-    row.hash = Sha256Hex(fresh);
-    row.role = Role::kAdmin;
-    row.description = "bootstrap admin token";
-    row.created_at = clock_->NowMillis();
-    HF_RETURN_IF_ERROR(txn.InsertToken(row).status());
-    HF_RETURN_IF_ERROR(txn.SetMeta("admin_bootstrapped", "generated"));
-    created = fresh;
-    return Status::Ok();
-  }));
-  return created;
+  return identity_.BootstrapAdmin(secret);
 }
 
 // ------------------------------------------------------ tenants and groups
@@ -828,8 +658,7 @@ StatusOr<RowId> ControlPlane::FindOrCreateGroupInTxn(
 
 Status ControlPlane::AdoptGroupLocked(const GroupRow& group) {
   HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(group.id)));
-  MutexLock names(names_mu_);
-  group_names_[group.id] = group.name;
+  names_.SetGroup(group.id, group.name);
   return Status::Ok();
 }
 
@@ -865,10 +694,7 @@ StatusOr<TenantRow> ControlPlane::CreateTenant(
   }));
   MutexLock lock(mu_);
   if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
-  {
-    MutexLock names(names_mu_);
-    tenant_names_[out.id] = out.name;
-  }
+  names_.SetTenant(out.id, out.name);
   HF_RETURN_IF_ERROR(SyncTenantLocked(out));
   return out;
 }
@@ -1015,110 +841,15 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
 StatusOr<std::pair<TokenRow, std::string>> ControlPlane::CreateToken(
     const Caller& caller, Role role, const std::optional<std::string>& tenant,
     const std::string& description, const std::optional<std::string>& node) {
-  if (!caller.admin()) {
-    if (caller.role != Role::kTenantAdmin) {
-      return Status::PermissionDenied(
-          "only admins and tenant-admins create tokens");
-    }
-    if (role != Role::kUser && role != Role::kTenantAdmin) {
-      return Status::PermissionDenied(
-          "a tenant-admin creates only user and tenant-admin tokens");
-    }
-    if (tenant && *tenant != caller.tenant) {
-      return Status::PermissionDenied(
-          "a tenant-admin creates tokens for its own tenant only");
-    }
-  }
-  const bool needs_tenant = role == Role::kUser || role == Role::kTenantAdmin;
-  std::optional<std::string> tenant_name = tenant;
-  if (!tenant_name && needs_tenant && !caller.admin()) {
-    tenant_name = caller.tenant;
-  }
-  if (needs_tenant && !tenant_name) {
-    return Status::InvalidArgument(
-        "is required for role " + std::string(store::RoleName(role)), "tenant");
-  }
-  if (!needs_tenant && tenant_name) {
-    return Status::InvalidArgument(
-        "must be empty for role " + std::string(store::RoleName(role)),
-        "tenant");
-  }
-  if (description.size() > 256) {
-    return Status::InvalidArgument("must be at most 256 characters",
-                                   "description");
-  }
-  if (node) {
-    if (role != Role::kNode) {
-      return Status::InvalidArgument("is only for role node", "node");
-    }
-    HF_RETURN_IF_ERROR(ValidateName(*node, "node"));
-  }
-  auto secret = NewTokenSecret();
-  if (!secret.ok()) return secret.status();
-  TokenRow out;
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
-    TokenRow row;
-    row.hash = Sha256Hex(*secret);
-    row.role = role;
-    row.node = node;
-    row.description = description;
-    row.created_at = clock_->NowMillis();
-    if (tenant_name) {
-      auto t = txn.FindTenant(*tenant_name);
-      if (!t.ok()) {
-        return t.status().code() == StatusCode::kNotFound
-                   ? Status::InvalidArgument(
-                         "no tenant '" + *tenant_name +
-                             "' (create it with POST /api/v1/tenants)",
-                         "tenant")
-                   : t.status();
-      }
-      row.tenant_id = t->id;
-    }
-    auto inserted = txn.InsertToken(row);
-    if (!inserted.ok()) return inserted.status();
-    out = *inserted;
-    return Status::Ok();
-  }));
-  return std::make_pair(out, *secret);
+  return identity_.CreateToken(caller, role, tenant, description, node);
 }
 
 StatusOr<std::vector<TokenRow>> ControlPlane::ListTokens(const Caller& caller) {
-  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
-    return Status::PermissionDenied(
-        "only admins and tenant-admins list tokens");
-  }
-  std::vector<TokenRow> out;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto rows =
-        txn.ListTokens(caller.admin() ? std::nullopt : caller.tenant_id);
-    if (!rows.ok()) return rows.status();
-    out = std::move(*rows);
-    return Status::Ok();
-  }));
-  return out;
+  return identity_.ListTokens(caller);
 }
 
 StatusOr<TokenRow> ControlPlane::RevokeToken(const Caller& caller, RowId id) {
-  if (!caller.admin() && caller.role != Role::kTenantAdmin) {
-    return Status::PermissionDenied(
-        "only admins and tenant-admins revoke tokens");
-  }
-  TokenRow out;
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
-    auto t = txn.GetToken(id);
-    if (!t.ok() || (!caller.admin() && t->tenant_id != caller.tenant_id)) {
-      return Status::NotFound("no token " + std::to_string(id));
-    }
-    HF_RETURN_IF_ERROR(txn.RevokeToken(id, clock_->NowMillis()));
-    auto after = txn.GetToken(id);
-    if (!after.ok()) return after.status();
-    out = *after;
-    return Status::Ok();
-  }));
-  MutexLock lock(auth_mu_);
-  token_cache_.erase(out.hash);
-  return out;
+  return identity_.RevokeToken(caller, id);
 }
 
 }  // namespace hf::server

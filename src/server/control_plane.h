@@ -41,7 +41,9 @@
 #include "ledger/placement_policy.h"
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
+#include "server/identity.h"
 #include "server/leadership.h"
+#include "server/names.h"
 #include "server/node_beats.h"
 #include "server/slice_env.h"
 #include "server/telemetry.h"
@@ -100,18 +102,6 @@ struct ControlPlaneOptions {
   // Tests: places with this policy instead of `policy` (which must still
   // name a registered one). Must outlive the ControlPlane.
   const ledger::PlacementPolicy* policy_for_testing = nullptr;
-};
-
-// Who is calling, resolved from a Bearer token.
-struct Caller {
-  RowId token_id = 0;
-  store::Role role = store::Role::kUser;
-  std::optional<RowId> tenant_id;   // tenant-admin and user
-  std::string tenant;               // its name, or empty
-  std::optional<std::string> node;  // a node token bound to one node
-  bool admin() const { return role == store::Role::kAdmin; }
-  // The value written to the history log's `actor`.
-  std::string Actor() const { return "token:" + std::to_string(token_id); }
 };
 
 template <typename T>
@@ -345,7 +335,7 @@ class ControlPlane {
   // options.defer_recovery; called at most once (a demoted leader exits).
   Status Promote();
 
-  // --- identity ---
+  // --- identity (Identity, server/identity.h) ---
   // Unauthenticated for an unknown or revoked token.
   StatusOr<Caller> Authenticate(std::string_view secret);
   // With `secret`: makes it a valid admin token (idempotent). Without: on a
@@ -354,7 +344,7 @@ class ControlPlane {
   StatusOr<std::optional<std::string>> BootstrapAdmin(
       const std::optional<std::string>& secret);
 
-  // --- tenants, groups, tokens (admin) ---
+  // --- tenants, groups, tokens (admin; tokens: Identity) ---
   StatusOr<store::TenantRow> CreateTenant(
       const Caller& caller, const std::string& name,
       const std::optional<std::string>& group);
@@ -515,7 +505,8 @@ class ControlPlane {
   // Checks that the ledger equals the live slices in the store.
   Status CheckLedgerMatchesStore();
 
-  // --- names for rendering (cached; "" when unknown) ---
+  // --- names for rendering (Names, server/names.h; cached; "" when
+  // unknown) ---
   std::string TenantName(RowId id);
   std::string NodeName(RowId id);
   std::string GroupName(RowId id);
@@ -534,12 +525,6 @@ class ControlPlane {
   metrics::Families CollectMetrics();
 
  private:
-  struct GpuKey {
-    RowId node_id;
-    int index;
-    // NOLINTNEXTLINE(modernize-use-nullptr): false positive on <=>
-    friend auto operator<=>(const GpuKey&, const GpuKey&) = default;
-  };
   struct PendingTask {
     store::TaskRow row;
     std::uint64_t failed_generation = 0;
@@ -663,15 +648,6 @@ class ControlPlane {
       const Caller& caller, const std::optional<std::string>& tenant);
   bool CanSee(const Caller& caller, RowId tenant_id) const;
 
-  // A name from the cache of `kind`, else loaded from the store and cached
-  // when found; "" when unknown.
-  enum class NameKind { kTenant, kNode, kGroup };
-  std::string CachedName(NameKind kind, RowId id,
-                         const std::function<std::string(store::Txn&)>& load)
-      HF_EXCLUDES(names_mu_);
-  std::unordered_map<RowId, std::string>& NameCacheLocked(NameKind kind)
-      HF_REQUIRES(names_mu_);
-
   // Makes `row` count in the ledger if it is active now.
   Status ApplyApprovalLocked(const store::ApprovalRow& row) HF_REQUIRES(mu_);
   // Withdraws `id` from the ledger if it counts there.
@@ -769,24 +745,12 @@ class ControlPlane {
   std::map<std::string, std::set<std::string>> vendors_models_
       HF_GUARDED_BY(mu_);
 
-  Mutex names_mu_;
-  std::unordered_map<RowId, std::string> tenant_names_ HF_GUARDED_BY(names_mu_);
-  std::unordered_map<RowId, std::string> node_names_ HF_GUARDED_BY(names_mu_);
-  std::unordered_map<RowId, std::string> group_names_ HF_GUARDED_BY(names_mu_);
-  // The card the ledger holds at each (node, index): slices, commands and
-  // a slice's env (built inside store writes) are rendered without mu_.
-  struct GpuIdentity {
-    std::string uuid;
-    std::string vendor;
-  };
-  std::map<GpuKey, GpuIdentity> gpu_ids_ HF_GUARDED_BY(names_mu_);
-
-  // Token cache: hash -> (caller, when cached). Revocation here removes the
-  // entry; a revocation by another server instance takes effect within
-  // kTokenCacheMillis.
-  Mutex auth_mu_;
-  std::unordered_map<std::string, std::pair<Caller, store::Millis>> token_cache_
-      HF_GUARDED_BY(auth_mu_);
+  // Tenant, node and group names, and the card the ledger holds at each
+  // (node, index): slices, commands and a slice's env (built inside store
+  // writes) are rendered without mu_. Its own lock (order: mu_, then it).
+  Names names_;
+  // Tokens and the token cache. Its own lock, held alone.
+  Identity identity_;
 
   // Scheduler state.
   Mutex sched_mu_;

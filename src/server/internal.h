@@ -15,7 +15,6 @@
 namespace hf::server {
 
 inline constexpr std::string_view kDefaultTenant = "default";
-inline constexpr store::Millis kTokenCacheMillis = 5'000;
 // After a MIG create found no room, the GPU takes no gold slice for this
 // long unless its partitions change first.
 inline constexpr store::Millis kMigFullMillis = 300'000;
@@ -24,7 +23,6 @@ inline constexpr store::Millis kMigFullMillis = 300'000;
 inline constexpr std::string_view kMigOrphansNotedKey = "mig_orphans_noted";
 
 std::string Sha256Hex(std::string_view data);
-StatusOr<std::string> NewTokenSecret();
 // Tenant, group and node names: [a-z0-9][a-z0-9._-]{0,62}.
 Status ValidateName(std::string_view name, std::string_view field);
 Status RequireAdmin(const struct Caller& caller);

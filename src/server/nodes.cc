@@ -240,10 +240,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     return Status::Ok();
   }));
   if (newer_applied) return AppliedNodeReport{stored, newer_applied};
-  {
-    MutexLock names(names_mu_);
-    node_names_[stored.id] = stored.name;
-  }
+  names_.SetNode(stored.id, stored.name);
   node_hook_[stored.id] = report.hook_available;
   for (const GpuRow& g : gpus) HF_RETURN_IF_ERROR(SyncGpuLocked(stored, g));
   auto node_id = LedgerNodeLocked(stored);

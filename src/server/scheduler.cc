@@ -160,15 +160,10 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
   in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
   std::string uuids;
   std::string vendor = "nvidia";
-  {
-    MutexLock names(names_mu_);
-    for (int index : slice.gpu_indices) {
-      auto it = gpu_ids_.find(GpuKey{slice.node_id, index});
-      if (it == gpu_ids_.end()) continue;
-      if (!uuids.empty()) uuids += ",";
-      uuids += it->second.uuid;
-      vendor = it->second.vendor;
-    }
+  for (const GpuIdentity& gpu : names_.Gpus(slice.node_id, slice.gpu_indices)) {
+    if (!uuids.empty()) uuids += ",";
+    uuids += gpu.uuid;
+    vendor = gpu.vendor;
   }
   in.gpu_uuids = uuids;
   in.vendor = vendor;
