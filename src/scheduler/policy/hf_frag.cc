@@ -298,6 +298,7 @@ std::optional<Choice> Pick(const ClusterView& view,
       max_scored == 0 || slots == 0 ? 0 : memo.scan_start % slots;
   std::size_t scored = 0;
   std::size_t last = start;
+  const bool slice = need->kind == RequestKind::kSlice;
   // The slot `ahead` slots after `slot` in scan order (slots when none).
   const auto after = [slots](std::size_t slot, std::size_t ahead) {
     const std::size_t s = slot + ahead;
@@ -307,16 +308,20 @@ std::optional<Choice> Pick(const ClusterView& view,
     if (max_scored != 0 && scored >= max_scored) break;
     const std::size_t slot = start + i < slots ? start + i : start + i - slots;
     last = slot;
-    // Ask for what the scan reads next (node_scan.h): the record and the
-    // memos kFar slots ahead, what the record points to kNear slots ahead.
+    // Ask for what the scan reads next (node_scan.h): the record kFar slots
+    // ahead and, for a slice, the memos too, and what the record points to
+    // kNear slots ahead. (A whole-GPU scan passes over many more nodes on
+    // their summary alone, which would waste the rest.)
     constexpr std::size_t kFar = 16;
     constexpr std::size_t kNear = 8;
     if (const std::size_t far = after(slot, kFar); far < slots) {
       node_scan::PrefetchNodeRecord(view.node(NodeId(far)));
-      node_scan::PrefetchNodeMemo(memo.nodes[far]);
-      __builtin_prefetch(&scores[far]);
+      if (slice) {
+        node_scan::PrefetchNodeMemo(memo.nodes[far]);
+        __builtin_prefetch(&scores[far]);
+      }
     }
-    if (const std::size_t near = after(slot, kNear); near < slots) {
+    if (const std::size_t near = after(slot, kNear); slice && near < slots) {
       node_scan::PrefetchNodeGpus(view.node(NodeId(near)));
       node_scan::PrefetchNodeMemoState(memo.nodes[near]);
     }
