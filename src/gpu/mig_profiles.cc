@@ -435,7 +435,10 @@ StatusOr<MigInstance> ChooseMigInstance(
                                    "gpu_compute_ratio");
   }
 
+  // Every slice admission on a GPU in MIG mode comes here (a node scan
+  // checks many): one allocation, and no sort buffer.
   std::vector<const MigProfile*> fitting;
+  fitting.reserve(table.profiles.size());
   const MigProfile* largest = nullptr;
   for (const MigProfile& profile : table.profiles) {
     if (profile.media_extensions) continue;
@@ -463,7 +466,16 @@ StatusOr<MigInstance> ChooseMigInstance(
     }
     return Status::ResourceExhausted(std::move(message));
   }
-  std::stable_sort(fitting.begin(), fitting.end(), SmallerProfile);
+  // Smallest first, equal ones in table order: an insertion sort (a table
+  // has a few profiles), stable as std::stable_sort is, without its buffer.
+  for (std::size_t i = 1; i < fitting.size(); ++i) {
+    const MigProfile* p = fitting[i];
+    std::size_t j = i;
+    for (; j > 0 && SmallerProfile(p, fitting[j - 1]); --j) {
+      fitting[j] = fitting[j - 1];
+    }
+    fitting[j] = p;
+  }
 
   for (const MigProfile* profile : fitting) {
     if (CountInstances(existing, profile->name) >= profile->max_instances) {

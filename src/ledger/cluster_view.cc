@@ -42,16 +42,9 @@ const char* RejectReasonName(RejectReason reason) {
   return "unknown";
 }
 
-std::size_t ClusterView::gpu_slot_count() const { return state_->gpus.size(); }
-std::size_t ClusterView::node_slot_count() const {
-  return state_->nodes.size();
-}
-const GpuRecord& ClusterView::gpu(GpuId id) const {
-  return state_->gpus[id.value()];
-}
-const NodeRecord& ClusterView::node(NodeId id) const {
-  return state_->nodes[id.value()];
-}
+ClusterView::ClusterView(const ClusterState& state)
+    : state_(&state), nodes_(&state.nodes), gpus_(&state.gpus) {}
+
 bool ClusterView::HasGpu(GpuId id) const {
   return id.valid() && id.value() < state_->gpus.size() &&
          state_->gpus[id.value()].live;

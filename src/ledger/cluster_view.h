@@ -158,14 +158,16 @@ struct ClusterState;  // defined in ledger/cluster_state.h
 
 class ClusterView {
  public:
-  explicit ClusterView(const ClusterState& state) : state_(&state) {}
+  explicit ClusterView(const ClusterState& state);
 
   // --- plain reads ---
-  // Slots are dense; check `live` on each record.
-  std::size_t gpu_slot_count() const;
-  std::size_t node_slot_count() const;
-  const GpuRecord& gpu(GpuId id) const;  // REQUIRES: id < gpu_slot_count()
-  const NodeRecord& node(NodeId id) const;
+  // Slots are dense; check `live` on each record. Inline: node scans read
+  // them for every node and GPU.
+  std::size_t gpu_slot_count() const { return gpus_->size(); }
+  std::size_t node_slot_count() const { return nodes_->size(); }
+  // REQUIRES: id < gpu_slot_count()
+  const GpuRecord& gpu(GpuId id) const { return (*gpus_)[id.value()]; }
+  const NodeRecord& node(NodeId id) const { return (*nodes_)[id.value()]; }
   bool HasGpu(GpuId id) const;  // live
   bool HasNode(NodeId id) const;
   std::size_t live_gpu_count() const;
@@ -280,6 +282,10 @@ class ClusterView {
                                            const SharingKey& tenant_key) const;
 
   const ClusterState* state_;
+  // The state's record vectors themselves (not their elements, which move
+  // as they grow), for the inline reads above.
+  const std::vector<NodeRecord>* nodes_;
+  const std::vector<GpuRecord>* gpus_;
 };
 
 // In the header: node scans call these for every node and GPU they read.

@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -14,6 +17,33 @@ namespace {
 
 // Nodes with up to this many GPUs take NodeFragMilli's sorted fast path.
 constexpr std::size_t kMaxSortedGpus = 16;
+
+// The node's free milli, sorted on the stack, with prefix sums: below[i] is
+// the sum of the i smallest, below[k] the node's idle milli. Only [0, k) of
+// each is written (no zeroing: it shows).
+struct SortedFree {
+  std::size_t k = 0;
+  std::array<int, kMaxSortedGpus> sorted;
+  std::array<std::int64_t, kMaxSortedGpus + 1> below;
+};
+
+// REQUIRES: free.size() <= kMaxSortedGpus.
+void SortFree(const std::vector<int>& free, SortedFree& out) {
+  const std::size_t k = free.size();
+  out.k = k;
+  for (std::size_t i = 0; i < k; ++i) {  // insertion sort: k is small
+    const int v = free[i];
+    std::size_t j = i;
+    for (; j > 0 && out.sorted[j - 1] > v; --j) {
+      out.sorted[j] = out.sorted[j - 1];
+    }
+    out.sorted[j] = v;
+  }
+  out.below[0] = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    out.below[i + 1] = out.below[i] + out.sorted[i];
+  }
+}
 
 // Grouping order: any total order on the class key works; this one is the
 // reverse of the documented tie order, so equal keys end up adjacent.
@@ -113,6 +143,7 @@ TargetWorkload TargetWorkload::FromTasks(const std::vector<TaskClass>& tasks,
   }
   workload.classes_ = std::move(groups);
   workload.BuildColumns();
+  workload.BuildGroups();
   return workload;
 }
 
@@ -158,6 +189,7 @@ TargetWorkload TargetWorkload::FromWeighted(
         static_cast<std::int64_t>(std::llround(groups[i].weight))});
   }
   workload.BuildColumns();
+  workload.BuildGroups();
   return workload;
 }
 
@@ -185,6 +217,95 @@ void TargetWorkload::BuildColumns() {
     c.models.push_back(bits);
   }
   columns_ = std::move(c);
+}
+
+void TargetWorkload::BuildGroups() {
+  const Columns& c = columns_;
+  ClassGroups g;
+  g.class_count = c.cpu.size();
+  for (const double w : c.weight) g.weight_sum += w;
+  g.usable = c.models_fit;
+  if (!g.usable) {
+    groups_ = std::move(g);
+    return;
+  }
+  // The classes that can fit some node: the rest always count all idle GPU.
+  std::vector<std::size_t> fitting;
+  for (std::size_t i = 0; i < g.class_count; ++i) {
+    if (c.cpu[i] != Columns::kNeverFits && c.num[i] >= 1 && c.share[i] >= 1 &&
+        c.share[i] <= kMilliPerGpu) {
+      fitting.push_back(i);
+    }
+  }
+  std::vector<int> shares;
+  for (const std::size_t i : fitting) {
+    g.cpus.push_back(c.cpu[i]);
+    shares.push_back(c.share[i]);
+  }
+  std::sort(g.cpus.begin(), g.cpus.end());
+  g.cpus.erase(std::unique(g.cpus.begin(), g.cpus.end()), g.cpus.end());
+  std::sort(shares.begin(), shares.end());
+  shares.erase(std::unique(shares.begin(), shares.end()), shares.end());
+  g.share_count = shares.size();
+  g.share_rank.resize(kMilliPerGpu + 1);
+  for (int x = 0; x <= kMilliPerGpu; ++x) {
+    g.share_rank[static_cast<std::size_t>(x)] = static_cast<std::uint16_t>(
+        std::upper_bound(shares.begin(), shares.end(), x) - shares.begin());
+  }
+  const auto rank_of = [](const auto& sorted, const auto& value) {
+    return static_cast<std::size_t>(
+        std::upper_bound(sorted.begin(), sorted.end(), value) - sorted.begin());
+  };
+
+  // Group by (models, num); within a group, (CPU, share) pairs are distinct,
+  // since classes are.
+  std::sort(fitting.begin(), fitting.end(), [&c](std::size_t a, std::size_t b) {
+    return std::tie(c.models[a], c.num[a], c.cpu[a]) <
+           std::tie(c.models[b], c.num[b], c.cpu[b]);
+  });
+  const std::size_t width = g.share_count + 1;
+  for (std::size_t first = 0; first < fitting.size();) {
+    const std::size_t head = fitting[first];
+    std::size_t end = first;
+    while (end < fitting.size() && c.models[fitting[end]] == c.models[head] &&
+           c.num[fitting[end]] == c.num[head]) {
+      ++end;
+    }
+    ClassGroups::Group group;
+    group.models = c.models[head];
+    group.num = c.num[head];
+    // Rows: the group's distinct CPUs (its classes are sorted by CPU).
+    std::vector<CpuMilli> rows;
+    for (std::size_t i = first; i < end; ++i) {
+      if (rows.empty() || rows.back() != c.cpu[fitting[i]]) {
+        rows.push_back(c.cpu[fitting[i]]);
+      }
+    }
+    group.weights.assign(rows.size() * width, 0.0);
+    for (std::size_t i = first; i < end; ++i) {
+      const std::size_t cls = fitting[i];
+      const std::size_t row = rank_of(rows, c.cpu[cls]) - 1;
+      const std::size_t col = rank_of(shares, c.share[cls]);
+      group.weights[row * width + col] += c.weight[cls];
+    }
+    // Cumulative over shares in each row, then over rows.
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      double* w = group.weights.data() + r * width;
+      for (std::size_t j = 1; j < width; ++j) w[j] += w[j - 1];
+      if (r > 0) {
+        for (std::size_t j = 0; j < width; ++j) w[j] += w[j - width];
+      }
+    }
+    group.row_of.resize(g.cpus.size() + 1);
+    for (std::size_t r = 0; r <= g.cpus.size(); ++r) {
+      // Rank r: the node's CPU is at least cpus[r - 1] and below cpus[r].
+      group.row_of[r] =
+          r == 0 ? -1 : static_cast<int>(rank_of(rows, g.cpus[r - 1])) - 1;
+    }
+    g.groups.push_back(std::move(group));
+    first = end;
+  }
+  groups_ = std::move(g);
 }
 
 std::uint64_t TargetWorkload::Columns::BitOf(const std::string& model) const {
@@ -251,25 +372,17 @@ double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload) {
     return frag;
   }
   // The hot path (FGD evaluates this per candidate GPU of every node): sort
-  // the node's free milli once, on the stack, with prefix sums. For a class
-  // with share s, the GPUs below s are a prefix of length p (lower_bound),
-  // their sum is below[p], and k - p GPUs fit. Same numbers as ClassFrag,
-  // summed in the same order.
-  // Only [0, k) of each is written or read (no zeroing: it shows).
-  std::array<int, kMaxSortedGpus> sorted;
-  std::array<std::int64_t, kMaxSortedGpus + 1> below;
-  for (std::size_t i = 0; i < k; ++i) {  // insertion sort: k is small
-    const int v = free[i];
-    std::size_t j = i;
-    for (; j > 0 && sorted[j - 1] > v; --j) sorted[j] = sorted[j - 1];
-    sorted[j] = v;
-  }
-  below[0] = 0;
-  for (std::size_t i = 0; i < k; ++i) below[i + 1] = below[i] + sorted[i];
+  // the node's free milli once, with prefix sums. For a class with share s,
+  // the GPUs below s are a prefix of length p (lower_bound), their sum is
+  // below[p], and k - p GPUs fit. Same numbers as ClassFrag, summed in the
+  // same order.
+  SortedFree sf;
+  SortFree(free, sf);
+  const std::array<std::int64_t, kMaxSortedGpus + 1>& below = sf.below;
   const std::int64_t idle = below[k];
   if (idle == 0) return 0.0;  // every class's fragment is part of idle
 
-  const auto begin = sorted.begin();
+  const auto begin = sf.sorted.begin();
   const auto end = begin + static_cast<std::ptrdiff_t>(k);
   double frag = 0.0;
   const TargetWorkload::Columns& col = workload.columns();
@@ -302,6 +415,66 @@ double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload) {
     frag += c.weight * static_cast<double>(amount);
   }
   return frag;
+}
+
+std::optional<FragEstimate> EstimateNodeFragMilli(
+    const NodeGpuState& node, const TargetWorkload& workload) {
+  const TargetWorkload::ClassGroups& g = workload.class_groups();
+  const std::vector<int>& free = node.gpu_free_milli;
+  if (!g.usable || free.size() > kMaxSortedGpus) return std::nullopt;
+  for (const int v : free) {
+    if (v < 0 || v > kMilliPerGpu) return std::nullopt;
+  }
+  SortedFree sf;
+  SortFree(free, sf);
+  const std::size_t k = sf.k;
+  const std::int64_t idle = sf.below[k];
+  if (idle == 0) return FragEstimate{0.0, 0.0};  // NodeFragMilli's 0 exactly
+
+  // A class of share s fits where the node has CPU and model for it and its
+  // num-th largest free milli (sorted[k - num]) is at least s; it saves
+  // idle - below[p] of the node's idle milli, p being the GPUs below s. Per
+  // group and node CPU, with F(x) the weight of the classes of share <= x,
+  // the saving summed by parts is
+  //   (idle - below[P]) F(sorted[P]) + sum_{p < P} sorted[p] F(sorted[p])
+  // for P = k - num: P + 1 table reads instead of one step per class.
+  const std::uint64_t node_bit = workload.columns().BitOf(node.model);
+  const auto cpu_rank = static_cast<std::size_t>(
+      std::upper_bound(g.cpus.begin(), g.cpus.end(), node.cpu_free) -
+      g.cpus.begin());
+  std::array<std::size_t, kMaxSortedGpus> rank;
+  for (std::size_t p = 0; p < k; ++p) {
+    rank[p] = g.share_rank[static_cast<std::size_t>(sf.sorted[p])];
+  }
+  const std::size_t width = g.share_count + 1;
+  double saved = 0;
+  std::size_t terms = 0;
+  for (const TargetWorkload::ClassGroups::Group& group : g.groups) {
+    if (group.models != 0 && (group.models & node_bit) == 0) continue;
+    if (static_cast<std::size_t>(group.num) > k) continue;
+    const int row = group.row_of[cpu_rank];
+    if (row < 0) continue;
+    const double* w =
+        group.weights.data() + static_cast<std::size_t>(row) * width;
+    const std::size_t last = k - static_cast<std::size_t>(group.num);
+    for (std::size_t p = 0; p < last; ++p) {
+      saved += static_cast<double>(sf.sorted[p]) * w[rank[p]];
+    }
+    saved += static_cast<double>(idle - sf.below[last]) * w[rank[last]];
+    terms += last + 1;
+  }
+  FragEstimate out;
+  out.milli = static_cast<double>(idle) * g.weight_sum - saved;
+  // Both sums are of non-negative products of at most idle x weight; each
+  // table entry adds at most 2n weights, `saved` `terms` products, and
+  // NodeFragMilli n products in order, so each result is within
+  // (2n + terms + few) x eps x idle x weights of the exact sum (Higham's
+  // bound for recursive summation). Twice that, to spare.
+  const double n = static_cast<double>(g.class_count);
+  const double eps = std::numeric_limits<double>::epsilon();
+  out.error = 2 * (4 * n + static_cast<double>(terms) + 16) * eps *
+              static_cast<double>(idle) * g.weight_sum;
+  return out;
 }
 
 std::int64_t IdleMilli(const NodeGpuState& node) {

@@ -17,7 +17,9 @@
 #pragma once
 
 #include <climits>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,11 +88,42 @@ class TargetWorkload {
   };
   const Columns& columns() const { return columns_; }
 
+  // The classes that can fit a GPU (not CPU-only, a share of 1..1000) in
+  // groups of one model set and GPU count, each a table of summed weights by
+  // CPU and share, so that EstimateNodeFragMilli reads a few sums per group
+  // instead of every class. Built once with the classes; `usable` is false
+  // where the columns' models do not fit their bits.
+  struct ClassGroups {
+    // One group's table: weights[row * (share_count + 1) + j] is the summed
+    // weight of the group's classes with CPU at most the row's and share at
+    // most the j-th smallest share (j = 0: none). Rows are the group's
+    // distinct CPUs, ascending; row_of[r] is the row for a node with free
+    // CPU of rank r (the number of `cpus` at most it), -1 below the group's
+    // least CPU.
+    struct Group {
+      std::uint64_t models = 0;  // as Columns::models (0: any model)
+      int num = 0;
+      std::vector<int> row_of;
+      std::vector<double> weights;
+    };
+    bool usable = false;
+    std::size_t class_count = 0;  // every class, for the error bound
+    double weight_sum = 0;        // every class's weight, summed in order
+    std::vector<CpuMilli> cpus;   // the groups' distinct CPUs, ascending
+    std::size_t share_count = 0;
+    // For a free milli x in 0..1000: how many distinct shares are <= x.
+    std::vector<std::uint16_t> share_rank;
+    std::vector<Group> groups;
+  };
+  const ClassGroups& class_groups() const { return groups_; }
+
  private:
   void BuildColumns();
+  void BuildGroups();
 
   std::vector<WeightedClass> classes_;
   Columns columns_;
+  ClassGroups groups_;
 };
 
 // What fragmentation needs to know of one node.
@@ -128,6 +161,20 @@ double ClassFragMilli(const NodeGpuState& node, const TaskClass& task);
 // The node's fragmentation: sum over the workload's classes of weight x
 // ClassFragMilli.
 double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload);
+
+// NodeFragMilli by class groups (TargetWorkload::ClassGroups), with a bound
+// on how far the estimate may be from NodeFragMilli's own value: the two
+// add the same products in different orders, so they may differ in the last
+// bits (never more than `error`). A caller that needs NodeFragMilli's exact
+// value decides from the estimate only where `error` cannot change its
+// decision. nullopt where the groups do not apply: over 16 GPUs, unusable
+// groups, or free milli outside 0..1000.
+struct FragEstimate {
+  double milli = 0;
+  double error = 0;  // |milli - NodeFragMilli(node, workload)| <= error
+};
+std::optional<FragEstimate> EstimateNodeFragMilli(
+    const NodeGpuState& node, const TargetWorkload& workload);
 
 // Sum of the node's idle GPU milli.
 std::int64_t IdleMilli(const NodeGpuState& node);

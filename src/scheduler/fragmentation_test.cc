@@ -8,10 +8,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ledger/ledger.h"
@@ -261,6 +264,103 @@ TEST(NodeFragTest, EqualsTheWeightedSumOfClassFragments) {
     EXPECT_LE(NodeFragMilli(node, w),
               static_cast<double>(IdleMilli(node)) + 1e-6);
   }
+}
+
+// --- the estimate by class groups -------------------------------------------
+
+// Random classes: CPU-only, sharing (one GPU, a share) and whole-GPU
+// (1000 x 1..8), some with models, a few with shares the groups leave out
+// (over 1000); weighted, as the server's learned workload is.
+TargetWorkload RandomWorkload(std::mt19937& rng, int classes) {
+  const auto uniform = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const std::vector<std::string> models = {"A100", "V100", "T4"};
+  std::vector<std::pair<TaskClass, double>> weighted;
+  for (int i = 0; i < classes; ++i) {
+    const int kind = uniform(0, 9);
+    TaskClass t;
+    t.cpu_milli = 500 * uniform(0, 40);
+    if (kind <= 5) {
+      t.gpu_milli = uniform(1, 1000);
+      t.num_gpu = 1;
+    } else if (kind <= 8) {
+      t.gpu_milli = 1000;
+      t.num_gpu = uniform(1, 8);
+    } else if (uniform(0, 1) == 0) {
+      t.gpu_milli = 1500;  // never fits one GPU
+      t.num_gpu = 1;
+    }
+    if (t.gpu_milli > 0 && uniform(0, 3) == 0) {
+      t.gpu_models = {models[static_cast<std::size_t>(uniform(0, 2))]};
+      if (uniform(0, 2) == 0) t.gpu_models.push_back("A100");
+    }
+    weighted.emplace_back(
+        t, std::uniform_real_distribution<double>(0.001, 3.0)(rng));
+  }
+  return TargetWorkload::FromWeighted(weighted, 1.0);
+}
+
+TEST(EstimateNodeFragTest, WithinItsBoundOfTheMeasure) {
+  std::mt19937 rng(11);
+  const auto uniform = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const std::vector<std::string> models = {"A100", "V100", "T4", "", "H100"};
+  double worst = 0;  // the largest |estimate - measure| / bound seen
+  for (int round = 0; round < 20; ++round) {
+    const TargetWorkload w = RandomWorkload(rng, uniform(1, 400));
+    for (int trial = 0; trial < 500; ++trial) {
+      NodeGpuState node;
+      node.cpu_free = 500 * uniform(-1, 42);
+      node.model = models[static_cast<std::size_t>(uniform(0, 4))];
+      const int gpus = uniform(0, 16);
+      for (int g = 0; g < gpus; ++g) {
+        const int pick = uniform(0, 3);
+        node.gpu_free_milli.push_back(pick == 0   ? 0
+                                      : pick == 1 ? 1000
+                                                  : uniform(0, 1000));
+      }
+      const std::optional<FragEstimate> e = EstimateNodeFragMilli(node, w);
+      ASSERT_TRUE(e.has_value());
+      const double exact = NodeFragMilli(node, w);
+      const double off = std::abs(e->milli - exact);
+      ASSERT_LE(off, e->error) << "round " << round << " trial " << trial;
+      if (e->error > 0) worst = std::max(worst, off / e->error);
+    }
+  }
+  // The bound is generous, but not absurdly so.
+  EXPECT_LT(worst, 1.0);
+}
+
+TEST(EstimateNodeFragTest, ExactOnSmallNumbers) {
+  // Mixed(): free [1000, 300, 600, 0], 8 cores, A100. 500 x 1 (4 cores)
+  // saves all but 300; 1000 x 2 lacks GPUs; the V100 class lacks the model.
+  // Weights 1/2, 1/4, 1/4: 0.5 x 300 + 0.25 x 1900 + 0.25 x 1900 = 1100.
+  std::vector<TaskClass> tasks;
+  Add(tasks, Class(4000, 500, 1), 2);
+  Add(tasks, Class(1000, 1000, 2), 1);
+  Add(tasks, Class(1000, 200, 1, {"V100"}), 1);
+  const TargetWorkload w = TargetWorkload::FromTasks(tasks, 1.0);
+  const std::optional<FragEstimate> e = EstimateNodeFragMilli(Mixed(), w);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NEAR(e->milli, 1100.0, e->error);
+  EXPECT_DOUBLE_EQ(NodeFragMilli(Mixed(), w), 1100.0);
+}
+
+TEST(EstimateNodeFragTest, NotWhereTheGroupsDoNotApply) {
+  std::vector<TaskClass> tasks;
+  Add(tasks, Class(1000, 500, 1), 1);
+  const TargetWorkload w = TargetWorkload::FromTasks(tasks, 1.0);
+  EXPECT_FALSE(EstimateNodeFragMilli(Node(8000, std::vector<int>(17, 500)), w));
+  EXPECT_FALSE(EstimateNodeFragMilli(Node(8000, {1001}), w));
+  EXPECT_FALSE(EstimateNodeFragMilli(Node(8000, {-1}), w));
+  // No idle GPU: 0, exactly as NodeFragMilli.
+  const std::optional<FragEstimate> none =
+      EstimateNodeFragMilli(Node(8000, {0, 0}), w);
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->milli, 0.0);
+  EXPECT_EQ(none->error, 0.0);
 }
 
 // --- target workload --------------------------------------------------------

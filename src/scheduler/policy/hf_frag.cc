@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -47,11 +49,11 @@ struct Terms {
 // idle milli, what its free CPU cannot feed at `cpu_per_milli`), minus the
 // idle milli at the model's price (idle GPU that constrained tasks need is
 // worth keeping, so using it raises the measure).
-double Frag(const NodeGpuState& state, const TargetWorkload& workload,
-            const Terms& terms) {
-  double frag = NodeFragMilli(state, workload);
-  std::int64_t idle = 0;
-  for (const int free : state.gpu_free_milli) idle += free;
+// `node_frag` is the state's NodeFragMilli (or an estimate of it) and
+// `idle` its idle milli.
+double WithTerms(double node_frag, const NodeGpuState& state, std::int64_t idle,
+                 const Terms& terms) {
+  double frag = node_frag;
   if (terms.cpu_per_milli > 0) {
     const double fed =
         static_cast<double>(state.cpu_free) / terms.cpu_per_milli;
@@ -61,10 +63,52 @@ double Frag(const NodeGpuState& state, const TargetWorkload& workload,
   return frag;
 }
 
-// FGD's score of a drop: int(100 x sigmoid(drop / 1000)).
-std::int64_t Score(double before, double after) {
+double Frag(const NodeGpuState& state, const TargetWorkload& workload,
+            const Terms& terms) {
+  return WithTerms(NodeFragMilli(state, workload), state, IdleMilli(state),
+                   terms);
+}
+
+// FGD's score of a drop, before truncation: 100 x sigmoid(drop / 1000).
+double ScoreValue(double before, double after) {
   const double x = (before - after) / 1000;
-  return static_cast<std::int64_t>(100.0 / (1.0 + std::exp(-x)));
+  return 100.0 / (1.0 + std::exp(-x));
+}
+
+// FGD's integer score of a drop: int(100 x sigmoid(drop / 1000)).
+std::int64_t Score(double before, double after) {
+  return static_cast<std::int64_t>(ScoreValue(before, after));
+}
+
+// The score of leaving a node measured `before` in `state`: Score(before,
+// Frag(state)), from the measure's estimate by class groups where its error
+// cannot move the score to another integer (nearly always), else from the
+// measure itself. The estimate's `after` is within `bound` of Frag's; the
+// sigmoid's slope is at most 1/4, so the score's value moves at most
+// 100 / 4 / 1000 per milli, and 1e-9 more covers the rounding of the score's
+// own arithmetic (below 1e-12 from 0 to 100).
+std::int64_t ScoreAfter(double before, const NodeGpuState& state,
+                        const TargetWorkload& workload, const Terms& terms) {
+  const std::int64_t idle = IdleMilli(state);
+  if (const std::optional<FragEstimate> estimate =
+          EstimateNodeFragMilli(state, workload)) {
+    const double after = WithTerms(estimate->milli, state, idle, terms);
+    // WithTerms adds the same two terms to both, rounding each sum once.
+    const double eps = std::numeric_limits<double>::epsilon();
+    const double magnitude =
+        std::abs(estimate->milli) + std::abs(after) +
+        static_cast<double>(idle) * (2 + std::abs(terms.price));
+    const double bound = 2 * estimate->error + 16 * eps * magnitude;
+    const double value = ScoreValue(before, after);
+    const double slack = bound * (100.0 / 4 / 1000) + 1e-9;
+    const double low = std::max(0.0, value - slack);
+    const double high = std::min(100.0, value + slack);
+    if (std::floor(low) == std::floor(high)) {
+      return static_cast<std::int64_t>(low);
+    }
+  }
+  return Score(before,
+               WithTerms(NodeFragMilli(state, workload), state, idle, terms));
 }
 
 // What one (request shape, node) memo entry keeps: for a slice, the score of
@@ -99,7 +143,7 @@ Eval EvaluateSlice(const Need& need, const std::vector<GpuFacts>& gpus,
       score = (*scores)[i];
     } else {
       state.gpu_free_milli[i] = gpus[i].after_milli;
-      score = Score(memo.frag, Frag(state, workload, terms));
+      score = ScoreAfter(memo.frag, state, workload, terms);
       state.gpu_free_milli[i] = gpus[i].free_milli;
       if (known != nullptr) {
         *known |= bit;
@@ -134,11 +178,11 @@ Eval EvaluateNode(const Need& need, const std::vector<GpuFacts>& gpus,
   if (need.kind == RequestKind::kWholeGpus) {
     const std::int64_t freed =
         node_scan::TakeLowestCandidates(gpus, need.gpu_count, state);
-    eval.score = Score(memo.frag, Frag(state, workload, terms));
+    eval.score = ScoreAfter(memo.frag, state, workload, terms);
     eval.idle_after = memo.idle - freed;
     node_scan::RestoreFreeMilli(gpus, state);
   } else {
-    eval.score = Score(memo.frag, Frag(state, workload, terms));
+    eval.score = ScoreAfter(memo.frag, state, workload, terms);
     eval.idle_after = memo.idle;
   }
   state.cpu_free += cpu;
@@ -254,10 +298,33 @@ std::optional<Choice> Pick(const ClusterView& view,
       max_scored == 0 || slots == 0 ? 0 : memo.scan_start % slots;
   std::size_t scored = 0;
   std::size_t last = start;
+  const bool slice = need->kind == RequestKind::kSlice;
+  // The slot `ahead` slots after `slot` in scan order (slots when none).
+  const auto after = [slots](std::size_t slot, std::size_t ahead) {
+    const std::size_t s = slot + ahead;
+    return s < slots ? s : s - slots < slots ? s - slots : slots;
+  };
   for (std::size_t i = 0; i < slots; ++i) {
     if (max_scored != 0 && scored >= max_scored) break;
     const std::size_t slot = start + i < slots ? start + i : start + i - slots;
     last = slot;
+    // Ask for what the scan reads next (node_scan.h): the record kFar slots
+    // ahead and, for a slice, the memos too, and what the record points to
+    // kNear slots ahead. (A whole-GPU scan passes over many more nodes on
+    // their summary alone, which would waste the rest.)
+    constexpr std::size_t kFar = 16;
+    constexpr std::size_t kNear = 8;
+    if (const std::size_t far = after(slot, kFar); far < slots) {
+      node_scan::PrefetchNodeRecord(view.node(NodeId(far)));
+      if (slice) {
+        node_scan::PrefetchNodeMemo(memo.nodes[far]);
+        __builtin_prefetch(&scores[far]);
+      }
+    }
+    if (const std::size_t near = after(slot, kNear); slice && near < slots) {
+      node_scan::PrefetchNodeGpus(view.node(NodeId(near)));
+      node_scan::PrefetchNodeMemoState(memo.nodes[near]);
+    }
     if (!node_scan::Gather(view, slot, *need, gpus, facts,
                            /*with_free=*/false)) {
       continue;

@@ -44,6 +44,12 @@
 // summaries and GPU briefs (ClusterView::CheckSliceBrief) before any GPU
 // record is read.
 //
+// A placement's measure is estimated by class groups (EstimateNodeFragMilli,
+// a few sums per group of classes instead of one step per class), and the
+// estimate is used only where its error bound cannot move the integer score;
+// elsewhere the measure is taken class by class. Scores, so choices, are
+// exactly those of the class-by-class measure.
+//
 // Thread-safety: the memo is guarded by an internal mutex; safe to call
 // from any thread.
 #pragma once
