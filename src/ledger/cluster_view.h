@@ -248,6 +248,10 @@ class ClusterView {
   enum class BriefAnswer { kFits, kRejected, kUnknown };
   BriefAnswer CheckSliceBrief(const NodeRecord& node, std::size_t i,
                               const SliceAsk& ask) const;
+  // The same answer from a copy of the brief (`ask.needs_records` is the
+  // caller's to check).
+  static BriefAnswer CheckBrief(const NodeRecord::GpuBrief& b,
+                                const SliceAsk& ask);
   // The first reason `gpu` cannot be handed out whole to `request` now,
   // ignoring node resources and GPU count (checked per node).
   std::optional<RejectReason> CheckWholeGpu(
@@ -303,7 +307,11 @@ inline ClusterView::BriefAnswer ClusterView::CheckSliceBrief(
   if (ask.needs_records || i >= node.gpu_briefs.size()) {
     return BriefAnswer::kUnknown;
   }
-  const NodeRecord::GpuBrief& b = node.gpu_briefs[i];
+  return CheckBrief(node.gpu_briefs[i], ask);
+}
+
+inline ClusterView::BriefAnswer ClusterView::CheckBrief(
+    const NodeRecord::GpuBrief& b, const SliceAsk& ask) {
   // CheckSlice's order; a reason found here is one CheckSlice finds too
   // (perhaps after another: only fits / does not fit is answered).
   if (!b.takes_slices) return BriefAnswer::kRejected;  // lost, held whole

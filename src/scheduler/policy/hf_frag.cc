@@ -309,24 +309,25 @@ std::optional<Choice> Pick(const ClusterView& view,
     const std::size_t slot = start + i < slots ? start + i : start + i - slots;
     last = slot;
     // Ask for what the scan reads next (node_scan.h): the record kFar slots
-    // ahead and, for a slice, the memos too, and what the record points to
-    // kNear slots ahead. (A whole-GPU scan passes over many more nodes on
-    // their summary alone, which would waste the rest.)
+    // ahead and, for a slice, the memos and the copy of its GPU ids and
+    // briefs too, and the memo's state kNear slots ahead. (A whole-GPU scan
+    // passes over many more nodes on their summary alone, which would waste the
+    // rest.)
     constexpr std::size_t kFar = 16;
     constexpr std::size_t kNear = 8;
     if (const std::size_t far = after(slot, kFar); far < slots) {
       node_scan::PrefetchNodeRecord(view.node(NodeId(far)));
       if (slice) {
         node_scan::PrefetchNodeMemo(memo.nodes[far]);
+        node_scan::PrefetchNodeGpuCopy(memo.copies[far]);
         __builtin_prefetch(&scores[far]);
       }
     }
     if (const std::size_t near = after(slot, kNear); slice && near < slots) {
-      node_scan::PrefetchNodeGpus(view.node(NodeId(near)));
       node_scan::PrefetchNodeMemoState(memo.nodes[near]);
     }
     if (!node_scan::Gather(view, slot, *need, gpus, facts,
-                           /*with_free=*/false)) {
+                           /*with_free=*/false, &memo.copies[slot])) {
       continue;
     }
     ++scored;

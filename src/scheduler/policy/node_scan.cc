@@ -53,7 +53,8 @@ int AfterSliceMilli(const GpuRecord& gpu, const Need& need) {
 }
 
 bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
-            std::vector<GpuFacts>& gpus, NodeFacts& facts, bool with_free) {
+            std::vector<GpuFacts>& gpus, NodeFacts& facts, bool with_free,
+            NodeGpuCopy* copy) {
   const NodeRecord& node = view.node(NodeId(slot));
   if (!node.live) return false;
   const PlacementRequest& request = *need.request;
@@ -82,9 +83,25 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
   }
   gpus.clear();
   int candidates = 0;
-  const bool briefed = node.gpu_briefs.size() == node.gpus.size();
-  for (std::size_t i = 0; i < node.gpus.size(); ++i) {
-    const GpuRecord& gpu = view.gpu(node.gpus[i]);
+  const std::size_t count = node.gpus.size();
+  const bool briefed = node.gpu_briefs.size() == count;
+  const GpuId* ids = node.gpus.data();
+  const NodeRecord::GpuBrief* briefs = node.gpu_briefs.data();
+  if (copy != nullptr && briefed && count <= kCopiedGpus) {
+    if (!copy->made || copy->generation != node.generation ||
+        copy->count != count) {
+      std::copy(node.gpus.begin(), node.gpus.end(), copy->ids.begin());
+      std::copy(node.gpu_briefs.begin(), node.gpu_briefs.end(),
+                copy->briefs.begin());
+      copy->generation = node.generation;
+      copy->count = static_cast<std::uint32_t>(count);
+      copy->made = true;
+    }
+    ids = copy->ids.data();
+    briefs = copy->briefs.data();
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    const GpuRecord& gpu = view.gpu(ids[i]);
     GpuFacts f;
     f.record = &gpu;
     switch (need.kind) {
@@ -92,11 +109,12 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
         // The node's brief of the GPU decides most GPUs without reading
         // their records; the record where it cannot.
         const ClusterView::BriefAnswer brief =
-            briefed ? view.CheckSliceBrief(node, i, need.ask)
-                    : ClusterView::BriefAnswer::kUnknown;
+            briefed && !need.ask.needs_records
+                ? ClusterView::CheckBrief(briefs[i], need.ask)
+                : ClusterView::BriefAnswer::kUnknown;
         if (brief != ClusterView::BriefAnswer::kUnknown) {
           f.candidate = brief == ClusterView::BriefAnswer::kFits;
-          if (f.candidate) f.brief = &node.gpu_briefs[i];
+          if (f.candidate) f.brief = &briefs[i];
           break;
         }
         f.candidate = gpu.live && !gpu.whole_owned &&

@@ -8,6 +8,7 @@
 // Internal to src/scheduler/policy; not part of the scheduler's interface.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -75,9 +76,14 @@ int AfterSliceMilli(const ledger::GpuRecord& gpu, const Need& need);
 // whole, empty) skip the ledger's full check where it must fail. Without
 // `with_free`, free milli and the sums stay 0 (Random needs only
 // candidates).
+//
+// With `copy` (the policy's NodeGpuCopy of this slot), the node's GPU ids
+// and briefs are read from the copy, brought up to the node first when the
+// node's generation moved; the same facts as without it.
+struct NodeGpuCopy;
 bool Gather(const ledger::ClusterView& view, std::size_t slot, const Need& need,
             std::vector<GpuFacts>& gpus, NodeFacts& facts,
-            bool with_free = true);
+            bool with_free = true, NodeGpuCopy* copy = nullptr);
 // The free milli part of Gather (for a Gather without it).
 void GatherFree(const Need& need, std::vector<GpuFacts>& gpus,
                 NodeFacts& facts);
@@ -107,6 +113,30 @@ inline bool CandidateMask(const std::vector<GpuFacts>& gpus,
   return true;
 }
 
+// A copy of one node's GPU ids and briefs (NodeRecord::gpus, gpu_briefs),
+// made at the node's generation, so exact while that is unchanged. The
+// ledger keeps each node's ids and briefs in two heap arrays of their own;
+// at 100,000 GPUs a scan finds them scattered over the heap, a cache miss
+// and a page walk each. A policy keeps the copies in one array in slot
+// order (ScanMemo::copies), so that a scan in slot order reads them in
+// sequence. Nodes with more GPUs than it holds are read from the ledger.
+inline constexpr std::size_t kCopiedGpus = 8;
+struct NodeGpuCopy {
+  std::uint64_t generation = 0;
+  std::uint32_t count = 0;
+  bool made = false;
+  std::array<GpuId, kCopiedGpus> ids{};
+  std::array<ledger::NodeRecord::GpuBrief, kCopiedGpus> briefs{};
+};
+
+// Asks for the copy's lines (reads nothing).
+inline void PrefetchNodeGpuCopy(const NodeGpuCopy& copy) {
+  const char* first = reinterpret_cast<const char*>(&copy);
+  for (std::size_t b = 0; b < sizeof(NodeGpuCopy); b += 64) {
+    __builtin_prefetch(first + b);
+  }
+}
+
 // A policy's pick: the node, and the GPUs for slices and whole GPUs.
 struct Choice {
   NodeId node;
@@ -124,11 +154,10 @@ Choice ChoiceOn(const Need& need, std::size_t slot,
                 const std::vector<GpuFacts>& gpus, int slice_pos);
 
 // Prefetching for a scan in slot order. At 100,000 GPUs what a scan reads
-// of a node (its record, GPU ids and briefs, the policy's memos of it)
-// misses the caches, and a scan would wait for the record, then for what it
-// points to, node after node; asking for them some nodes ahead lets those
-// waits overlap. Hints only: nothing is read but the record
-// (PrefetchNodeGpus) and the memo (PrefetchNodeMemoState).
+// of a node (its record, the policy's copy of its GPU ids and briefs, its
+// memos) misses the caches, and a scan would wait for each, node after
+// node; asking for them some nodes ahead lets those waits overlap. Hints
+// only: nothing is read but the memo (PrefetchNodeMemoState).
 //
 // The fields of `node` that a scan reads first.
 inline void PrefetchNodeRecord(const ledger::NodeRecord& node) {
@@ -136,16 +165,6 @@ inline void PrefetchNodeRecord(const ledger::NodeRecord& node) {
   const char* last = reinterpret_cast<const char*>(&node.tie_rank);
   for (const char* p = first; p < last; p += 64) __builtin_prefetch(p);
   __builtin_prefetch(last);
-}
-// The node's GPU ids and briefs (reads the record).
-inline void PrefetchNodeGpus(const ledger::NodeRecord& node) {
-  if (node.gpus.empty()) return;
-  __builtin_prefetch(node.gpus.data());
-  __builtin_prefetch(&node.gpus.back());
-  const char* briefs = reinterpret_cast<const char*>(node.gpu_briefs.data());
-  const std::size_t bytes =
-      node.gpu_briefs.size() * sizeof(ledger::NodeRecord::GpuBrief);
-  for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(briefs + b);
 }
 
 // What a node's measures depend on, per GPU.
@@ -242,7 +261,8 @@ inline constexpr std::size_t kMaxShapes = 512;
 // scratch buffer for the node at hand.
 template <typename Value>
 struct ScanMemo {
-  std::vector<NodeMemo> nodes;  // by node slot
+  std::vector<NodeMemo> nodes;      // by node slot
+  std::vector<NodeGpuCopy> copies;  // by node slot
   std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
   std::vector<std::vector<ScoreMemo<Value>>> scores;  // by shape, node slot
   std::uint64_t next_version = 0;
@@ -251,6 +271,7 @@ struct ScanMemo {
   // Sizes `nodes` for `slots` node slots.
   void Reserve(std::size_t slots) {
     if (nodes.size() < slots) nodes.resize(slots);
+    if (copies.size() < slots) copies.resize(slots);
   }
 
   // The results for `key`, sized for `slots` node slots.
