@@ -293,7 +293,8 @@ void TargetWorkload::BuildGroups() {
       double* w = group.weights.data() + r * width;
       for (std::size_t j = 1; j < width; ++j) w[j] += w[j - 1];
       if (r > 0) {
-        for (std::size_t j = 0; j < width; ++j) w[j] += w[j - width];
+        const double* above = w - width;  // the previous row
+        for (std::size_t j = 0; j < width; ++j) w[j] += above[j];
       }
     }
     group.row_of.resize(g.cpus.size() + 1);
