@@ -763,7 +763,8 @@ std::string Placeholders(int count, int first = 1) {
   std::string out;
   for (int i = 0; i < count; ++i) {
     if (i > 0) out += ", ";
-    out += Placeholder(static_cast<std::size_t>(first + i));
+    out += Placeholder(static_cast<std::size_t>(first) +
+                       static_cast<std::size_t>(i));
   }
   return out;
 }
