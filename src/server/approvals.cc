@@ -143,8 +143,7 @@ StatusOr<ApprovalRow> ControlPlane::CreateApproval(
   }));
   MutexLock lock(mu_);
   HF_RETURN_IF_ERROR(ApplyApprovalLocked(out));
-  BumpGeneration();
-  WakeScheduler();
+  queue_.CapacityFreed();
   return out;
 }
 

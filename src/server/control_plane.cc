@@ -95,7 +95,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
                   : owned_policy_.get()),
       beats_(options_.heartbeat_write_every_ms),
       names_(store),
-      identity_(store, clock, &names_) {}
+      identity_(store, clock, &names_),
+      queue_(options_.resync_interval_ms) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -156,27 +157,22 @@ Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
 }
 
 void ControlPlane::Start() {
-  MutexLock lock(sched_mu_);
+  MutexLock lock(run_mu_);
   if (started_) return;
   started_ = true;
-  stop_ = false;
+  queue_.Resume();
   scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
   gc_thread_ = std::thread([this] { GcLoop(); });
   defrag_thread_ = std::thread([this] { DefragLoop(); });
 }
 
 void ControlPlane::Stop() {
-  {
-    MutexLock lock(sched_mu_);
-    if (!started_) return;
-    stop_ = true;
-  }
-  sched_cv_.NotifyAll();
-  gc_cv_.NotifyAll();
+  MutexLock lock(run_mu_);
+  if (!started_) return;
+  queue_.Stop();
   if (scheduler_thread_.joinable()) scheduler_thread_.join();
   if (gc_thread_.joinable()) gc_thread_.join();
   if (defrag_thread_.joinable()) defrag_thread_.join();
-  MutexLock lock(sched_mu_);
   started_ = false;
 }
 
@@ -263,22 +259,8 @@ Status ControlPlane::Recover() {
     return Status::Ok();
   }));
 
+  mig_.LoadNoted(orphans_text);
   MutexLock lock(mu_);
-  if (!orphans_text.empty()) {
-    // Written by this server only; anything unreadable is noted afresh.
-    const nlohmann::json j = nlohmann::json::parse(orphans_text, nullptr,
-                                                   /*allow_exceptions=*/false);
-    if (j.is_object()) {
-      for (const auto& [device, where] : j.items()) {
-        if (where.is_object() && where.contains("node") &&
-            where["node"].is_number_integer() && where.contains("gpu") &&
-            where["gpu"].is_number_integer()) {
-          orphans_noted_[device] =
-              GpuKey{where["node"].get<RowId>(), where["gpu"].get<int>()};
-        }
-      }
-    }
-  }
   names_.SetAll(groups, tenants, nodes);
   for (const GroupRow& g : groups) {
     HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(g.id)));
@@ -399,18 +381,13 @@ Status ControlPlane::Recover() {
                  failed);
   }
   HF_RETURN_IF_ERROR(LearnHistoryLocked().WithContext("reading task history"));
-  {
-    MutexLock sched(sched_mu_);
-    resync_ = true;
-  }
+  queue_.RequestResync();
   // Tasks created on other instances (followers answer POST /tasks from
   // the store alone) come in through the feed as they commit.
   std::unique_ptr<store::TaskFeed> feed =
-      store_->WatchTasks([this](RowId id) { TaskCommitted(id); });
-  {
-    MutexLock sched(sched_mu_);
-    task_feed_ = std::move(feed);
-  }
+      store_->WatchTasks([this](RowId id) { queue_.Committed(id); });
+  queue_.SetFeedActive(feed != nullptr);
+  task_feed_ = std::move(feed);
   recovered_.store(true);
   return Status::Ok();
 }
@@ -467,7 +444,7 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
     ledger_gpus_[key] = *id;
     gpu_keys_[*id] = key;
     names_.SetGpu(key, GpuIdentity{gpu.uuid, gpu.vendor});
-    BumpGeneration();
+    queue_.CapacityFreed();
     return Status::Ok();
   }
   bool replaced = false;
@@ -501,7 +478,7 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
                                                  gpu.mps_capable));
   HF_RETURN_IF_ERROR(ledger_->SetGpuHealth(
       it->second, lost ? ledger::GpuHealth::kLost : ledger::GpuHealth::kOk));
-  BumpGeneration();
+  queue_.CapacityFreed();
   return Status::Ok();
 }
 
@@ -527,7 +504,7 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
     }
   }
   unrestored_[slice.id] = keys;
-  BumpGeneration();
+  queue_.CapacityFreed();
   const std::string reason =
       "recovery could not restore slice " + std::to_string(slice.id) + " (" +
       why + "): GPU(s) " + gpus + " of node " + std::to_string(slice.node_id) +
@@ -589,7 +566,7 @@ Status ControlPlane::SyncTenantLocked(const TenantRow& tenant) {
   std::optional<GroupId> group;
   if (tenant.group_id) group = GroupId(*tenant.group_id);
   HF_RETURN_IF_ERROR(ledger_->SetTenantGroup(TenantId(tenant.id), group));
-  BumpGeneration();
+  queue_.CapacityFreed();
   return Status::Ok();
 }
 
@@ -611,8 +588,6 @@ ledger::Allocation ControlPlane::AllocationFromRow(
   a.mig_start = row.mig_start;
   return a;
 }
-
-void ControlPlane::BumpGeneration() { generation_.fetch_add(1); }
 
 // ------------------------------------------------------------------ names
 
@@ -832,7 +807,7 @@ StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
   for (RowId t : members) tenant_groups_[t] = std::nullopt;
   // Members share with nobody from now on (fail-closed).
   HF_RETURN_IF_ERROR(ledger_->RemoveGroup(GroupId(id)));
-  BumpGeneration();
+  queue_.CapacityFreed();
   return deleted;
 }
 

@@ -43,9 +43,12 @@
 #include "scheduler/qos.h"
 #include "server/identity.h"
 #include "server/leadership.h"
+#include "server/mig_book.h"
 #include "server/names.h"
 #include "server/node_beats.h"
+#include "server/scheduler_queue.h"
 #include "server/slice_env.h"
+#include "server/slice_usage.h"
 #include "server/telemetry.h"
 #include "store/store.h"
 #include "wire/node_wire.h"
@@ -180,17 +183,6 @@ using wire::QuotaDirective;
 using wire::ReportNumber;
 using wire::RunningTask;
 using wire::TaskStateReport;
-
-// The hook usage last reported for a live slice: the leader keeps the
-// newest in memory (the agent reports it every heartbeat) and stores it
-// (store::SliceUsageRow) when it changed materially or every
-// kSliceUsagePersistMs, so every instance serves it and a restart keeps it.
-struct HookUsage {
-  HookReport report;
-  RowId task_id = 0;
-  store::Millis reported_at = 0;
-};
-inline constexpr store::Millis kSliceUsagePersistMs = 30'000;
 
 // A GPU where a live slice would be admitted now (ControlPlane::SliceTargets,
 // for GET /api/v1/advice).
@@ -634,9 +626,9 @@ class ControlPlane {
                     const store::TaskRow& task) HF_EXCLUDES(mu_);
   // Records MIG devices a heartbeat reports that no live slice owns (and
   // no MIG command in flight is about to own) as MIG_PARTITION_ORPHANED in
-  // the history, once per device. Reads and writes the store without mu_.
+  // the history, once per device (MigBook). Takes no mu_.
   Status NoteOrphanedMigDevices(const store::NodeRow& node,
-                                const NodeReport& report) HF_EXCLUDES(mu_);
+                                const NodeReport& report);
   // The hook part of a heartbeat (see Heartbeat). Takes no mu_.
   Status NoteHookReports(const store::NodeRow& node,
                          const std::vector<RunningTask>& tasks,
@@ -674,11 +666,6 @@ class ControlPlane {
   StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                RowId slice, bool rebind,
                                std::vector<RowId>& released);
-  void WakeScheduler();
-  // The task feed's callback: task `id` was committed (0: some may have
-  // been missed, read every pending task afresh).
-  void TaskCommitted(RowId id);
-  void BumpGeneration();
 
   store::Store* const store_;
   const Clock* const clock_;
@@ -721,24 +708,12 @@ class ControlPlane {
   std::map<RowId, std::optional<RowId>> tenant_groups_ HF_GUARDED_BY(mu_);
   // Approvals that count in the ledger now, with their expiry.
   std::map<RowId, store::ApprovalRow> applied_approvals_ HF_GUARDED_BY(mu_);
-  // MIG partitions recorded as MIG_PARTITION_ORPHANED (device UUID -> its
-  // GPU); kept in the store's meta (kMigOrphansNotedKey) across restarts.
-  std::map<std::string, GpuKey> orphans_noted_ HF_GUARDED_BY(mu_);
-  // Per MIG GPU: the partitions the last heartbeat reported, the ones no
-  // live slice owns, and (after a create found no room) the reported set
-  // that had no room: no gold slice is placed there until it changes.
-  std::map<GpuKey, std::vector<std::string>> mig_reported_ HF_GUARDED_BY(mu_);
-  std::map<GpuKey, std::set<std::string>> mig_orphans_ HF_GUARDED_BY(mu_);
-  struct MigFull {
-    std::vector<std::string> devices;  // as reported when it had no room
-    store::Millis until = 0;           // monotonic_; tried again after
-  };
-  std::map<GpuKey, MigFull> mig_full_ HF_GUARDED_BY(mu_);
-  // Hook usage by slice id (rendered without mu_, which bind commits hold).
-  Mutex hook_mu_;
-  std::map<RowId, HookUsage> hook_usage_ HF_GUARDED_BY(hook_mu_);
-  // What was last stored per slice (PersistHookUsage).
-  std::map<RowId, HookUsage> hook_stored_ HF_GUARDED_BY(hook_mu_);
+  // The MIG partitions the agents report, the orphaned ones, and the MIG
+  // GPUs that take no new gold slice. Its own lock (order: mu_, then it).
+  MigBook mig_;
+  // The hook usage reported per live slice (rendered without mu_). Its own
+  // lock (order: mu_, then it).
+  SliceUsage usage_;
   store::Millis next_approval_expiry_ HF_GUARDED_BY(mu_) =
       std::numeric_limits<store::Millis>::max();
   // GPU models per vendor, to turn a task's gpu_type into allowed models.
@@ -752,23 +727,12 @@ class ControlPlane {
   // Tokens and the token cache. Its own lock, held alone.
   Identity identity_;
 
-  // Scheduler state.
-  Mutex sched_mu_;
-  CondVar sched_cv_;
-  CondVar gc_cv_;  // the GC and defrag threads' wake-up (stop)
-  std::vector<store::TaskRow> incoming_ HF_GUARDED_BY(sched_mu_);
-  bool stop_ HF_GUARDED_BY(sched_mu_) = false;
-  bool resync_ HF_GUARDED_BY(sched_mu_) = true;
-  // Tasks the store's task feed reported committed (by this or another
-  // instance), to be read; and the ids this instance created and already
-  // queued itself (incoming_), so that their reports are not read again.
-  std::vector<RowId> created_elsewhere_ HF_GUARDED_BY(sched_mu_);
-  std::unordered_set<RowId> created_here_ HF_GUARDED_BY(sched_mu_);
-  static constexpr std::size_t kMaxCreatedHere = 65'536;
-  store::Millis last_resync_ HF_GUARDED_BY(sched_mu_) = 0;
+  // What the next bind pass must read (tasks created, committed
+  // elsewhere, a rescan), the capacity generation, and the threads' stop
+  // signal. Its own lock, a leaf.
+  SchedulerQueue queue_;
   Mutex bind_mu_;  // one bind pass at a time; guards pending_
   std::map<RowId, PendingTask> pending_ HF_GUARDED_BY(bind_mu_);
-  std::atomic<std::uint64_t> generation_{1};  // bumped when capacity frees up
   std::atomic<int> pending_count_{0};
 
   const std::unique_ptr<Telemetry> telemetry_ = std::make_unique<Telemetry>();
@@ -776,11 +740,13 @@ class ControlPlane {
   std::thread scheduler_thread_;
   std::thread gc_thread_;
   std::thread defrag_thread_;
-  bool started_ HF_GUARDED_BY(sched_mu_) = false;
+  // Start / Stop, one at a time: whether the threads run.
+  Mutex run_mu_;
+  bool started_ HF_GUARDED_BY(run_mu_) = false;
   // The store's task feed while this instance leads (Store::WatchTasks;
-  // null on SQLite). Set under sched_mu_; declared last: stopped first on
+  // null on SQLite). Set once, by recovery; declared last: stopped first on
   // destruction, while what its callback touches is still there.
-  std::unique_ptr<store::TaskFeed> task_feed_ HF_GUARDED_BY(sched_mu_);
+  std::unique_ptr<store::TaskFeed> task_feed_;
 };
 
 }  // namespace hf::server

@@ -575,7 +575,7 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
   });
   if (!written.ok() && reserved) {
     (void)ledger_->Release(reserved->id);
-    BumpGeneration();
+    queue_.CapacityFreed();
   }
   ApplyReleasesLocked(released);
   return written;
@@ -733,15 +733,8 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
 void ControlPlane::DefragLoop() {
   Millis last_auto = std::numeric_limits<Millis>::min() / 2;
   for (;;) {
-    {
-      MutexLock lock(sched_mu_);
-      gc_cv_.WaitFor(sched_mu_,
-                     std::chrono::milliseconds(options_.defrag_tick_ms), [&] {
-                       sched_mu_.AssertHeld();  // a predicate runs locked
-                       return stop_;
-                     });
-      if (stop_) return;
-    }
+    if (!queue_.Sleep(std::chrono::milliseconds(options_.defrag_tick_ms)))
+      return;
     Status s = DefragTickOnce();
     if (!s.ok()) spdlog::warn("defrag: {}", s.ToString());
     const Millis now = monotonic_->NowMillis();

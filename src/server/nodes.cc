@@ -247,7 +247,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   if (!node_id.ok()) return node_id.status();
   // Applied in full: a heartbeat that repeats it is answered from memory.
   beats_.Applied(report, stored, now, monotonic_->NowMillis());
-  WakeScheduler();
+  queue_.Wake();
   return AppliedNodeReport{stored, std::nullopt};
 }
 
@@ -388,21 +388,14 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
     }
     if (!t->hook) continue;
     reported.push_back(slice.id);
-    // Whether the last report (in memory) named no unhooked process.
-    bool was_hooked = true;
-    {
-      // Only while the ledger holds the slice: a release takes the slice
-      // out of the ledger before it drops the usage (ApplyReleasesLocked),
-      // so a report racing a release leaves nothing behind.
-      MutexLock lock(hook_mu_);
-      if (ledger_->GetAllocation(
-              SliceId(static_cast<std::uint64_t>(slice.id)))) {
-        auto previous = hook_usage_.find(slice.id);
-        was_hooked = previous == hook_usage_.end() ||
-                     previous->second.report.unhooked_pids.empty();
-        hook_usage_[slice.id] = HookUsage{*t->hook, t->task_id, now};
-      }
-    }
+    // Only while the ledger holds the slice (SliceUsage::Record). Whether
+    // the last report named no unhooked process.
+    const bool was_hooked =
+        usage_.Record(slice.id, HookUsage{*t->hook, t->task_id, now}, [&] {
+          return ledger_
+              ->GetAllocation(SliceId(static_cast<std::uint64_t>(slice.id)))
+              .has_value();
+        });
     if (!hook_enforceable) continue;
     const bool listed =
         std::ranges::find(slice.enforcement, "hook") != slice.enforcement.end();
@@ -495,64 +488,8 @@ Status ControlPlane::NoteHookReports(const NodeRow& node,
   return written;
 }
 
-namespace {
-
-// A stored usage row's JSON (written by UsageJson below) back; nullopt when
-// it does not read.
-std::optional<HookUsage> UsageFromJson(const store::SliceUsageRow& row) {
-  const nlohmann::json j =
-      nlohmann::json::parse(row.usage, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return std::nullopt;
-  HookUsage u;
-  u.reported_at = row.reported_at;
-  if (auto it = j.find("task_id"); it != j.end() && it->is_number_integer()) {
-    u.task_id = it->get<RowId>();
-  }
-  u.report = wire::ReadHookReport(j);
-  return u;
-}
-
-std::string UsageJson(const HookUsage& u) {
-  nlohmann::json j = wire::ToJson(u.report);
-  j["task_id"] = u.task_id;
-  return j.dump();
-}
-
-// Whether `now` differs enough from what was stored to store it again: a
-// counter, the attachment or the processes changed, the memory used moved
-// by more than 5% of the quota (or of the larger of the two), or the stored
-// one is older than kSliceUsagePersistMs.
-bool WorthStoring(const HookUsage& now, const HookUsage* stored) {
-  if (stored == nullptr) return true;
-  const HookReport& a = now.report;
-  const HookReport& b = stored->report;
-  if (a.attached != b.attached || a.processes != b.processes ||
-      a.quota_ooms != b.quota_ooms || a.physical_ooms != b.physical_ooms ||
-      a.quota_bytes != b.quota_bytes || a.unhooked_pids != b.unhooked_pids ||
-      a.share_achieved_percent.has_value() !=
-          b.share_achieved_percent.has_value() ||
-      std::abs(a.share_achieved_percent.value_or(0) -
-               b.share_achieved_percent.value_or(0)) > 5 ||
-      a.interference.has_value() != b.interference.has_value() ||
-      std::abs(a.interference.value_or(0) - b.interference.value_or(0)) >
-          0.05 ||
-      now.task_id != stored->task_id) {
-    return true;
-  }
-  const std::int64_t scale = std::max<std::int64_t>(
-      {a.quota_bytes.value_or(0), a.used_bytes, b.used_bytes, 1});
-  if (std::llabs(a.used_bytes - b.used_bytes) * 20 > scale) return true;
-  return now.reported_at - stored->reported_at >= kSliceUsagePersistMs;
-}
-
-}  // namespace
-
 std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
-  {
-    MutexLock lock(hook_mu_);
-    auto it = hook_usage_.find(id);
-    if (it != hook_usage_.end()) return it->second;
-  }
+  if (auto latest = usage_.Latest(id)) return latest;
   // Not reported to this instance (a follower, or since a restart): what
   // the leader stored.
   std::optional<store::SliceUsageRow> row;
@@ -563,7 +500,7 @@ std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
     return Status::Ok();
   });
   if (!read.ok() || !row) return std::nullopt;
-  return UsageFromJson(*row);
+  return SliceUsage::FromRow(*row);
 }
 
 StatusOr<std::vector<HookUsage>> ControlPlane::SliceUsageHistory(
@@ -579,42 +516,21 @@ StatusOr<std::vector<HookUsage>> ControlPlane::SliceUsageHistory(
   std::vector<HookUsage> out;
   out.reserve(rows.size());
   for (const store::SliceUsageRow& row : rows) {
-    if (auto usage = UsageFromJson(row)) out.push_back(std::move(*usage));
+    if (auto usage = SliceUsage::FromRow(row)) out.push_back(std::move(*usage));
   }
   return out;
 }
 
 Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
-  std::vector<HookUsage> rows;
-  std::vector<RowId> ids;
-  {
-    MutexLock lock(hook_mu_);
-    for (RowId id : slices) {
-      auto now = hook_usage_.find(id);
-      if (now == hook_usage_.end()) continue;
-      auto stored = hook_stored_.find(id);
-      if (!WorthStoring(now->second, stored == hook_stored_.end()
-                                         ? nullptr
-                                         : &stored->second)) {
-        continue;
-      }
-      rows.push_back(now->second);
-      ids.push_back(id);
-    }
-  }
-  if (rows.empty()) return Status::Ok();
+  const auto due = usage_.DueForStore(slices);
+  if (due.empty()) return Status::Ok();
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      HF_RETURN_IF_ERROR(
-          txn.PutSliceUsage({ids[i], rows[i].reported_at, UsageJson(rows[i])}));
+    for (const auto& [id, usage] : due) {
+      HF_RETURN_IF_ERROR(txn.PutSliceUsage(SliceUsage::ToRow(id, usage)));
     }
     return Status::Ok();
   }));
-  MutexLock lock(hook_mu_);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    // Only while the slice is live (a release drops both maps).
-    if (hook_usage_.contains(ids[i])) hook_stored_[ids[i]] = rows[i];
-  }
+  usage_.MarkStored(due);
   return Status::Ok();
 }
 
@@ -652,58 +568,12 @@ Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
     }
     return Status::Ok();
   }));
-  std::vector<std::pair<int, std::string>> fresh;  // to record now
-  std::string noted;  // the devices noted, as stored
-  {
-    MutexLock lock(mu_);
-    for (const auto& [index, devices] : reported) {
-      mig_reported_[GpuKey{node.id, index}] = devices;
-    }
-    for (const auto& [index, devices] : reported) {
-      const GpuKey key{node.id, index};
-      if (creating.contains(index)) continue;  // cannot tell yet
-      std::set<std::string> orphans;
-      for (const std::string& d : devices) {
-        if (owned.contains(d)) continue;
-        orphans.insert(d);
-        if (!orphans_noted_.contains(d)) fresh.emplace_back(index, d);
-      }
-      // A partition nobody owns still takes its place on the card: no new
-      // gold slice lands there until it is gone (PlaceLocked).
-      if (orphans.empty()) {
-        mig_orphans_.erase(key);
-      } else {
-        mig_orphans_[key] = orphans;
-      }
-    }
-    // Forget the notes of partitions gone from the GPUs reported now.
-    bool pruned = false;
-    for (auto it = orphans_noted_.begin(); it != orphans_noted_.end();) {
-      const GpuKey& where = it->second;
-      auto now_there = reported.find(where.index);
-      const bool gone =
-          where.node_id == node.id && now_there != reported.end() &&
-          std::find(now_there->second.begin(), now_there->second.end(),
-                    it->first) == now_there->second.end();
-      if (gone) {
-        it = orphans_noted_.erase(it);
-        pruned = true;
-      } else {
-        ++it;
-      }
-    }
-    if (fresh.empty() && !pruned) return Status::Ok();
-    for (const auto& [index, device] : fresh) {
-      orphans_noted_[device] = GpuKey{node.id, index};
-    }
-    nlohmann::json j = nlohmann::json::object();
-    for (const auto& [device, where] : orphans_noted_) {
-      j[device] = {{"node", where.node_id}, {"gpu", where.index}};
-    }
-    noted = j.dump();
-  }
-  // Written without mu_ (two heartbeats at once write what each saw: the
-  // set is noted again by the next report that changes it).
+  const MigBook::Noted noted =
+      mig_.NoteReport(node.id, reported, owned, creating);
+  if (!noted.noted) return Status::Ok();
+  const auto& fresh = noted.fresh;
+  // Two heartbeats at once write what each saw: the set is noted again by
+  // the next report that changes it.
   const Millis now = clock_->NowMillis();
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [index, device] : fresh) {
@@ -720,7 +590,7 @@ Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
       HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
     }
     // Kept in the store, so a restart does not note them again.
-    return txn.SetMeta(kMigOrphansNotedKey, noted);
+    return txn.SetMeta(kMigOrphansNotedKey, *noted.noted);
   }));
   for (const auto& [index, device] : fresh) {
     spdlog::warn("node {}: MIG_PARTITION_ORPHANED {} on GPU {}", node.name,
@@ -862,14 +732,11 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   if (!written.ok() || accounted) {
     lock.Lock();
     (void)ledger_->Release(restored->id);
-    BumpGeneration();
+    queue_.CapacityFreed();
     return written;
   }
   telemetry_->SliceLive(row);
-  {
-    MutexLock sched(sched_mu_);
-    resync_ = true;  // the task may have been pending here
-  }
+  queue_.RequestResync();  // the task may have been pending here
   return Status::Ok();
 }
 
@@ -1019,10 +886,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
-  if (requeued) {
-    MutexLock sched(sched_mu_);
-    resync_ = true;
-  }
+  if (requeued) queue_.RequestResync();
   return accepted;
 }
 
@@ -1227,11 +1091,8 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
     out = cmd;
     return Status::Ok();
   }));
+  if (full) mig_.MarkFull(*full, monotonic_->NowMillis() + kMigFullMillis);
   MutexLock lock(mu_);
-  if (full) {
-    mig_full_[*full] =
-        MigFull{mig_reported_[*full], monotonic_->NowMillis() + kMigFullMillis};
-  }
   ApplyReleasesLocked(released);
   if (!repeated && out.finished_at) {
     telemetry_->MigCommandFinished(
@@ -1239,10 +1100,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
         out.state == store::SliceRequestState::kFailed ? "failed" : "done",
         static_cast<double>(*out.finished_at - out.created_at) / 1e3);
   }
-  if (requeue) {
-    MutexLock sched(sched_mu_);
-    resync_ = true;
-  }
+  if (requeue) queue_.RequestResync();
   return out;
 }
 

@@ -50,8 +50,6 @@ struct Decision {
 
 }  // namespace
 
-void ControlPlane::WakeScheduler() { sched_cv_.NotifyOne(); }
-
 scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu,
                                                      bool whole_gpus) {
   scheduler::QosDecision qos;
@@ -106,10 +104,7 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
   // pipeline: excluded up front, named if nothing else fits.
   std::string blocked;
   if (request.kind == ledger::RequestKind::kSlice) {
-    std::set<GpuKey> keys;
-    for (const auto& [key, orphans] : mig_orphans_) keys.insert(key);
-    for (const auto& [key, full] : mig_full_) keys.insert(key);
-    for (const GpuKey& key : keys) {
+    for (const GpuKey& key : mig_.MaybeBlocked()) {
       auto id = ledger_gpus_.find(key);
       if (id == ledger_gpus_.end()) continue;
       const GpuId gpu = id->second;
@@ -136,21 +131,7 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
 std::string ControlPlane::MigBlockedLocked(GpuId gpu) const {
   auto key = gpu_keys_.find(gpu);
   if (key == gpu_keys_.end()) return "";
-  auto orphans = mig_orphans_.find(key->second);
-  if (orphans != mig_orphans_.end() && !orphans->second.empty()) {
-    return "holds " + std::to_string(orphans->second.size()) +
-           " partition(s) no slice owns (MIG_PARTITION_ORPHANED); it takes "
-           "no new gold slice until they are gone";
-  }
-  auto full = mig_full_.find(key->second);
-  auto now = mig_reported_.find(key->second);
-  if (full != mig_full_.end() && now != mig_reported_.end() &&
-      full->second.devices == now->second &&
-      monotonic_->NowMillis() < full->second.until) {
-    return "had no room for the last partition asked of it; it takes no new "
-           "gold slice until its partitions change";
-  }
-  return "";
+  return mig_.Blocked(key->second, monotonic_->NowMillis());
 }
 
 SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
@@ -176,35 +157,13 @@ SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
   return in;
 }
 
-void ControlPlane::TaskCommitted(RowId id) {
-  {
-    MutexLock lock(sched_mu_);
-    if (id == 0) {
-      resync_ = true;
-      created_here_.clear();  // the sweep reads them all anyway
-    } else if (created_here_.erase(id) == 0) {
-      created_elsewhere_.push_back(id);
-    }
-    // Reports lost on the way (the feed reconnected) leave ids behind;
-    // the sweep they trigger covers them.
-    if (created_here_.size() > kMaxCreatedHere) created_here_.clear();
-  }
-  sched_cv_.NotifyAll();
-}
-
 StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   MutexLock bind_lock(bind_mu_);
   if (more != nullptr) *more = false;
-  std::vector<TaskRow> incoming;
-  std::vector<RowId> created;
-  bool resync = false;
-  {
-    MutexLock lock(sched_mu_);
-    incoming.swap(incoming_);
-    created.swap(created_elsewhere_);
-    resync = resync_;
-    resync_ = false;
-  }
+  SchedulerQueue::Work work = queue_.Take();
+  std::vector<TaskRow>& incoming = work.created;
+  std::vector<RowId>& created = work.committed;
+  const bool resync = work.resync;
   if (resync) {
     std::map<RowId, PendingTask> fresh;
     RowId after = 0;
@@ -264,7 +223,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   }
   pending_count_.store(static_cast<int>(pending_.size()));
 
-  const std::uint64_t generation = generation_.load();
+  const std::uint64_t generation = queue_.generation();
   const store::Millis now = clock_->NowMillis();
   std::vector<PendingTask*> batch;
   for (auto& [id, entry] : pending_) {
@@ -471,33 +430,20 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   }
   pending_count_.store(static_cast<int>(pending_.size()));
   NotePendingReasons();
-  if (lost_any) {
-    MutexLock sched(sched_mu_);
-    resync_ = true;
-  }
+  if (lost_any) queue_.RequestResync();
   if (!written.ok()) {
-    BumpGeneration();  // the undone placements freed capacity again
+    queue_.CapacityFreed();  // the undone placements freed capacity again
     return written.WithContext("persisting a bind batch");
   }
   return bound;
 }
 
 StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
-  {
-    MutexLock lock(sched_mu_);
-    const Millis now = clock_->NowMillis();
-    if (last_resync_ == 0 ||
-        now - last_resync_ >= options_.resync_interval_ms ||
-        now < last_resync_) {
-      if (last_resync_ != 0) resync_ = true;  // other paths or instances
-      last_resync_ = now;
-    }
-  }
+  queue_.SweepIfDue(clock_->NowMillis());
   auto bound = BindPendingOnce(more);
   if (!bound.ok()) {
     if (more != nullptr) *more = false;
-    MutexLock lock(sched_mu_);
-    resync_ = true;
+    queue_.RequestResync();
   }
   return bound;
 }
@@ -506,18 +452,10 @@ void ControlPlane::SchedulerLoop() {
   std::uint64_t last_generation = 0;
   bool more = false;  // the last pass filled a batch: a backlog remains
   for (;;) {
-    {
-      MutexLock lock(sched_mu_);
-      if (!more) {
-        sched_cv_.WaitFor(sched_mu_, std::chrono::milliseconds(500), [&] {
-          sched_mu_.AssertHeld();  // a predicate runs with the lock held
-          return stop_ || !incoming_.empty() || !created_elsewhere_.empty() ||
-                 resync_ || generation_.load() != last_generation;
-        });
-      }
-      if (stop_) return;
-    }
-    last_generation = generation_.load();
+    // With a backlog the next pass runs at once (stop permitting).
+    const auto wait = std::chrono::milliseconds(more ? 0 : 500);
+    if (!queue_.WaitForWork(last_generation, wait)) return;
+    last_generation = queue_.generation();
     auto bound = SchedulerPass(&more);
     if (!bound.ok()) {
       spdlog::error("scheduler: {}", bound.status().ToString());
@@ -675,10 +613,7 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
-  if (requeued) {
-    MutexLock sched(sched_mu_);
-    resync_ = true;
-  }
+  if (requeued) queue_.RequestResync();
   return static_cast<int>(released.size());
 }
 
@@ -775,24 +710,14 @@ Status ControlPlane::MarkStuckCommands() {
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
-  if (requeued) {
-    MutexLock sched(sched_mu_);
-    resync_ = true;
-  }
+  if (requeued) queue_.RequestResync();
   return Status::Ok();
 }
 
 void ControlPlane::GcLoop() {
   for (;;) {
-    {
-      MutexLock lock(sched_mu_);
-      gc_cv_.WaitFor(sched_mu_,
-                     std::chrono::milliseconds(options_.gc_interval_ms), [&] {
-                       sched_mu_.AssertHeld();  // a predicate runs locked
-                       return stop_;
-                     });
-      if (stop_) return;
-    }
+    if (!queue_.Sleep(std::chrono::milliseconds(options_.gc_interval_ms)))
+      return;
     auto released = RunGcOnce();
     if (!released.ok()) {
       spdlog::error("gc: {}", released.status().ToString());

@@ -329,7 +329,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   if (!written.ok()) {
     lock.Lock();
     (void)ledger_->Release(a.id);
-    BumpGeneration();
+    queue_.CapacityFreed();
     return written;
   }
   telemetry_->SliceLive(slice);
@@ -512,8 +512,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
       spdlog::error("ledger resize of slice {} failed: {}", id,
                     lowered.status().ToString());
     }
-    BumpGeneration();
-    WakeScheduler();
+    queue_.CapacityFreed();
   }
   std::vector<std::string>& warnings = out.warnings;
   if (memory < old) {

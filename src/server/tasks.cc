@@ -184,12 +184,7 @@ StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
   // A follower runs no scheduler: the leader finds the task in its next
   // store rescan (ControlPlaneOptions::resync_interval_ms).
   if (!recovered_.load()) return stored;
-  {
-    MutexLock lock(sched_mu_);
-    incoming_.push_back(stored);
-    if (task_feed_ != nullptr) created_here_.insert(stored.id);
-  }
-  WakeScheduler();
+  queue_.Created(stored);
   return stored;
 }
 
@@ -422,16 +417,9 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
       spdlog::error("ledger release of slice {} failed: {}", id, s.ToString());
     }
   }
-  {
-    MutexLock lock(hook_mu_);
-    for (RowId id : released) {
-      hook_usage_.erase(id);
-      hook_stored_.erase(id);
-    }
-  }
+  usage_.Forget(released);
   for (RowId id : released) telemetry_->SliceReleased(id);
-  BumpGeneration();
-  WakeScheduler();
+  queue_.CapacityFreed();
 }
 
 }  // namespace hf::server
