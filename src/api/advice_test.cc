@@ -7,9 +7,7 @@
 // tasks[].hook carries `interference`.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,6 +18,7 @@
 #include "common/clock.h"
 #include "server/control_plane.h"
 #include "store/store.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::api {
 namespace {
@@ -46,12 +45,7 @@ json Report(const json& gpus) {
 class AdviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("hf-advice-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto store = store::OpenStore("sqlite:" + (dir_ / "hf.db").string());
+    auto store = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     auto cp = server::ControlPlane::Create(store_.get(), &clock_, {});
@@ -86,7 +80,6 @@ class AdviceTest : public ::testing::Test {
     server_.reset();
     cp_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   std::string NewToken(Role role, const std::optional<std::string>& tenant) {
@@ -138,7 +131,7 @@ class AdviceTest : public ::testing::Test {
                           {"gpu_compute_ratio", ratio},
                           {"preemptible", preemptible}});
     EXPECT_TRUE(cp_->BindPendingOnce().ok());
-    const json bound =
+    json bound =
         Ok("GET", "/api/v1/tasks/" + std::to_string(task["id"].get<int>()));
     EXPECT_EQ(bound["node_id"], "n1") << bound.dump();
     Ok("POST", "/api/v1/nodes/n1/task-states",
@@ -183,7 +176,7 @@ class AdviceTest : public ::testing::Test {
   }
 
   SystemClock clock_;
-  std::filesystem::path dir_;
+  store::sqlite_testing::TempDir dir_{"hf-advice-test"};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<server::ControlPlane> cp_;
   server::Caller admin_;

@@ -14,7 +14,6 @@
 
 #include <array>
 #include <atomic>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -26,6 +25,7 @@
 #include "common/clock.h"
 #include "server/control_plane.h"
 #include "store/store.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::api {
 namespace {
@@ -155,12 +155,7 @@ std::string HeaderOf(const std::string& request, const std::string& name) {
 class ForwardTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("hf-forward-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto store = store::OpenStore("sqlite:" + (dir_ / "hf.db").string());
+    auto store = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     auto cp = server::ControlPlane::Create(store_.get(), &clock_, {});
@@ -191,7 +186,6 @@ class ForwardTest : public ::testing::Test {
     leader_.reset();
     cp_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   // What a follower forwards: an operator reservation (a leader-only POST
@@ -239,7 +233,7 @@ class ForwardTest : public ::testing::Test {
   }
 
   SystemClock clock_;
-  std::filesystem::path dir_;
+  store::sqlite_testing::TempDir dir_{"hf-forward-test"};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<server::ControlPlane> cp_;
   std::unique_ptr<ApiServer> leader_;

@@ -4,10 +4,8 @@
 #include "api/http_api.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +18,7 @@
 #include "common/clock.h"
 #include "server/control_plane.h"
 #include "store/store.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::api {
 namespace {
@@ -35,12 +34,7 @@ constexpr const char* kAdminSecret = "admin-secret-for-the-api-test";
 class HttpApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("hf-http-api-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto store = store::OpenStore("sqlite:" + (dir_ / "hf.db").string());
+    auto store = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     auto cp = ControlPlane::Create(store_.get(), &clock_, {});
@@ -62,7 +56,6 @@ class HttpApiTest : public ::testing::Test {
     api_.reset();
     cp_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   std::string NewToken(Role role, const std::optional<std::string>& tenant,
@@ -89,7 +82,7 @@ class HttpApiTest : public ::testing::Test {
   }
 
   FakeClock clock_{1'700'000'000'000};
-  std::filesystem::path dir_;
+  store::sqlite_testing::TempDir dir_{"hf-http-api-test"};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<ControlPlane> cp_;
   Caller admin_;
@@ -645,7 +638,7 @@ TEST_F(HttpApiTest, RecordsHoldAcrossRestartsAndExpire) {
   api_.reset();
   cp_.reset();
   store_.reset();
-  auto store = store::OpenStore("sqlite:" + (dir_ / "hf.db").string());
+  auto store = store::sqlite_testing::OpenSqliteStore(dir_);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   store_ = std::move(*store);
   auto cp = ControlPlane::Create(store_.get(), &clock_, {});

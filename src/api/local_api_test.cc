@@ -4,9 +4,7 @@
 // a 400 naming the field, never a 500. Regression tests are named after the
 // bug they pin.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +13,7 @@
 #include "common/clock.h"
 #include "server/control_plane.h"
 #include "store/store.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::api {
 namespace {
@@ -24,10 +23,7 @@ using nlohmann::json;
 class LocalApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/hf-local-api-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto store = store::OpenStore("sqlite:" + dir_ + "/hf.db");
+    auto store = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     auto cp = server::ControlPlane::Create(store_.get(), &clock_, {});
@@ -42,7 +38,6 @@ class LocalApiTest : public ::testing::Test {
     api_.reset();
     cp_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   LocalResponse Call(const std::string& method, const std::string& target,
@@ -64,7 +59,7 @@ class LocalApiTest : public ::testing::Test {
            << r.body;
   }
 
-  std::string dir_;
+  store::sqlite_testing::TempDir dir_{"hf-local-api-test"};
   FakeClock clock_{1'700'000'000'000};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<server::ControlPlane> cp_;

@@ -8,10 +8,8 @@
 // report's time is known.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <unistd.h>
 
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -25,6 +23,7 @@
 #include "common/clock.h"
 #include "server/control_plane.h"
 #include "store/store.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::api {
 namespace {
@@ -49,12 +48,7 @@ json Report() {
 class UsageHistoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("hf-usage-history-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    auto store = store::OpenStore("sqlite:" + (dir_ / "hf.db").string());
+    auto store = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(*store);
     auto cp = server::ControlPlane::Create(store_.get(), &clock_, {});
@@ -88,7 +82,6 @@ class UsageHistoryTest : public ::testing::Test {
     server_.reset();
     cp_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   std::string NewToken(Role role, const std::optional<std::string>& tenant) {
@@ -181,7 +174,7 @@ class UsageHistoryTest : public ::testing::Test {
   }
 
   FakeClock clock_{1'800'000'000'000};
-  std::filesystem::path dir_;
+  store::sqlite_testing::TempDir dir_{"hf-usage-history-test"};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<server::ControlPlane> cp_;
   server::Caller admin_;

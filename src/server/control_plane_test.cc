@@ -6,12 +6,10 @@
 #include "server/control_plane.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <filesystem>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "server/internal.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::server {
 namespace {
@@ -86,9 +85,6 @@ class FaultyStore final : public store::Store {
 class ControlPlaneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/hf-cp-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     Open();
     admin_.role = Role::kAdmin;
     admin_.token_id = 1;
@@ -100,13 +96,12 @@ class ControlPlaneTest : public ::testing::Test {
     }
     cp_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   void Open(ControlPlaneOptions options = {}) {
     cp_.reset();
     store_.reset();
-    auto inner = store::OpenStore("sqlite:" + dir_ + "/hf.db");
+    auto inner = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(inner.ok()) << inner.status().ToString();
     store_ = std::make_unique<FaultyStore>(std::move(*inner));
     options.gc_min_age_ms = 60'000;
@@ -189,7 +184,7 @@ class ControlPlaneTest : public ::testing::Test {
     return n.ok() ? *n : -1;
   }
 
-  std::string dir_;
+  store::sqlite_testing::TempDir dir_{"hf-cp-test"};
   FakeClock clock_{1'700'000'000'000};
   std::unique_ptr<FaultyStore> store_;
   std::unique_ptr<ControlPlane> cp_;
@@ -412,7 +407,8 @@ TEST_F(ControlPlaneTest, ConcurrentWritesLeaveTheLedgerEqualToTheStore) {
     std::vector<RowId> slices;
     std::vector<RowId> tasks;
     while (!stop.load()) {
-      const std::int64_t mib = 1024 * (1 + static_cast<int>(rng() % 40));
+      const std::int64_t mib =
+          std::int64_t{1024} * (1 + static_cast<int>(rng() % 40));
       switch (rng() % 8) {
         case 0: {
           TaskCreate t;
@@ -962,6 +958,7 @@ TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
   Register(Node("n1", {Gpu(0), Gpu(1)}));
   const Caller alice = TenantUser("alice", "g");
   std::vector<RowId> tasks;
+  tasks.reserve(6);
   for (int i = 0; i < 6; ++i) tasks.push_back(Submit(alice, 10000 + i, 10).id);
   Bind();
   // The newest slice is released (its task ended): its id must still
@@ -1284,7 +1281,7 @@ TEST_F(ControlPlaneTest, SharingApprovalLetsTwoTenantsShareUntilItExpires) {
   Bind();
   EXPECT_EQ(SliceOf(Get(tb2.id)).gpu_indices[0], gpu_a);
   // Past its expiry nothing new is placed next to the other tenant.
-  clock_.Advance(3600 * 1000);
+  clock_.Advance(std::int64_t{3600} * 1000);
   const TaskRow tb3 = Submit(b, 4096, 10);
   Bind();
   EXPECT_NE(SliceOf(Get(tb3.id)).gpu_indices[0], gpu_a);
@@ -1381,6 +1378,7 @@ TEST_F(ControlPlaneTest, ConcurrentClientsWithRunningLoops) {
   cp_->Start();
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
+  threads.reserve(3);
   std::mutex mu;
   std::vector<RowId> created;
   for (int w = 0; w < 3; ++w) {
@@ -1848,7 +1846,7 @@ TEST_F(ResizeTest, AHookThatNeverAttachedIsExplainedToo) {
 TEST_F(ControlPlaneTest, AnyReportedNodeResourcesKeepTheLedgerConsistent) {
   NodeReport typical = Node("typical", {Gpu(0)});
   typical.cpu_milli = 64'000;
-  typical.host_memory_mib = 512 * 1024;
+  typical.host_memory_mib = std::int64_t{512} * 1024;
   Register(typical);
   NodeReport huge = Node("huge", {Gpu(0)});
   huge.cpu_milli = (std::int64_t{1} << 43) + 1;

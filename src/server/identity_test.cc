@@ -5,11 +5,11 @@
 #include "server/identity.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <memory>
 #include <string>
+
+#include "store/testing/temp_store.h"
 
 namespace hf::server {
 namespace {
@@ -19,10 +19,7 @@ using store::Role;
 class IdentityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/hf-identity-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto opened = store::OpenStore("sqlite:" + dir_ + "/hf.db");
+    auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(*opened);
     ASSERT_TRUE(store_
@@ -46,7 +43,6 @@ class IdentityTest : public ::testing::Test {
     identity_.reset();
     names_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   Caller Admin() {
@@ -63,7 +59,7 @@ class IdentityTest : public ::testing::Test {
     return created.ok() ? *created : std::pair<store::TokenRow, std::string>{};
   }
 
-  std::string dir_;
+  store::sqlite_testing::TempDir dir_{"hf-identity-test"};
   FakeClock clock_{1'000'000};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<Names> names_;
@@ -86,8 +82,8 @@ TEST_F(IdentityTest, AuthenticatesAndCachesForTheCacheTime) {
   // Revoked behind Identity's back (as by another server instance): the
   // cached answer stands until the cache time is over.
   ASSERT_TRUE(store_
-                  ->Write([&](store::Txn& txn) -> Status {
-                    return txn.RevokeToken(row.id, clock_.NowMillis());
+                  ->Write([&, id = row.id](store::Txn& txn) -> Status {
+                    return txn.RevokeToken(id, clock_.NowMillis());
                   })
                   .ok());
   clock_.Advance(kTokenCacheMillis - 1);

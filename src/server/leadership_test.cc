@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <filesystem>
 #include <thread>
 
 #include "server/control_plane.h"
 #include "store/testing/pg_server.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::server {
 namespace {
@@ -55,17 +55,11 @@ struct Instance {
 class LeadershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/hf-leader-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto s = store::OpenStore("sqlite:" + dir_ + "/hf.db");
+    auto s = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     store_ = std::move(*s);
   }
-  void TearDown() override {
-    store_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { store_.reset(); }
   std::unique_ptr<Instance> NewInstance(const std::string& id) {
     return std::make_unique<Instance>(store_.get(), &wall_, id);
   }
@@ -82,7 +76,7 @@ class LeadershipTest : public ::testing::Test {
     return out;
   }
 
-  std::string dir_;
+  store::sqlite_testing::TempDir dir_{"hf-leader-test"};
   FakeClock wall_{1'700'000'000'000};
   std::unique_ptr<store::Store> store_;
 };
@@ -391,6 +385,7 @@ TEST(LeadershipPostgresTest, SimultaneousTakeoversElectExactlyOne) {
       all.back()->mono.Advance(kTtl);
     }
     std::vector<std::thread> threads;
+    threads.reserve(all.size());
     std::atomic<int> go{0};
     for (auto& instance : all) {
       threads.emplace_back([&go, &instance] {

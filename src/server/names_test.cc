@@ -4,12 +4,12 @@
 #include "server/names.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
 #include <memory>
 #include <string>
+
+#include "store/testing/temp_store.h"
 
 namespace hf::server {
 namespace {
@@ -38,10 +38,7 @@ class CountingStore final : public store::Store {
 class NamesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/hf-names-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    auto inner = store::OpenStore("sqlite:" + dir_ + "/hf.db");
+    auto inner = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(inner.ok()) << inner.status().ToString();
     store_ = std::make_unique<CountingStore>(std::move(*inner));
     names_ = std::make_unique<Names>(store_.get());
@@ -49,7 +46,6 @@ class NamesTest : public ::testing::Test {
   void TearDown() override {
     names_.reset();
     store_.reset();
-    std::filesystem::remove_all(dir_);
   }
 
   template <typename Fn>
@@ -57,7 +53,7 @@ class NamesTest : public ::testing::Test {
     ASSERT_TRUE(store_->Write(fn).ok());
   }
 
-  std::string dir_;
+  store::sqlite_testing::TempDir dir_{"hf-names-test"};
   std::unique_ptr<CountingStore> store_;
   std::unique_ptr<Names> names_;
 };

@@ -7,9 +7,7 @@
 // rebuilds, the bounded scan (more nodes than it scores), slices and whole
 // GPUs, and tasks that fit nowhere.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -23,6 +21,7 @@
 #include "sim/sim_cluster.h"
 #include "sim/trace.h"
 #include "store/store.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::sim {
 namespace {
@@ -31,7 +30,6 @@ using server::Caller;
 using server::ControlPlane;
 using server::ControlPlaneOptions;
 using server::TaskCreate;
-using store::TaskRow;
 using store::TaskState;
 
 constexpr std::uint64_t kSeed = 42;
@@ -130,10 +128,8 @@ TEST(ServerAgreementTest, TheServerDecidesAsTheSimulatorDoes) {
   }
 
   // --- the server's path
-  char tmpl[] = "/tmp/hf-agree-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
-  auto store = store::OpenStore("sqlite:" + dir + "/hf.db");
+  const store::sqlite_testing::TempDir dir("hf-agree");
+  auto store = store::sqlite_testing::OpenSqliteStore(dir);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   FakeClock clock(1'700'000'000'000);
   ControlPlaneOptions options;
@@ -210,7 +206,6 @@ TEST(ServerAgreementTest, TheServerDecidesAsTheSimulatorDoes) {
   EXPECT_GT(placed, 150);
   EXPECT_GT(failed, 20);
   cp.reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -19,7 +19,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,37 +32,12 @@
 #include "common/status.h"
 #include "store/store.h"
 #include "store/store_contract_test.h"
+#include "store/testing/temp_store.h"
 
 namespace hf::store {
 namespace {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-        "/hf-store-test-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      throw std::runtime_error("mkdtemp failed for " + pattern);
-    }
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::string File(const std::string& name) const {
-    return (path_ / name).string();
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using sqlite_testing::TempDir;
 
 // A store that owns the directory of its database file and removes it once
 // the database is closed.
@@ -72,7 +46,7 @@ class TempSqliteStore final : public Store {
   static StatusOr<std::unique_ptr<Store>> Open() {
     auto dir = std::make_unique<TempDir>();
     StatusOr<std::unique_ptr<Store>> inner =
-        OpenStore("sqlite:" + dir->File("hf.db"));
+        sqlite_testing::OpenSqliteStore(*dir);
     if (!inner.ok()) return inner.status();
     return std::unique_ptr<Store>(
         new TempSqliteStore(std::move(dir), std::move(inner).value()));
