@@ -96,6 +96,12 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       beats_(options_.heartbeat_write_every_ms),
       names_(store),
       identity_(store, clock, &names_),
+      tenancy_(
+          store, clock,
+          [this](const std::function<Status(Txn&)>& fn) {
+            return LeaderWrite(fn);
+          },
+          this),
       queue_(options_.resync_interval_ms) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
@@ -617,198 +623,40 @@ StatusOr<std::optional<std::string>> ControlPlane::BootstrapAdmin(
 
 // ------------------------------------------------------ tenants and groups
 
-StatusOr<RowId> ControlPlane::FindOrCreateGroupInTxn(
-    Txn& txn, const std::string& name, std::optional<GroupRow>& created) {
-  auto g = txn.FindGroup(name);
-  if (g.ok()) return g->id;
-  if (g.status().code() != StatusCode::kNotFound) return g.status();
-  GroupRow row;
-  row.name = name;
-  row.created_at = clock_->NowMillis();
-  auto inserted = txn.InsertGroup(row);
-  if (!inserted.ok()) return inserted.status();
-  created = *inserted;
-  return inserted->id;
-}
-
-Status ControlPlane::AdoptGroupLocked(const GroupRow& group) {
-  HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(group.id)));
-  names_.SetGroup(group.id, group.name);
-  return Status::Ok();
-}
-
 StatusOr<TenantRow> ControlPlane::CreateTenant(
     const Caller& caller, const std::string& name,
     const std::optional<std::string>& group) {
-  HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  HF_RETURN_IF_ERROR(ValidateName(name, "name"));
-  if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
-  TenantRow out;
-  std::optional<GroupRow> new_group;
-  // Written without mu_; the ledger learns it after the commit.
-  MutexLock one_change(tenancy_mu_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    new_group.reset();
-    TenantRow row;
-    row.name = name;
-    row.created_at = clock_->NowMillis();
-    if (group) {
-      auto id = FindOrCreateGroupInTxn(txn, *group, new_group);
-      if (!id.ok()) return id.status();
-      row.group_id = *id;
-    }
-    auto inserted = txn.InsertTenant(row);
-    if (!inserted.ok()) {
-      if (inserted.status().code() == StatusCode::kAlreadyExists) {
-        return Status::AlreadyExists("tenant '" + name + "' already exists");
-      }
-      return inserted.status();
-    }
-    out = *inserted;
-    return Status::Ok();
-  }));
-  MutexLock lock(mu_);
-  if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
-  names_.SetTenant(out.id, out.name);
-  HF_RETURN_IF_ERROR(SyncTenantLocked(out));
-  return out;
+  return tenancy_.CreateTenant(caller, name, group);
 }
 
 StatusOr<std::vector<TenantRow>> ControlPlane::ListTenants(
     const Caller& caller) {
-  std::vector<TenantRow> out;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto rows = txn.ListTenants();
-    if (!rows.ok()) return rows.status();
-    out = std::move(*rows);
-    return Status::Ok();
-  }));
-  if (!caller.admin()) {
-    // Tenant roles see their own tenant only.
-    std::erase_if(out, [&](const TenantRow& t) {
-      return !caller.tenant_id || t.id != *caller.tenant_id;
-    });
-  }
-  return out;
+  return tenancy_.ListTenants(caller);
 }
 
 StatusOr<TenantRow> ControlPlane::GetTenant(const Caller& caller,
                                             const std::string& name) {
-  std::optional<TenantRow> out;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto t = txn.FindTenant(name);
-    if (t.ok()) out = *t;
-    return Status::Ok();
-  }));
-  if (!out || (!caller.admin() && caller.tenant_id != out->id)) {
-    return Status::NotFound("no tenant '" + name + "'");
-  }
-  return *out;
+  return tenancy_.GetTenant(caller, name);
 }
 
 StatusOr<TenantRow> ControlPlane::SetTenantGroup(
     const Caller& caller, const std::string& name,
     const std::optional<std::string>& group) {
-  HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  if (group) HF_RETURN_IF_ERROR(ValidateName(*group, "shared_group"));
-  TenantRow out;
-  std::optional<GroupRow> new_group;
-  // Written without mu_; the ledger learns it after the commit.
-  MutexLock one_change(tenancy_mu_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    new_group.reset();
-    auto t = txn.FindTenant(name);
-    if (!t.ok()) {
-      return t.status().code() == StatusCode::kNotFound
-                 ? Status::NotFound("no tenant '" + name + "'")
-                 : t.status();
-    }
-    std::optional<RowId> group_id;
-    if (group) {
-      auto id = FindOrCreateGroupInTxn(txn, *group, new_group);
-      if (!id.ok()) return id.status();
-      group_id = *id;
-    }
-    HF_RETURN_IF_ERROR(txn.SetTenantGroup(t->id, group_id));
-    out = *t;
-    out.group_id = group_id;
-    return Status::Ok();
-  }));
-  MutexLock lock(mu_);
-  if (new_group) HF_RETURN_IF_ERROR(AdoptGroupLocked(*new_group));
-  HF_RETURN_IF_ERROR(SyncTenantLocked(out));
-  return out;
+  return tenancy_.SetTenantGroup(caller, name, group);
 }
 
 StatusOr<GroupRow> ControlPlane::CreateGroup(const Caller& caller,
                                              const std::string& name) {
-  HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  HF_RETURN_IF_ERROR(ValidateName(name, "name"));
-  GroupRow out;
-  // Written without mu_; the ledger learns it after the commit.
-  MutexLock one_change(tenancy_mu_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    GroupRow row;
-    row.name = name;
-    row.created_at = clock_->NowMillis();
-    auto inserted = txn.InsertGroup(row);
-    if (!inserted.ok()) {
-      if (inserted.status().code() == StatusCode::kAlreadyExists) {
-        return Status::AlreadyExists("group '" + name + "' already exists");
-      }
-      return inserted.status();
-    }
-    out = *inserted;
-    return Status::Ok();
-  }));
-  MutexLock lock(mu_);
-  HF_RETURN_IF_ERROR(AdoptGroupLocked(out));
-  return out;
+  return tenancy_.CreateGroup(caller, name);
 }
 
 StatusOr<std::vector<GroupRow>> ControlPlane::ListGroups(const Caller& caller) {
-  HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  std::vector<GroupRow> out;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto rows = txn.ListGroups();
-    if (!rows.ok()) return rows.status();
-    out = std::move(*rows);
-    return Status::Ok();
-  }));
-  return out;
+  return tenancy_.ListGroups(caller);
 }
 
 StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
                                              const std::string& name) {
-  HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  RowId id = 0;
-  GroupRow deleted;
-  std::vector<RowId> members;
-  // Written without mu_; the ledger learns it after the commit.
-  MutexLock one_change(tenancy_mu_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    members.clear();
-    auto g = txn.FindGroup(name);
-    if (!g.ok()) {
-      return g.status().code() == StatusCode::kNotFound
-                 ? Status::NotFound("no group '" + name + "'")
-                 : g.status();
-    }
-    id = g->id;
-    deleted = *g;
-    auto tenants = txn.ListTenants();
-    if (!tenants.ok()) return tenants.status();
-    for (const TenantRow& t : *tenants) {
-      if (t.group_id == id) members.push_back(t.id);
-    }
-    return txn.DeleteGroup(id);
-  }));
-  MutexLock lock(mu_);
-  for (RowId t : members) tenant_groups_[t] = std::nullopt;
-  // Members share with nobody from now on (fail-closed).
-  HF_RETURN_IF_ERROR(ledger_->RemoveGroup(GroupId(id)));
-  queue_.CapacityFreed();
-  return deleted;
+  return tenancy_.DeleteGroup(caller, name);
 }
 
 // ------------------------------------------------------------------ tokens

@@ -50,6 +50,7 @@
 #include "server/slice_env.h"
 #include "server/slice_usage.h"
 #include "server/telemetry.h"
+#include "server/tenancy.h"
 #include "store/store.h"
 #include "wire/node_wire.h"
 
@@ -266,16 +267,6 @@ struct SliceStats {
   std::int64_t policy_tasks_learned = 0;
 };
 
-// A validated POST /api/v1/sharing-approvals.
-struct ApprovalCreate {
-  std::string tenant_a;
-  std::string tenant_b;
-  std::string reason;
-  // Exactly one: an absolute expiry (epoch ms) or a lifetime in seconds.
-  std::optional<store::Millis> expires_at;
-  std::optional<std::int64_t> ttl_s;
-};
-
 // A validated POST /api/v1/defrag/plans.
 struct DefragPlanCreate {
   std::optional<std::string> node;  // the API's node_id (a node name)
@@ -301,7 +292,7 @@ struct NodeView {
   bool hook_available = false;
 };
 
-class ControlPlane {
+class ControlPlane : private TenancyLedger {
  public:
   // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
   // the ledger from the store (restart recovery) before returning, unless
@@ -313,7 +304,7 @@ class ControlPlane {
   static StatusOr<std::unique_ptr<ControlPlane>> Create(
       store::Store* store, const Clock* clock, ControlPlaneOptions options,
       const WriteFence* fence = nullptr);
-  ~ControlPlane();
+  ~ControlPlane() override;
 
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -336,7 +327,8 @@ class ControlPlane {
   StatusOr<std::optional<std::string>> BootstrapAdmin(
       const std::optional<std::string>& secret);
 
-  // --- tenants, groups, tokens (admin; tokens: Identity) ---
+  // --- tenants, groups, tokens (admin; Tenancy, server/tenancy.h; tokens:
+  // Identity) ---
   StatusOr<store::TenantRow> CreateTenant(
       const Caller& caller, const std::string& name,
       const std::optional<std::string>& group);
@@ -361,7 +353,8 @@ class ControlPlane {
   StatusOr<std::vector<store::TokenRow>> ListTokens(const Caller& caller);
   StatusOr<store::TokenRow> RevokeToken(const Caller& caller, RowId id);
 
-  // --- cross-tenant sharing approvals (admin; docs/CONTRACT.md section 7) ---
+  // --- cross-tenant sharing approvals (admin; docs/CONTRACT.md section 7;
+  // Tenancy) ---
   StatusOr<store::ApprovalRow> CreateApproval(const Caller& caller,
                                               const ApprovalCreate& request);
   StatusOr<std::vector<store::ApprovalRow>> ListApprovals(const Caller& caller);
@@ -564,13 +557,15 @@ class ControlPlane {
   StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const
       HF_REQUIRES(mu_);
   Status SyncTenantLocked(const store::TenantRow& tenant) HF_REQUIRES(mu_);
-  // The id of group `name`, inserting it (and setting `created`) when new.
-  StatusOr<RowId> FindOrCreateGroupInTxn(
-      store::Txn& txn, const std::string& name,
-      std::optional<store::GroupRow>& created);
-  // After the commit that created `group`: the ledger and the name cache
-  // learn it.
-  Status AdoptGroupLocked(const store::GroupRow& group) HF_REQUIRES(mu_);
+  // TenancyLedger: a tenancy change committed (Tenancy); each takes mu_.
+  Status GroupCreated(const store::GroupRow& group) override HF_EXCLUDES(mu_);
+  Status TenantChanged(const store::TenantRow& tenant) override
+      HF_EXCLUDES(mu_);
+  Status GroupDeleted(RowId group, const std::vector<RowId>& members) override
+      HF_EXCLUDES(mu_);
+  Status ApprovalGranted(const store::ApprovalRow& approval) override
+      HF_EXCLUDES(mu_);
+  Status ApprovalRevoked(RowId approval) override HF_EXCLUDES(mu_);
   ledger::Allocation AllocationFromRow(const store::SliceRow& row) const
       HF_REQUIRES(mu_);
 
@@ -617,11 +612,18 @@ class ControlPlane {
   StatusOr<int> ReleaseOnLostNodes();
   Status MarkStuckCommands();
 
-  // Compensation: running tasks reported with no live slice. The store is
+  // What the store holds for the tasks a heartbeat reports running, in one
   // read without mu_ (the common case: every task has its slice, nothing
-  // else happens); each task found gets its slice (Compensate).
-  StatusOr<std::vector<store::TaskRow>> RunningWithoutSlice(
-      const std::vector<RunningTask>& tasks) HF_EXCLUDES(mu_);
+  // else happens): the ones with no live slice, for the compensation (each
+  // gets its slice: Compensate), and the ones of this node with their live
+  // slice, for the hook reports.
+  struct RunningRead {
+    std::vector<store::TaskRow> without_slice;
+    std::vector<std::pair<const RunningTask*, store::SliceRow>> live;
+  };
+  StatusOr<RunningRead> ReadRunning(const store::NodeRow& node,
+                                    const std::vector<RunningTask>& tasks)
+      HF_EXCLUDES(mu_);
   Status Compensate(const store::NodeRow& node, const RunningTask& report,
                     const store::TaskRow& task) HF_EXCLUDES(mu_);
   // Records MIG devices a heartbeat reports that no live slice owns (and
@@ -629,10 +631,12 @@ class ControlPlane {
   // the history, once per device (MigBook). Takes no mu_.
   Status NoteOrphanedMigDevices(const store::NodeRow& node,
                                 const NodeReport& report);
-  // The hook part of a heartbeat (see Heartbeat). Takes no mu_.
-  Status NoteHookReports(const store::NodeRow& node,
-                         const std::vector<RunningTask>& tasks,
-                         HeartbeatReply& reply);
+  // The hook part of a heartbeat (see Heartbeat), for the running tasks
+  // with their live slices (ReadRunning). Takes no mu_.
+  Status NoteHookReports(
+      const store::NodeRow& node,
+      const std::vector<std::pair<const RunningTask*, store::SliceRow>>& live,
+      HeartbeatReply& reply);
 
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                         const std::string& node);
@@ -682,10 +686,7 @@ class ControlPlane {
   // settled. Taken before `mu_`, never while holding it.
   SharedMutex write_gate_;
   Mutex resize_mu_;  // one ResizeSlice at a time (taken before write_gate_)
-  // One tenancy change (tenant, group, approval) at a time: each commits
-  // without mu_ and then tells the ledger, in the order they committed.
-  Mutex tenancy_mu_;
-  Mutex mu_;  // guards the ledger mirror below and every ledger change
+  Mutex mu_;         // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
   // The policy placed with (policy_for_testing, or owned_policy_), and the
   // learning side of owned_policy_ (null when it learns nothing).
@@ -726,6 +727,9 @@ class ControlPlane {
   Names names_;
   // Tokens and the token cache. Its own lock, held alone.
   Identity identity_;
+  // Tenants, groups and approvals as stored; tells the ledger (this, as
+  // TenancyLedger) after each commit. Its own lock, taken before mu_.
+  Tenancy tenancy_;
 
   // What the next bind pass must read (tasks created, committed
   // elsewhere, a rescan), the capacity generation, and the threads' stop

@@ -311,23 +311,37 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
   const bool any_mig =
       std::any_of(report.gpus.begin(), report.gpus.end(),
                   [](const GpuReport& g) { return g.mig_devices.has_value(); });
+  // One read serves the compensation and the hook reports; a second only
+  // after a compensation recorded slices.
+  std::optional<RunningRead> running;
   if (any_running) {
-    auto unaccounted = RunningWithoutSlice(tasks);
-    if (!unaccounted.ok()) {
-      spdlog::warn("compensation check on {}: {}", stored->name,
-                   unaccounted.status().ToString());
+    auto read = ReadRunning(*stored, tasks);
+    if (!read.ok()) {
+      spdlog::warn("running tasks of {}: {}", stored->name,
+                   read.status().ToString());
     } else {
-      for (const TaskRow& task : *unaccounted) {
-        for (const RunningTask& t : tasks) {
-          if (t.task_id != task.id || t.state != "running") continue;
-          Status s = Compensate(*stored, t, task);
-          if (!s.ok()) {
-            spdlog::warn("compensation for task {} on {}: {}", t.task_id,
-                         stored->name, s.ToString());
-          }
-          break;
+      running = std::move(*read);
+    }
+  }
+  if (running && !running->without_slice.empty()) {
+    for (const TaskRow& task : running->without_slice) {
+      for (const RunningTask& t : tasks) {
+        if (t.task_id != task.id || t.state != "running") continue;
+        Status s = Compensate(*stored, t, task);
+        if (!s.ok()) {
+          spdlog::warn("compensation for task {} on {}: {}", t.task_id,
+                       stored->name, s.ToString());
         }
+        break;
       }
+    }
+    auto again = ReadRunning(*stored, tasks);  // with the slices recorded
+    if (again.ok()) {
+      running = std::move(*again);
+    } else {
+      spdlog::warn("running tasks of {}: {}", stored->name,
+                   again.status().ToString());
+      running.reset();
     }
   }
   if (any_mig) {
@@ -338,37 +352,18 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     }
   }
   HeartbeatReply reply;
-  if (tasks.empty()) return reply;
-  const Status hooks = NoteHookReports(*stored, tasks, reply);
+  if (!running || running->live.empty()) return reply;
+  const Status hooks = NoteHookReports(*stored, running->live, reply);
   if (!hooks.ok()) {
     spdlog::warn("hook reports of {}: {}", stored->name, hooks.ToString());
   }
   return reply;
 }
 
-Status ControlPlane::NoteHookReports(const NodeRow& node,
-                                     const std::vector<RunningTask>& tasks,
-                                     HeartbeatReply& reply) {
-  // The live slice of each running task this node reports.
-  std::vector<std::pair<const RunningTask*, SliceRow>> live;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    live.clear();
-    for (const RunningTask& t : tasks) {
-      if (t.state != "running") continue;
-      auto task = txn.GetTask(t.task_id);
-      if (!task.ok() || task->node_id != node.id || !task->slice_id ||
-          store::IsTerminal(task->state)) {
-        continue;
-      }
-      auto slice = txn.GetSlice(*task->slice_id);
-      if (!slice.ok() || slice->state != store::SliceState::kAllocated ||
-          slice->task_id != t.task_id) {
-        continue;
-      }
-      live.emplace_back(&t, *slice);
-    }
-    return Status::Ok();
-  }));
+Status ControlPlane::NoteHookReports(
+    const NodeRow& node,
+    const std::vector<std::pair<const RunningTask*, SliceRow>>& live,
+    HeartbeatReply& reply) {
   const Millis now = clock_->NowMillis();
   std::vector<std::pair<RowId, HookReport>> attached;  // "hook" to add
   // Processes the agent found using the GPU without the hook: "hook" to
@@ -603,20 +598,29 @@ Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
 // that holds no live slice gets a ledger-only slice pinned to the GPU it really
 // uses. Env injection is too late then; the slice is recorded so the ledger
 // tells the truth.
-StatusOr<std::vector<TaskRow>> ControlPlane::RunningWithoutSlice(
-    const std::vector<RunningTask>& tasks) {
-  std::vector<TaskRow> out;
+StatusOr<ControlPlane::RunningRead> ControlPlane::ReadRunning(
+    const NodeRow& node, const std::vector<RunningTask>& tasks) {
+  RunningRead out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    out.clear();
+    out = RunningRead{};
     for (const RunningTask& report : tasks) {
       if (report.state != "running") continue;
       auto t = txn.GetTask(report.task_id);
       if (!t.ok() || store::IsTerminal(t->state)) continue;
+      std::optional<SliceRow> slice;
       if (t->slice_id) {
         auto s = txn.GetSlice(*t->slice_id);
-        if (s.ok() && s->state != store::SliceState::kReleased) continue;
+        if (s.ok() && s->state != store::SliceState::kReleased) {
+          slice = *std::move(s);
+        }
       }
-      out.push_back(*t);
+      if (!slice) {
+        out.without_slice.push_back(*std::move(t));
+      } else if (t->node_id == node.id &&
+                 slice->state == store::SliceState::kAllocated &&
+                 slice->task_id == report.task_id) {
+        out.live.emplace_back(&report, *std::move(slice));
+      }
     }
     return Status::Ok();
   }));

@@ -187,9 +187,9 @@ MUTATIONS = [
     dict(
         name="orphan-notes-in-memory",
         hole="17: orphan notes live in memory only; every restart notes them again",
-        file="src/server/control_plane.cc",
-        old="""  if (!orphans_text.empty()) {""",
-        new="""  if (false) {""",
+        file="src/server/mig_book.cc",
+        old="""  if (text.empty()) return;""",
+        new="""  return;""",
         tests=["ScenarioTest.AnOrphanIsNotedOnce*"],
         # The random runs check that an orphan is noted within a bounded
         # time, not that it is noted only once: its scenario test does.
