@@ -175,6 +175,15 @@ class CondVar {
   void NotifyOne() noexcept { cv_.notify_one(); }
   void NotifyAll() noexcept { cv_.notify_all(); }
 
+  // std::condition_variable::wait(lock, pred): returns once `pred` holds.
+  template <typename Predicate>
+  void Wait(Mutex& mu, Predicate pred) HF_REQUIRES(mu) {
+    // Borrows the caller's ownership for the wait and hands it back.
+    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
+    cv_.wait(lock, std::move(pred));
+    lock.release();
+  }
+
   // std::condition_variable::wait_for(lock, timeout, pred): true when
   // `pred` held before the timeout passed.
   template <typename Rep, typename Period, typename Predicate>

@@ -2414,8 +2414,11 @@ Status PostgresStore::RunOnce(Slot& slot, bool write, bool savepoints,
 }
 
 PostgresStore::Slot* PostgresStore::Acquire(Pool& pool) {
-  std::unique_lock<std::mutex> lock(pool.mu);
-  pool.cv.wait(lock, [&pool] { return !pool.idle.empty(); });
+  MutexLock lock(pool.mu);
+  pool.cv.Wait(pool.mu, [&pool] {
+    pool.mu.AssertHeld();  // a predicate runs with the lock held
+    return !pool.idle.empty();
+  });
   Slot* slot = pool.idle.back();
   pool.idle.pop_back();
   return slot;
@@ -2423,10 +2426,10 @@ PostgresStore::Slot* PostgresStore::Acquire(Pool& pool) {
 
 void PostgresStore::Release(Pool& pool, Slot* slot) {
   {
-    std::lock_guard<std::mutex> lock(pool.mu);
+    MutexLock lock(pool.mu);
     pool.idle.push_back(slot);
   }
-  pool.cv.notify_one();
+  pool.cv.NotifyOne();
 }
 
 }  // namespace hf::store

@@ -59,15 +59,14 @@
 // The destructor must not race with calls on the store.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "store/store.h"
 
 namespace hf::store {
@@ -141,13 +140,13 @@ class PostgresStore final : public Store {
   // A connection slot of `pool` (readers or writers), waiting while all are
   // leased; and its return.
   struct Pool {
-    std::mutex mu;
-    std::condition_variable cv;  // a slot was returned
-    std::vector<Slot> slots;     // fixed size; slots leased whole
-    std::vector<Slot*> idle;     // GUARDED_BY(mu)
+    Mutex mu;
+    CondVar cv;               // a slot was returned
+    std::vector<Slot> slots;  // fixed size; slots leased whole
+    std::vector<Slot*> idle HF_GUARDED_BY(mu);
   };
-  static Slot* Acquire(Pool& pool);
-  static void Release(Pool& pool, Slot* slot);
+  static Slot* Acquire(Pool& pool) HF_EXCLUDES(pool.mu);
+  static void Release(Pool& pool, Slot* slot) HF_EXCLUDES(pool.mu);
 
   const std::unique_ptr<postgres_internal::ConnectInfo> info_;
   const int schema_version_;

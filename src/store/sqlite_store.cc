@@ -1497,11 +1497,16 @@ int SqliteSchemaVersion() { return kLatestSchemaVersion; }
 // ------------------------------------------------------------ SqliteStore
 
 struct SqliteStore::PendingWrite {
-  explicit PendingWrite(const std::function<Status(Txn&)>& f) : fn(f) {}
+  PendingWrite(const std::function<Status(Txn&)>& f, Mutex& store_mu)
+      : fn(f), mu(store_mu) {}
   const std::function<Status(Txn&)>& fn;
   Status result;
-  bool done = false;  // GUARDED_BY(mu_)
-  std::condition_variable done_cv;
+  // The store's mu_, which guards `done`. A guard here cannot name the
+  // store's member, so the call keeps the lock's name; code holding mu_
+  // tells the analysis that it is the same lock with `mu.AssertHeld()`.
+  Mutex& mu;
+  bool done HF_GUARDED_BY(mu) = false;
+  CondVar done_cv;  // `done` was set
 };
 
 StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
@@ -1577,10 +1582,10 @@ SqliteStore::SqliteStore(std::unique_ptr<Connection> writer,
 
 SqliteStore::~SqliteStore() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  queue_cv_.notify_one();
+  queue_cv_.NotifyOne();
   writer_thread_.join();
   // Connections close with the members; the lock goes last.
 }
@@ -1597,12 +1602,15 @@ Status SqliteStore::Write(const std::function<Status(Txn&)>& fn) {
   if (std::this_thread::get_id() == writer_thread_id_) {
     return Status::Internal("Store::Write called from inside a Write function");
   }
-  PendingWrite pending(fn);
-  std::unique_lock<std::mutex> lock(mu_);
+  PendingWrite pending(fn, mu_);
+  MutexLock lock(mu_);
   if (stopping_) return Status::Unavailable("the store is closing");
   queue_.push_back(&pending);
-  queue_cv_.notify_one();
-  pending.done_cv.wait(lock, [&pending] { return pending.done; });
+  queue_cv_.NotifyOne();
+  pending.done_cv.Wait(mu_, [&pending] {
+    pending.mu.AssertHeld();  // a predicate runs with the lock (mu_) held
+    return pending.done;
+  });
   return pending.result;
 }
 
@@ -1612,8 +1620,11 @@ void SqliteStore::WriterLoop() {
   std::chrono::steady_clock::duration gather_window{};
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(mu_);
+      queue_cv_.Wait(mu_, [this] {
+        mu_.AssertHeld();  // a predicate runs with the lock held
+        return stopping_ || !queue_.empty();
+      });
       // The callers of the last batch were woken just now and often come
       // straight back with their next write; without a short wait they
       // would always miss this batch, and concurrent writers would
@@ -1621,7 +1632,8 @@ void SqliteStore::WriterLoop() {
       // fraction of a commit and skipped when writes come one at a time.
       const std::size_t expected = std::min(last_batch_size, max_batch_);
       if (queue_.size() < expected) {
-        queue_cv_.wait_for(lock, gather_window, [&] {
+        queue_cv_.WaitFor(mu_, gather_window, [&] {
+          mu_.AssertHeld();  // a predicate runs with the lock held
           return stopping_ || queue_.size() >= expected;
         });
       }
@@ -1640,10 +1652,11 @@ void SqliteStore::WriterLoop() {
     {
       // Notify under the lock: once `done` is seen the caller returns and
       // its PendingWrite (and condition variable) is gone.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       for (PendingWrite* pending : batch) {
+        pending->mu.AssertHeld();  // mu_, held here
         pending->done = true;
-        pending->done_cv.notify_one();
+        pending->done_cv.NotifyOne();
       }
     }
     batch.clear();
@@ -1706,8 +1719,11 @@ Status SqliteStore::RunInSavepoint(const std::function<Status(Txn&)>& fn) {
 }
 
 Connection* SqliteStore::AcquireReader() {
-  std::unique_lock<std::mutex> lock(readers_mu_);
-  readers_cv_.wait(lock, [this] { return !idle_readers_.empty(); });
+  MutexLock lock(readers_mu_);
+  readers_cv_.Wait(readers_mu_, [this] {
+    readers_mu_.AssertHeld();  // a predicate runs with the lock held
+    return !idle_readers_.empty();
+  });
   Connection* reader = idle_readers_.back();
   idle_readers_.pop_back();
   return reader;
@@ -1715,10 +1731,10 @@ Connection* SqliteStore::AcquireReader() {
 
 void SqliteStore::ReleaseReader(Connection* reader) {
   {
-    std::lock_guard<std::mutex> lock(readers_mu_);
+    MutexLock lock(readers_mu_);
     idle_readers_.push_back(reader);
   }
-  readers_cv_.notify_one();
+  readers_cv_.NotifyOne();
 }
 
 Status SqliteStore::Read(const std::function<Status(Txn&)>& fn) {

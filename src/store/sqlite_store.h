@@ -40,17 +40,16 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "store/store.h"
 
 namespace hf::store {
@@ -81,9 +80,10 @@ class SqliteStore final : public Store {
   // See Store::Write. Also returns Internal when called from inside a Write
   // function (it would wait for itself) and Unavailable once the store is
   // closing. A function that throws is treated as failing with Internal.
-  Status Write(const std::function<Status(Txn&)>& fn) override;
+  Status Write(const std::function<Status(Txn&)>& fn) override HF_EXCLUDES(mu_);
   // See Store::Read. Blocks while every read connection is busy.
-  Status Read(const std::function<Status(Txn&)>& fn) override;
+  Status Read(const std::function<Status(Txn&)>& fn) override
+      HF_EXCLUDES(readers_mu_);
   StoreInfo info() const override;
 
   // Test seam: while `fail` is set, every commit of a write batch fails
@@ -99,15 +99,16 @@ class SqliteStore final : public Store {
               int schema_version, int max_batch, int lock_fd);
 
   // The writer thread: takes batches off `queue_` until stopped and drained.
-  void WriterLoop();
+  void WriterLoop() HF_EXCLUDES(mu_);
   // Runs one batch as described at the top of the file and sets each call's
-  // result. REQUIRES: on the writer thread; mu_ not held.
-  void RunBatch(const std::vector<PendingWrite*>& batch);
+  // result, with mu_ given up. REQUIRES: on the writer thread.
+  void RunBatch(const std::vector<PendingWrite*>& batch) HF_EXCLUDES(mu_);
   // Runs one call inside a savepoint of the open transaction.
   Status RunInSavepoint(const std::function<Status(Txn&)>& fn);
 
-  sqlite_internal::Connection* AcquireReader();
-  void ReleaseReader(sqlite_internal::Connection* reader);
+  sqlite_internal::Connection* AcquireReader() HF_EXCLUDES(readers_mu_);
+  void ReleaseReader(sqlite_internal::Connection* reader)
+      HF_EXCLUDES(readers_mu_);
 
   // An exclusive flock on "<path>.lock" for the store's lifetime: one
   // process owns an SQLite database (its ledger mirrors the file; a second
@@ -124,15 +125,15 @@ class SqliteStore final : public Store {
   const int schema_version_;
   const std::size_t max_batch_;
 
-  std::mutex mu_;
-  std::condition_variable queue_cv_;  // queue_ gained a call, or stopping_
-  std::deque<PendingWrite*> queue_;   // GUARDED_BY(mu_)
-  bool stopping_ = false;             // GUARDED_BY(mu_)
+  Mutex mu_;
+  CondVar queue_cv_;  // queue_ gained a call, or stopping_
+  std::deque<PendingWrite*> queue_ HF_GUARDED_BY(mu_);
+  bool stopping_ HF_GUARDED_BY(mu_) = false;
 
-  std::mutex readers_mu_;
-  std::condition_variable readers_cv_;  // a reader was returned
-  std::vector<sqlite_internal::Connection*>
-      idle_readers_;  // GUARDED_BY(readers_mu_)
+  Mutex readers_mu_;
+  CondVar readers_cv_;  // a reader was returned
+  std::vector<sqlite_internal::Connection*> idle_readers_
+      HF_GUARDED_BY(readers_mu_);
 
   std::atomic<bool> fail_commits_for_testing_{false};
 
