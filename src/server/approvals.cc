@@ -21,7 +21,6 @@ using store::ApprovalRow;
 using store::GroupRow;
 using store::Millis;
 using store::TenantRow;
-using store::Txn;
 
 Status ControlPlane::ApplyApprovalLocked(const ApprovalRow& row) {
   if (!row.ActiveAt(clock_->NowMillis())) return Status::Ok();

@@ -385,12 +385,10 @@ Status ControlPlane::NoteHookReports(
     reported.push_back(slice.id);
     // Only while the ledger holds the slice (SliceUsage::Record). Whether
     // the last report named no unhooked process.
-    const bool was_hooked =
-        usage_.Record(slice.id, HookUsage{*t->hook, t->task_id, now}, [&] {
-          return ledger_
-              ->GetAllocation(SliceId(static_cast<std::uint64_t>(slice.id)))
-              .has_value();
-        });
+    const SliceId in_ledger(static_cast<std::uint64_t>(slice.id));
+    const bool was_hooked = usage_.Record(
+        slice.id, HookUsage{*t->hook, t->task_id, now},
+        [&] { return ledger_->GetAllocation(in_ledger).has_value(); });
     if (!hook_enforceable) continue;
     const bool listed =
         std::ranges::find(slice.enforcement, "hook") != slice.enforcement.end();

@@ -92,7 +92,7 @@ MUTATIONS = [
     dict(
         name="late-create-kept",
         hole="5: a stuck create releases its slice; a late success is kept, never destroyed",
-        file="src/server/scheduler.cc",
+        file="src/server/gc.cc",
         old="""      if (s.state == store::SliceState::kAllocated) {
         s.state = store::SliceState::kReleasing;
         HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
@@ -115,7 +115,7 @@ MUTATIONS = [
     dict(
         name="stuck-create-waits",
         hole="6: a gold task whose create is stuck waits `scheduled` for ever",
-        file="src/server/scheduler.cc",
+        file="src/server/gc.cc",
         old="""      if (row.action != "create") continue;  // a destroy is offered again""",
         new="""      continue;""",
         tests=["ScenarioTest.AStuckMigCreate*", "ControlPlaneTest.StuckMigCommandsAreMarked"],
@@ -158,7 +158,7 @@ MUTATIONS = [
     dict(
         name="gc-counts-candidates",
         hole="9: GC counts the slices it meant to release",
-        file="src/server/scheduler.cc",
+        file="src/server/gc.cc",
         old="""    released_count = static_cast<int>(released.size());""",
         new="""    released_count = static_cast<int>(candidates.size());""",
         tests=["ControlPlaneTest.GcCountsOnlyWhatItReallyReleased"],

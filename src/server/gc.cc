@@ -1,0 +1,286 @@
+// ControlPlane: the orphan GC (slices whose task ended, is gone or holds
+// another slice), the tasks of lost nodes, and the stuck-command watchdog
+// (MIG commands past their deadline: HARDWARE STATE UNKNOWN). Each reads
+// the store, writes its releases without mu_ (write_gate_ shared), and
+// applies them to the ledger after the commit. Leader only; its thread
+// runs every gc_interval_ms.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "server/control_plane.h"
+#include "server/internal.h"
+
+namespace hf::server {
+
+using store::Millis;
+using store::SliceRow;
+using store::TaskRow;
+using store::TaskState;
+using store::Txn;
+
+StatusOr<int> ControlPlane::RunGcOnce() {
+  const store::Millis now = clock_->NowMillis();
+  struct Candidate {
+    RowId slice_id;
+    std::string reason;
+  };
+  std::vector<Candidate> candidates;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    candidates.clear();
+    store::SliceFilter f;
+    f.state = store::SliceState::kAllocated;
+    return ForEachSlice(txn, f, [&](SliceRow& s) -> Status {
+      if (!s.task_id) return Status::Ok();  // operator reservations stay
+      if (now - s.created_at < options_.gc_min_age_ms) return Status::Ok();
+      auto task = txn.GetTask(*s.task_id);
+      if (!task.ok()) {
+        if (task.status().code() != StatusCode::kNotFound) {
+          return task.status();
+        }
+        candidates.push_back({s.id, "orphan: task " +
+                                        std::to_string(*s.task_id) +
+                                        " no longer exists"});
+      } else if (store::IsTerminal(task->state)) {
+        candidates.push_back(
+            {s.id, "orphan: task " + std::to_string(*s.task_id) + " is " +
+                       std::string(store::TaskStateName(task->state))});
+      } else if (task->slice_id != s.id) {
+        candidates.push_back({s.id, "orphan: task " +
+                                        std::to_string(*s.task_id) +
+                                        " holds another slice"});
+      }
+      return Status::Ok();
+    });
+  }));
+
+  int released_count = 0;
+  if (!candidates.empty()) {
+    std::vector<RowId> released;
+    // Written without mu_; the releases reach the ledger after the commit.
+    ReaderLock gate(write_gate_);
+    HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+      released.clear();
+      for (const Candidate& c : candidates) {
+        auto slice = txn.GetSlice(c.slice_id);
+        if (!slice.ok()) continue;
+        HF_RETURN_IF_ERROR(ReleaseInTxn(txn, *slice, "gc", c.reason, released));
+      }
+      return Status::Ok();
+    }));
+    // Only what is free now counts (a partition still to be destroyed
+    // keeps its slice releasing).
+    released_count = static_cast<int>(released.size());
+    MutexLock lock(mu_);
+    ApplyReleasesLocked(released);
+  }
+  auto lost = ReleaseOnLostNodes();
+  if (!lost.ok()) return lost.status();
+  released_count += *lost;
+  HF_RETURN_IF_ERROR(MarkStuckCommands());
+  return released_count;
+}
+
+StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
+  const Millis since = monotonic_->NowMillis();
+  std::map<RowId, Millis> silent;  // node id -> how long
+  for (const auto& [node, seen] : beats_.SeenTimes()) {
+    if (since - seen > options_.node_lost_ms) silent[node] = since - seen;
+  }
+  if (silent.empty()) return 0;
+  const Millis now = clock_->NowMillis();
+  std::vector<RowId> released;
+  bool requeued = false;
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    released.clear();
+    requeued = false;
+    for (const auto& [node_id, silence] : silent) {
+      auto node = txn.GetNode(node_id);
+      const std::string name = node.ok() ? node->name : std::to_string(node_id);
+      const std::string lost = "node " + name + " lost (no heartbeat for " +
+                               std::to_string(silence / 1000) + " s)";
+      for (TaskState state : {TaskState::kScheduled, TaskState::kRunning}) {
+        store::TaskFilter f;
+        f.state = state;
+        f.node_id = node_id;
+        std::vector<TaskRow> stop;  // tasks the node was asked to stop
+        HF_RETURN_IF_ERROR(ForEachTask(txn, f, [&](TaskRow& t) -> Status {
+          std::optional<SliceRow> slice;
+          if (t.slice_id) {
+            auto s = txn.GetSlice(*t.slice_id);
+            if (s.ok()) slice = *s;
+          }
+          const bool deleted =
+              slice && slice->state == store::SliceState::kReleasing;
+          if (t.cancel_requested || deleted) stop.push_back(t);
+          return Status::Ok();
+        }));
+        for (TaskRow& t : stop) {
+          bool rebind = false;
+          std::optional<RowId> source;
+          if (t.slice_id) {
+            auto slice = txn.GetSlice(*t.slice_id);
+            if (slice.ok() && slice->state != store::SliceState::kReleased) {
+              SliceRow s = *slice;
+              rebind = s.state == store::SliceState::kReleasing &&
+                       !t.cancel_requested;
+              s.state = store::SliceState::kAllocated;
+              HF_RETURN_IF_ERROR(ReleaseInTxn(txn, s, "gc", lost, released));
+              source = s.id;
+            }
+          }
+          // A defragmentation move was stopping it: taken as stopped, it
+          // lands on its reserved target, as when its node reports the stop
+          // (a cancelled one gives the reservation back).
+          bool landed = false;
+          if (source) {
+            auto moved = LandMoveInTxn(txn, t, *source, rebind, released);
+            if (!moved.ok()) return moved.status();
+            landed = *moved;
+          }
+          if (landed) {
+            // `t` is bound to the move's target now (LandMoveInTxn).
+          } else if (rebind) {
+            t.state = TaskState::kPending;
+            t.slice_id.reset();
+            t.node_id.reset();
+            t.gpu_indices.clear();
+            StripSliceEnv(t.env);
+            std::erase_if(t.labels, [](const auto& kv) {
+              return kv.first.starts_with("heteroflow.");
+            });
+            t.pending_reason = lost + "; waiting to be bound again";
+            requeued = true;
+          } else {
+            t.state = TaskState::kCancelled;
+            t.message = "cancelled: " + lost;
+          }
+          t.updated_at = now;
+          HF_RETURN_IF_ERROR(txn.UpdateTask(t).status());
+        }
+      }
+    }
+    return Status::Ok();
+  }));
+  MutexLock lock(mu_);
+  ApplyReleasesLocked(released);
+  if (requeued) queue_.RequestResync();
+  return static_cast<int>(released.size());
+}
+
+Status ControlPlane::MarkStuckCommands() {
+  // MIG commands past their deadline: the hardware state is unknown.
+  const Millis now = clock_->NowMillis();
+  bool requeued = false;
+  std::vector<RowId> released;
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    requeued = false;
+    released.clear();
+    std::vector<store::SliceRequestRow> due;
+    for (auto state : {store::SliceRequestState::kPending,
+                       store::SliceRequestState::kClaimed}) {
+      store::SliceRequestFilter f;
+      f.state = state;
+      HF_RETURN_IF_ERROR(ForEachSliceRequest(
+          txn, f, [&](store::SliceRequestRow& row) -> Status {
+            if (row.deadline_at != 0 && row.deadline_at <= now) {
+              due.push_back(row);
+            }
+            return Status::Ok();
+          }));
+    }
+    for (store::SliceRequestRow& row : due) {
+      row.state = store::SliceRequestState::kStuck;
+      row.error =
+          "HARDWARE STATE UNKNOWN: no result from the agent before the "
+          "deadline; check the GPU's MIG instances by hand";
+      row.finished_at = now;
+      HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
+      if (row.action != "create") continue;  // a destroy is offered again
+      // A create that may or may not have happened: its task is bound
+      // again elsewhere, and the slice stays charged until the node says
+      // what it holds for it (a cleanup destroy; a late result is handled
+      // by ReportSliceRequest).
+      auto slice = txn.GetSlice(row.slice_id);
+      if (!slice.ok()) continue;
+      SliceRow s = *slice;
+      if (s.state == store::SliceState::kReleased) continue;
+      if (s.state == store::SliceState::kAllocated) {
+        s.state = store::SliceState::kReleasing;
+        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+      }
+      store::SliceRequestRow destroy;
+      destroy.node_id = s.node_id;
+      destroy.slice_id = s.id;
+      destroy.task_id = s.task_id;
+      destroy.action = "destroy";
+      destroy.gpu_index = row.gpu_index;
+      destroy.gpu_uuid = row.gpu_uuid;
+      destroy.profile = row.profile;
+      destroy.device_id = s.mig_device_id;  // empty: whatever the create made
+      destroy.created_at = now;
+      destroy.deadline_at = now + options_.mig_command_deadline_ms;
+      HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
+      store::HistoryRow h = HistoryFor(s, "release_requested");
+      h.at = now;
+      h.actor = "gc";
+      h.reason = "MIG create command " + std::to_string(row.id) +
+                 " got no result before its deadline (HARDWARE STATE "
+                 "UNKNOWN): the slice stays charged until the node cleans up";
+      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+      if (!s.task_id) continue;
+      auto t = txn.GetTask(*s.task_id);
+      if (!t.ok() || t->slice_id != s.id || t->state != TaskState::kScheduled) {
+        continue;
+      }
+      TaskRow task = *t;
+      if (task.cancel_requested) {
+        // It never started (gold waits for its device): cancelled now.
+        task.state = TaskState::kCancelled;
+        task.message = "cancelled; its MIG partition was never confirmed";
+      } else {
+        task.state = TaskState::kPending;
+        task.slice_id.reset();
+        task.node_id.reset();
+        task.gpu_indices.clear();
+        StripSliceEnv(task.env);
+        std::erase_if(task.labels, [](const auto& kv) {
+          return kv.first.starts_with("heteroflow.");
+        });
+        task.pending_reason =
+            "its MIG partition was not confirmed before the deadline; "
+            "waiting to be bound again";
+        requeued = true;
+      }
+      task.updated_at = now;
+      HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+    }
+    return Status::Ok();
+  }));
+  MutexLock lock(mu_);
+  ApplyReleasesLocked(released);
+  if (requeued) queue_.RequestResync();
+  return Status::Ok();
+}
+
+void ControlPlane::GcLoop() {
+  for (;;) {
+    if (!queue_.Sleep(std::chrono::milliseconds(options_.gc_interval_ms)))
+      return;
+    auto released = RunGcOnce();
+    if (!released.ok()) {
+      spdlog::error("gc: {}", released.status().ToString());
+    } else if (*released > 0) {
+      spdlog::info("gc: released {} orphaned slices", *released);
+    }
+  }
+}
+
+}  // namespace hf::server
