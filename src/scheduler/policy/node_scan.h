@@ -257,14 +257,36 @@ struct ScoreMemo {
 // Bounds the score memo at kMaxShapes x nodes entries; past it, it restarts.
 inline constexpr std::size_t kMaxShapes = 512;
 
+// Results per (request shape, node slot), one `Entry` each.
+template <typename Entry>
+struct ShapeTable {
+  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
+  std::vector<std::vector<Entry>> entries;  // by shape, node slot
+
+  // The entries for `key`, sized for `slots` node slots.
+  std::vector<Entry>& For(const ShapeKey& key, std::size_t slots) {
+    auto it = shapes.find(key);
+    if (it == shapes.end()) {
+      if (shapes.size() >= kMaxShapes) {
+        shapes.clear();
+        entries.clear();
+      }
+      it = shapes.emplace(key, entries.size()).first;
+      entries.emplace_back();
+    }
+    std::vector<Entry>& out = entries[it->second];
+    if (out.size() < slots) out.resize(slots);
+    return out;
+  }
+};
+
 // A memoising policy's state: node memos, results per (shape, node), and a
 // scratch buffer for the node at hand.
 template <typename Value>
 struct ScanMemo {
   std::vector<NodeMemo> nodes;      // by node slot
   std::vector<NodeGpuCopy> copies;  // by node slot
-  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
-  std::vector<std::vector<ScoreMemo<Value>>> scores;  // by shape, node slot
+  ShapeTable<ScoreMemo<Value>> scores;
   std::uint64_t next_version = 0;
   std::vector<GpuFacts> gpus;  // scratch for the node at hand
 
@@ -277,18 +299,7 @@ struct ScanMemo {
   // The results for `key`, sized for `slots` node slots.
   std::vector<ScoreMemo<Value>>& ScoresFor(const ShapeKey& key,
                                            std::size_t slots) {
-    auto it = shapes.find(key);
-    if (it == shapes.end()) {
-      if (shapes.size() >= kMaxShapes) {
-        shapes.clear();
-        scores.clear();
-      }
-      it = shapes.emplace(key, scores.size()).first;
-      scores.emplace_back();
-    }
-    std::vector<ScoreMemo<Value>>& out = scores[it->second];
-    if (out.size() < slots) out.resize(slots);
-    return out;
+    return scores.For(key, slots);
   }
 };
 
