@@ -364,6 +364,8 @@ std::optional<Choice> Pick(const ClusterView& view,
     }
     if (const std::size_t near = after(slot, kNear); slice && near < slots) {
       node_scan::PrefetchNodeMemoState(memo.nodes[near]);
+      node_scan::PrefetchMigRecords(view, view.node(NodeId(near)),
+                                    memo.copies[near]);
     }
     if (!node_scan::Gather(view, slot, *need, gpus, facts,
                            /*with_free=*/false, &memo.copies[slot])) {
