@@ -418,52 +418,64 @@ double NodeFragMilli(const NodeGpuState& node, const TargetWorkload& workload) {
   return frag;
 }
 
-std::optional<FragEstimate> EstimateNodeFragMilli(
-    const NodeGpuState& node, const TargetWorkload& workload) {
-  const TargetWorkload::ClassGroups& g = workload.class_groups();
-  const std::vector<int>& free = node.gpu_free_milli;
-  if (!g.usable || free.size() > kMaxSortedGpus) return std::nullopt;
-  for (const int v : free) {
-    if (v < 0 || v > kMilliPerGpu) return std::nullopt;
-  }
-  SortedFree sf;
-  SortFree(free, sf);
-  const std::size_t k = sf.k;
-  const std::int64_t idle = sf.below[k];
-  if (idle == 0) return FragEstimate{0.0, 0.0};  // NodeFragMilli's 0 exactly
+namespace {
 
-  // A class of share s fits where the node has CPU and model for it and its
-  // num-th largest free milli (sorted[k - num]) is at least s; it saves
-  // idle - below[p] of the node's idle milli, p being the GPUs below s. Per
-  // group and node CPU, with F(x) the weight of the classes of share <= x,
-  // the saving summed by parts is
-  //   (idle - below[P]) F(sorted[P]) + sum_{p < P} sorted[p] F(sorted[p])
-  // for P = k - num: P + 1 table reads instead of one step per class.
-  const std::uint64_t node_bit = workload.columns().BitOf(node.model);
-  const auto cpu_rank = static_cast<std::size_t>(
-      std::upper_bound(g.cpus.begin(), g.cpus.end(), node.cpu_free) -
+bool InMilliRange(int v) { return v >= 0 && v <= kMilliPerGpu; }
+
+// The rank of a node's free CPU among the groups' CPUs.
+std::size_t CpuRank(const TargetWorkload::ClassGroups& g, CpuMilli cpu_free) {
+  return static_cast<std::size_t>(
+      std::upper_bound(g.cpus.begin(), g.cpus.end(), cpu_free) -
       g.cpus.begin());
-  std::array<std::size_t, kMaxSortedGpus> rank;
-  for (std::size_t p = 0; p < k; ++p) {
-    rank[p] = g.share_rank[static_cast<std::size_t>(sf.sorted[p])];
-  }
+}
+
+// Calls `f(weights, num)` for each group that applies to a node of model
+// bit `node_bit`, free CPU `cpu_free` and `k` GPUs, in the groups' order:
+// `weights` is the group's row of summed weights at that CPU.
+template <typename F>
+void ForEachRow(const TargetWorkload::ClassGroups& g, std::uint64_t node_bit,
+                CpuMilli cpu_free, std::size_t k, const F& f) {
+  const std::size_t cpu_rank = CpuRank(g, cpu_free);
   const std::size_t width = g.share_count + 1;
-  double saved = 0;
-  std::size_t terms = 0;
   for (const TargetWorkload::ClassGroups::Group& group : g.groups) {
     if (group.models != 0 && (group.models & node_bit) == 0) continue;
     if (static_cast<std::size_t>(group.num) > k) continue;
     const int row = group.row_of[cpu_rank];
     if (row < 0) continue;
-    const double* w =
-        group.weights.data() + static_cast<std::size_t>(row) * width;
-    const std::size_t last = k - static_cast<std::size_t>(group.num);
+    f(group.weights.data() + static_cast<std::size_t>(row) * width,
+      static_cast<std::size_t>(group.num));
+  }
+}
+
+// The estimate from the node's sorted free milli (idle above 0), summed
+// over the rows that `for_each_row` gives (ForEachRow's).
+//
+// A class of share s fits where the node has CPU and model for it and its
+// num-th largest free milli (sorted[k - num]) is at least s; it saves
+// idle - below[p] of the node's idle milli, p being the GPUs below s. Per
+// group and node CPU, with F(x) the weight of the classes of share <= x,
+// the saving summed by parts is
+//   (idle - below[P]) F(sorted[P]) + sum_{p < P} sorted[p] F(sorted[p])
+// for P = k - num: P + 1 table reads instead of one step per class.
+template <typename Rows>
+FragEstimate EstimateSorted(const TargetWorkload::ClassGroups& g,
+                            const SortedFree& sf, const Rows& for_each_row) {
+  const std::size_t k = sf.k;
+  const std::int64_t idle = sf.below[k];
+  std::array<std::size_t, kMaxSortedGpus> rank;
+  for (std::size_t p = 0; p < k; ++p) {
+    rank[p] = g.share_rank[static_cast<std::size_t>(sf.sorted[p])];
+  }
+  double saved = 0;
+  std::size_t terms = 0;
+  for_each_row([&](const double* w, std::size_t num) {
+    const std::size_t last = k - num;
     for (std::size_t p = 0; p < last; ++p) {
       saved += static_cast<double>(sf.sorted[p]) * w[rank[p]];
     }
     saved += static_cast<double>(idle - sf.below[last]) * w[rank[last]];
     terms += last + 1;
-  }
+  });
   FragEstimate out;
   out.milli = static_cast<double>(idle) * g.weight_sum - saved;
   // Both sums are of non-negative products of at most idle x weight; each
@@ -476,6 +488,88 @@ std::optional<FragEstimate> EstimateNodeFragMilli(
   out.error = 2 * (4 * n + static_cast<double>(terms) + 16) * eps *
               static_cast<double>(idle) * g.weight_sum;
   return out;
+}
+
+}  // namespace
+
+std::optional<FragEstimate> EstimateNodeFragMilli(
+    const NodeGpuState& node, const TargetWorkload& workload) {
+  const TargetWorkload::ClassGroups& g = workload.class_groups();
+  const std::vector<int>& free = node.gpu_free_milli;
+  if (!g.usable || free.size() > kMaxSortedGpus) return std::nullopt;
+  for (const int v : free) {
+    if (!InMilliRange(v)) return std::nullopt;
+  }
+  SortedFree sf;
+  SortFree(free, sf);
+  if (sf.below[sf.k] == 0) return FragEstimate{0.0, 0.0};  // exactly 0
+  const std::uint64_t node_bit = workload.columns().BitOf(node.model);
+  return EstimateSorted(g, sf, [&](const auto& f) {
+    ForEachRow(g, node_bit, node.cpu_free, sf.k, f);
+  });
+}
+
+void NodeFragEstimator::Reset(const NodeGpuState& base,
+                              const TargetWorkload& workload) {
+  static_assert(kMaxGpus == kMaxSortedGpus);
+  workload_ = &workload;
+  usable_ = false;
+  rows_.clear();
+  const TargetWorkload::ClassGroups& g = workload.class_groups();
+  const std::vector<int>& free = base.gpu_free_milli;
+  if (!g.usable || free.size() > kMaxSortedGpus) return;
+  invalid_ = 0;
+  for (const int v : free) invalid_ += InMilliRange(v) ? 0 : 1;
+  if (invalid_ > 1) return;  // no one change brings every GPU in range
+  k_ = free.size();
+  std::copy(free.begin(), free.end(), free_.begin());
+  std::copy(free.begin(), free.end(), sorted_.begin());
+  std::sort(sorted_.begin(), sorted_.begin() + static_cast<std::ptrdiff_t>(k_));
+  ForEachRow(g, workload.columns().BitOf(base.model), base.cpu_free, k_,
+             [this](const double* weights, std::size_t num) {
+               rows_.push_back(Row{weights, num});
+             });
+  usable_ = true;
+}
+
+std::optional<FragEstimate> NodeFragEstimator::With(std::size_t i,
+                                                    int free_milli) const {
+  if (!usable_) return std::nullopt;
+  const int old = free_[i];
+  if (invalid_ - (InMilliRange(old) ? 0 : 1) +
+          (InMilliRange(free_milli) ? 0 : 1) >
+      0) {
+    return std::nullopt;
+  }
+  // The base's sorted free milli with one `old` taken out and `free_milli`
+  // put in: the same values, so the same array, as sorting the changed
+  // state afresh.
+  SortedFree sf;
+  sf.k = k_;
+  std::size_t out = 0;
+  bool removed = false;
+  bool inserted = false;
+  for (std::size_t j = 0; j < k_; ++j) {
+    const int v = sorted_[j];
+    if (!removed && v == old) {
+      removed = true;
+      continue;
+    }
+    if (!inserted && free_milli <= v) {
+      sf.sorted[out++] = free_milli;
+      inserted = true;
+    }
+    sf.sorted[out++] = v;
+  }
+  if (!inserted) sf.sorted[out] = free_milli;
+  sf.below[0] = 0;
+  for (std::size_t j = 0; j < k_; ++j) {
+    sf.below[j + 1] = sf.below[j] + sf.sorted[j];
+  }
+  if (sf.below[k_] == 0) return FragEstimate{0.0, 0.0};  // exactly 0
+  return EstimateSorted(workload_->class_groups(), sf, [this](const auto& f) {
+    for (const Row& row : rows_) f(row.weights, row.num);
+  });
 }
 
 std::int64_t IdleMilli(const NodeGpuState& node) {

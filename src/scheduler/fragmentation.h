@@ -16,6 +16,7 @@
 // Thread-safety: pure functions; TargetWorkload is immutable once built.
 #pragma once
 
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -175,6 +176,35 @@ struct FragEstimate {
 };
 std::optional<FragEstimate> EstimateNodeFragMilli(
     const NodeGpuState& node, const TargetWorkload& workload);
+
+// EstimateNodeFragMilli for states of one node that differ from a `base`
+// state in one GPU's free milli (a slice placed on one GPU or another):
+// what is the same for all of them (the base's free milli sorted, the
+// groups that apply at its model, CPU and GPU count) is found once, in
+// Reset, instead of once per state. With(i, v) is exactly
+// EstimateNodeFragMilli of the base with gpu_free_milli[i] = v: the same
+// sums in the same order. Reusable: Reset keeps its buffer.
+class NodeFragEstimator {
+ public:
+  // `workload` must outlive the calls to With; `base` is copied.
+  void Reset(const NodeGpuState& base, const TargetWorkload& workload);
+  // REQUIRES: i < base's GPU count.
+  std::optional<FragEstimate> With(std::size_t i, int free_milli) const;
+
+ private:
+  struct Row {
+    const double* weights;  // a group's summed weights at the node's CPU
+    std::size_t num;        // the group's GPU count
+  };
+  static constexpr std::size_t kMaxGpus = 16;  // EstimateNodeFragMilli's
+  const TargetWorkload* workload_ = nullptr;
+  bool usable_ = false;  // false: With gives nullopt, as the estimate would
+  int invalid_ = 0;      // base's free milli outside 0..1000
+  std::size_t k_ = 0;
+  std::array<int, kMaxGpus> free_{};
+  std::array<int, kMaxGpus> sorted_{};  // free_, ascending
+  std::vector<Row> rows_;
+};
 
 // Sum of the node's idle GPU milli.
 std::int64_t IdleMilli(const NodeGpuState& node);

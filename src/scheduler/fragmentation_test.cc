@@ -231,7 +231,7 @@ TEST(NodeFragTest, EqualsTheWeightedSumOfClassFragments) {
   for (int i = 0; i < 2000; ++i) {
     const int kind = uniform(0, 3);
     TaskClass t;
-    t.cpu_milli = 1000 * uniform(0, 12);
+    t.cpu_milli = CpuMilli{1000} * uniform(0, 12);
     if (kind == 1) {
       t.gpu_milli = 50 * uniform(1, 19);
       t.num_gpu = 1;
@@ -247,7 +247,7 @@ TEST(NodeFragTest, EqualsTheWeightedSumOfClassFragments) {
   const TargetWorkload w = TargetWorkload::FromTasks(tasks, 1.0);
   for (int trial = 0; trial < 500; ++trial) {
     NodeGpuState node;
-    node.cpu_free = 1000 * uniform(0, 16);
+    node.cpu_free = CpuMilli{1000} * uniform(0, 16);
     node.model = models[uniform(0, 3)];
     const int gpus = trial % 10 == 0 ? uniform(17, 24) : uniform(0, 8);
     for (int g = 0; g < gpus; ++g) {
@@ -280,7 +280,7 @@ TargetWorkload RandomWorkload(std::mt19937& rng, int classes) {
   for (int i = 0; i < classes; ++i) {
     const int kind = uniform(0, 9);
     TaskClass t;
-    t.cpu_milli = 500 * uniform(0, 40);
+    t.cpu_milli = CpuMilli{500} * uniform(0, 40);
     if (kind <= 5) {
       t.gpu_milli = uniform(1, 1000);
       t.num_gpu = 1;
@@ -312,7 +312,7 @@ TEST(EstimateNodeFragTest, WithinItsBoundOfTheMeasure) {
     const TargetWorkload w = RandomWorkload(rng, uniform(1, 400));
     for (int trial = 0; trial < 500; ++trial) {
       NodeGpuState node;
-      node.cpu_free = 500 * uniform(-1, 42);
+      node.cpu_free = CpuMilli{500} * uniform(-1, 42);
       node.model = models[static_cast<std::size_t>(uniform(0, 4))];
       const int gpus = uniform(0, 16);
       for (int g = 0; g < gpus; ++g) {
@@ -361,6 +361,49 @@ TEST(EstimateNodeFragTest, NotWhereTheGroupsDoNotApply) {
   ASSERT_TRUE(none.has_value());
   EXPECT_EQ(none->milli, 0.0);
   EXPECT_EQ(none->error, 0.0);
+}
+
+TEST(NodeFragEstimatorTest, SameAsTheEstimateOfEachChangedState) {
+  // With(i, v) must be EstimateNodeFragMilli of the changed state, the very
+  // same doubles (hf-frag's scores rely on it), or nullopt where that is.
+  std::mt19937 rng(12);
+  const auto uniform = [&](int lo, int hi) {
+    return std::uniform_int_distribution<int>(lo, hi)(rng);
+  };
+  const std::vector<std::string> models = {"A100", "V100", "T4", "", "H100"};
+  NodeFragEstimator estimator;
+  for (int round = 0; round < 10; ++round) {
+    const TargetWorkload w = RandomWorkload(rng, uniform(1, 400));
+    for (int trial = 0; trial < 300; ++trial) {
+      NodeGpuState node;
+      node.cpu_free = CpuMilli{500} * uniform(-1, 42);
+      node.model = models[static_cast<std::size_t>(uniform(0, 4))];
+      const int gpus = uniform(1, trial % 10 == 0 ? 17 : 16);
+      for (int g = 0; g < gpus; ++g) {
+        const int pick = uniform(0, 9);
+        node.gpu_free_milli.push_back(pick == 0   ? 0
+                                      : pick == 1 ? 1000
+                                      : pick == 2 ? 1001  // out of range
+                                                  : uniform(0, 1000));
+      }
+      estimator.Reset(node, w);
+      for (int change = 0; change < 4; ++change) {
+        const auto i = static_cast<std::size_t>(uniform(0, gpus - 1));
+        const int pick = uniform(0, 9);
+        const int v = pick == 0 ? 0 : pick == 1 ? -1 : uniform(0, 1000);
+        NodeGpuState changed = node;
+        changed.gpu_free_milli[i] = v;
+        const std::optional<FragEstimate> want =
+            EstimateNodeFragMilli(changed, w);
+        const std::optional<FragEstimate> got = estimator.With(i, v);
+        ASSERT_EQ(got.has_value(), want.has_value())
+            << "round " << round << " trial " << trial;
+        if (!want.has_value()) continue;
+        EXPECT_EQ(got->milli, want->milli);
+        EXPECT_EQ(got->error, want->error);
+      }
+    }
+  }
 }
 
 // --- target workload --------------------------------------------------------
@@ -554,7 +597,7 @@ class LedgerFixture : public ::testing::Test {
     NodeSpec spec;
     spec.name = "node-" + std::to_string(nodes_++);
     spec.cpu_milli = cpu;
-    spec.host_memory_mib = 512 * 1024;
+    spec.host_memory_mib = MemoryMib{512} * 1024;
     StatusOr<NodeId> id = ledger_->AddNode(spec);
     EXPECT_TRUE(id.ok());
     return *id;

@@ -87,11 +87,13 @@ std::int64_t Score(double before, double after) {
 // sigmoid's slope is at most 1/4, so the score's value moves at most
 // 100 / 4 / 1000 per milli, and 1e-9 more covers the rounding of the score's
 // own arithmetic (below 1e-12 from 0 to 100).
-std::int64_t ScoreAfter(double before, const NodeGpuState& state,
-                        const TargetWorkload& workload, const Terms& terms) {
-  const std::int64_t idle = IdleMilli(state);
-  if (const std::optional<FragEstimate> estimate =
-          EstimateNodeFragMilli(state, workload)) {
+// `estimate` is EstimateNodeFragMilli(state) (or nullopt) and `idle` the
+// state's idle milli.
+std::int64_t ScoreFrom(double before,
+                       const std::optional<FragEstimate>& estimate,
+                       const NodeGpuState& state, std::int64_t idle,
+                       const TargetWorkload& workload, const Terms& terms) {
+  if (estimate.has_value()) {
     const double after = WithTerms(estimate->milli, state, idle, terms);
     // WithTerms adds the same two terms to both, rounding each sum once.
     const double eps = std::numeric_limits<double>::epsilon();
@@ -111,43 +113,65 @@ std::int64_t ScoreAfter(double before, const NodeGpuState& state,
                WithTerms(NodeFragMilli(state, workload), state, idle, terms));
 }
 
-// What one (request shape, node) memo entry keeps: for a slice, the score of
-// each GPU position evaluated at the node's memo version (the candidate
-// GPUs differ between tenants of the same shape, their scores do not); for
-// whole GPUs and node-only tasks, the node's evaluation.
-constexpr std::size_t kCachedGpus = 16;
-struct Cached {
-  std::array<std::uint8_t, kCachedGpus> gpu_score{};
-  Eval eval;
-};
-using CachedMemo = node_scan::ScoreMemo<Cached>;
+std::int64_t ScoreAfter(double before, const NodeGpuState& state,
+                        const TargetWorkload& workload, const Terms& terms) {
+  return ScoreFrom(before, EstimateNodeFragMilli(state, workload), state,
+                   IdleMilli(state), workload, terms);
+}
 
-// A slice's evaluation of a feasible node whose memo is current. `known`
-// (bit i: `scores[i]` is the score of GPU position i) is read and extended;
-// null when the node has too many GPUs to keep scores for.
+// What one (request shape, node) memo entry keeps. For a slice: the score
+// of each GPU position evaluated at the node's memo `version` (bit i of
+// `known`: gpu_score[i] is known; the candidate GPUs differ between tenants
+// of the same shape, their scores do not). Half a cache line, so that at
+// 100,000 GPUs the ~300 slice shapes' entries for every node take half the
+// memory and page walks that a whole line each did (the entry of the other
+// kinds below is twice that).
+constexpr std::size_t kCachedGpus = 16;
+struct SliceScores {
+  std::uint64_t version = 0;  // 0: none known
+  std::uint16_t known = 0;
+  std::array<std::uint8_t, kCachedGpus> gpu_score{};
+};
+static_assert(sizeof(SliceScores) == 32);
+static_assert(kCachedGpus <= 16, "`known` has a bit per GPU position");
+// For whole GPUs and node-only tasks: the node's evaluation, for its
+// candidate GPUs.
+using CachedMemo = node_scan::ScoreMemo<Eval>;
+
+// A slice's evaluation of a feasible node whose memo is current. `cached`
+// (scores of GPU positions at the memo's version) is read and extended;
+// null when the node has too many GPUs to keep scores for. The candidates
+// it scores differ from the node's state in one GPU each, so their
+// estimates come from one NodeFragEstimator (`estimator`, scratch).
 Eval EvaluateSlice(const Need& need, const std::vector<GpuFacts>& gpus,
                    const TargetWorkload& workload, const Terms& terms,
-                   NodeMemo& memo, std::uint64_t* known,
-                   std::array<std::uint8_t, kCachedGpus>* scores) {
+                   NodeMemo& memo, SliceScores* cached,
+                   NodeFragEstimator& estimator) {
   NodeGpuState& state = memo.state;  // changed below, restored before return
   state.cpu_free -= need.request->cpu_milli;
   Eval eval;
   eval.cpu_after = state.cpu_free;
   bool found = false;
+  bool estimator_ready = false;
   int best_after = 0;
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     if (!gpus[i].candidate) continue;
-    const std::uint64_t bit = std::uint64_t{1} << i;
+    const auto bit = static_cast<std::uint16_t>(1U << i);
     std::int64_t score = 0;
-    if (known != nullptr && (*known & bit) != 0) {
-      score = (*scores)[i];
+    if (cached != nullptr && (cached->known & bit) != 0) {
+      score = cached->gpu_score[i];
     } else {
+      if (!estimator_ready) {
+        estimator.Reset(state, workload);
+        estimator_ready = true;
+      }
       state.gpu_free_milli[i] = gpus[i].after_milli;
-      score = ScoreAfter(memo.frag, state, workload, terms);
+      score = ScoreFrom(memo.frag, estimator.With(i, gpus[i].after_milli),
+                        state, IdleMilli(state), workload, terms);
       state.gpu_free_milli[i] = gpus[i].free_milli;
-      if (known != nullptr) {
-        *known |= bit;
-        (*scores)[i] = static_cast<std::uint8_t>(score);
+      if (cached != nullptr) {
+        cached->known |= bit;
+        cached->gpu_score[i] = static_cast<std::uint8_t>(score);
       }
     }
     const int after = gpus[i].after_milli;
@@ -189,33 +213,38 @@ Eval EvaluateNode(const Need& need, const std::vector<GpuFacts>& gpus,
   return eval;
 }
 
-// The evaluation of a feasible node whose memo is current, through the
-// node's entry of the shape's memo.
-Eval Evaluate(const Need& need, const std::vector<GpuFacts>& gpus,
-              const TargetWorkload& workload, const Terms& terms,
-              NodeMemo& memo, CachedMemo& cached) {
-  if (need.kind == RequestKind::kSlice) {
-    if (gpus.size() > kCachedGpus) {
-      return EvaluateSlice(need, gpus, workload, terms, memo, nullptr, nullptr);
-    }
-    if (cached.version != memo.version) {
-      cached.version = memo.version;
-      cached.candidate_mask = 0;  // no GPU's score known yet
-    }
-    return EvaluateSlice(need, gpus, workload, terms, memo,
-                         &cached.candidate_mask, &cached.value.gpu_score);
+// A slice's evaluation of a feasible node whose memo is current, through
+// the node's entry of the shape's memo.
+Eval EvaluateSliceCached(const Need& need, const std::vector<GpuFacts>& gpus,
+                         const TargetWorkload& workload, const Terms& terms,
+                         NodeMemo& memo, SliceScores& cached,
+                         NodeFragEstimator& estimator) {
+  if (gpus.size() > kCachedGpus) {
+    return EvaluateSlice(need, gpus, workload, terms, memo, nullptr, estimator);
   }
+  if (cached.version != memo.version) {
+    cached.version = memo.version;
+    cached.known = 0;  // no GPU's score known yet
+  }
+  return EvaluateSlice(need, gpus, workload, terms, memo, &cached, estimator);
+}
+
+// The evaluation of a feasible node whose memo is current, for whole GPUs
+// or a node-only task, through the node's entry of the shape's memo.
+Eval EvaluateNodeCached(const Need& need, const std::vector<GpuFacts>& gpus,
+                        const TargetWorkload& workload, const Terms& terms,
+                        NodeMemo& memo, CachedMemo& cached) {
   std::uint64_t mask = 0;
   const bool cacheable = node_scan::CandidateMask(gpus, mask);
   if (cacheable && cached.version == memo.version &&
       cached.candidate_mask == mask) {
-    return cached.value.eval;
+    return cached.value;
   }
   const Eval eval = EvaluateNode(need, gpus, workload, terms, memo);
   if (cacheable) {
     cached.version = memo.version;
     cached.candidate_mask = mask;
-    cached.value.eval = eval;
+    cached.value = eval;
   }
   return eval;
 }
@@ -236,7 +265,11 @@ bool Better(RequestKind kind, const Eval& a, std::uint64_t rank_a,
 
 }  // namespace
 
-struct HfFragPolicy::Memo : node_scan::ScanMemo<Cached> {
+struct HfFragPolicy::Memo : node_scan::ScanMemo<Eval> {
+  // Slices' results, in entries of their own (SliceScores); `scores` holds
+  // the other kinds'.
+  node_scan::ShapeTable<SliceScores> slice_scores;
+  NodeFragEstimator estimator;  // scratch for the node at hand
   // Prices, for the cluster of `priced_gpus` live GPUs; per node slot.
   std::size_t priced_gpus = 0;
   double cpu_per_milli = 0;  // the CPU term's c for this cluster
@@ -283,8 +316,15 @@ std::optional<Choice> Pick(const ClusterView& view,
   if (!need.has_value()) return std::nullopt;
   const std::size_t slots = view.node_slot_count();
   memo.Reserve(slots);
-  std::vector<CachedMemo>& scores =
-      memo.ScoresFor(node_scan::ShapeOf(*need), slots);
+  const bool slice = need->kind == RequestKind::kSlice;
+  // One of the two is the shape's results, by the request's kind.
+  std::vector<SliceScores>* slice_scores = nullptr;
+  std::vector<CachedMemo>* node_scores = nullptr;
+  if (slice) {
+    slice_scores = &memo.slice_scores.For(node_scan::ShapeOf(*need), slots);
+  } else {
+    node_scores = &memo.ScoresFor(node_scan::ShapeOf(*need), slots);
+  }
 
   std::vector<GpuFacts>& gpus = memo.gpus;
   NodeFacts facts;
@@ -298,7 +338,6 @@ std::optional<Choice> Pick(const ClusterView& view,
       max_scored == 0 || slots == 0 ? 0 : memo.scan_start % slots;
   std::size_t scored = 0;
   std::size_t last = start;
-  const bool slice = need->kind == RequestKind::kSlice;
   // The slot `ahead` slots after `slot` in scan order (slots when none).
   const auto after = [slots](std::size_t slot, std::size_t ahead) {
     const std::size_t s = slot + ahead;
@@ -320,11 +359,13 @@ std::optional<Choice> Pick(const ClusterView& view,
       if (slice) {
         node_scan::PrefetchNodeMemo(memo.nodes[far]);
         node_scan::PrefetchNodeGpuCopy(memo.copies[far]);
-        __builtin_prefetch(&scores[far]);
+        __builtin_prefetch(&(*slice_scores)[far]);
       }
     }
     if (const std::size_t near = after(slot, kNear); slice && near < slots) {
       node_scan::PrefetchNodeMemoState(memo.nodes[near]);
+      node_scan::PrefetchMigRecords(view, view.node(NodeId(near)),
+                                    memo.copies[near]);
     }
     if (!node_scan::Gather(view, slot, *need, gpus, facts,
                            /*with_free=*/false, &memo.copies[slot])) {
@@ -342,7 +383,10 @@ std::optional<Choice> Pick(const ClusterView& view,
       }
     }
     const Eval eval =
-        Evaluate(*need, gpus, workload, terms, node_memo, scores[slot]);
+        slice ? EvaluateSliceCached(*need, gpus, workload, terms, node_memo,
+                                    (*slice_scores)[slot], memo.estimator)
+              : EvaluateNodeCached(*need, gpus, workload, terms, node_memo,
+                                   (*node_scores)[slot]);
     if (!found || Better(need->kind, eval, node.tie_rank, slot, best, best_rank,
                          best_slot)) {
       found = true;

@@ -93,6 +93,10 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
       std::copy(node.gpus.begin(), node.gpus.end(), copy->ids.begin());
       std::copy(node.gpu_briefs.begin(), node.gpu_briefs.end(),
                 copy->briefs.begin());
+      copy->mig = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        if (node.gpu_briefs[i].mig) copy->mig |= std::uint8_t(1U << i);
+      }
       copy->generation = node.generation;
       copy->count = static_cast<std::uint32_t>(count);
       copy->made = true;

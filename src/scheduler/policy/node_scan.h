@@ -125,9 +125,34 @@ struct NodeGpuCopy {
   std::uint64_t generation = 0;
   std::uint32_t count = 0;
   bool made = false;
+  std::uint8_t mig = 0;  // bit i: GPU i is in MIG mode (its brief's `mig`)
   std::array<GpuId, kCopiedGpus> ids{};
   std::array<ledger::NodeRecord::GpuBrief, kCopiedGpus> briefs{};
 };
+
+static_assert(kCopiedGpus <= 8, "NodeGpuCopy::mig has a bit per GPU");
+
+// Whether `copy` is of the node's generation (then Gather reads only it).
+inline bool CopyCurrent(const ledger::NodeRecord& node,
+                        const NodeGpuCopy& copy) {
+  return copy.made && copy.generation == node.generation;
+}
+
+// For a copy that is current, asks for the records of its GPUs in MIG
+// mode: their briefs cannot answer for a slice (ClusterView::CheckBrief),
+// so Gather reads the records, and at 100,000 GPUs each is a miss.
+inline void PrefetchMigRecords(const ledger::ClusterView& view,
+                               const ledger::NodeRecord& node,
+                               const NodeGpuCopy& copy) {
+  if (copy.mig == 0 || !CopyCurrent(node, copy)) return;
+  for (std::size_t i = 0; i < copy.count; ++i) {
+    if ((copy.mig & (1U << i)) == 0) continue;
+    const char* first = reinterpret_cast<const char*>(&view.gpu(copy.ids[i]));
+    for (std::size_t b = 0; b < sizeof(ledger::GpuRecord); b += 64) {
+      __builtin_prefetch(first + b);
+    }
+  }
+}
 
 // Asks for the copy's lines (reads nothing).
 inline void PrefetchNodeGpuCopy(const NodeGpuCopy& copy) {
@@ -257,14 +282,36 @@ struct ScoreMemo {
 // Bounds the score memo at kMaxShapes x nodes entries; past it, it restarts.
 inline constexpr std::size_t kMaxShapes = 512;
 
+// Results per (request shape, node slot), one `Entry` each.
+template <typename Entry>
+struct ShapeTable {
+  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
+  std::vector<std::vector<Entry>> entries;  // by shape, node slot
+
+  // The entries for `key`, sized for `slots` node slots.
+  std::vector<Entry>& For(const ShapeKey& key, std::size_t slots) {
+    auto it = shapes.find(key);
+    if (it == shapes.end()) {
+      if (shapes.size() >= kMaxShapes) {
+        shapes.clear();
+        entries.clear();
+      }
+      it = shapes.emplace(key, entries.size()).first;
+      entries.emplace_back();
+    }
+    std::vector<Entry>& out = entries[it->second];
+    if (out.size() < slots) out.resize(slots);
+    return out;
+  }
+};
+
 // A memoising policy's state: node memos, results per (shape, node), and a
 // scratch buffer for the node at hand.
 template <typename Value>
 struct ScanMemo {
   std::vector<NodeMemo> nodes;      // by node slot
   std::vector<NodeGpuCopy> copies;  // by node slot
-  std::unordered_map<ShapeKey, std::size_t, ShapeKeyHash> shapes;
-  std::vector<std::vector<ScoreMemo<Value>>> scores;  // by shape, node slot
+  ShapeTable<ScoreMemo<Value>> scores;
   std::uint64_t next_version = 0;
   std::vector<GpuFacts> gpus;  // scratch for the node at hand
 
@@ -277,18 +324,7 @@ struct ScanMemo {
   // The results for `key`, sized for `slots` node slots.
   std::vector<ScoreMemo<Value>>& ScoresFor(const ShapeKey& key,
                                            std::size_t slots) {
-    auto it = shapes.find(key);
-    if (it == shapes.end()) {
-      if (shapes.size() >= kMaxShapes) {
-        shapes.clear();
-        scores.clear();
-      }
-      it = shapes.emplace(key, scores.size()).first;
-      scores.emplace_back();
-    }
-    std::vector<ScoreMemo<Value>>& out = scores[it->second];
-    if (out.size() < slots) out.resize(slots);
-    return out;
+    return scores.For(key, slots);
   }
 };
 
