@@ -630,9 +630,7 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
   task.pending_reason.clear();
   task.exit_code.reset();
   task.message = "moved by defrag plan " + std::to_string(plan_id);
-  std::erase_if(task.labels, [](const auto& kv) {
-    return kv.first.starts_with("heteroflow.");
-  });
+  StripBindingLabels(task.labels);
   if (!target.mig_device_id.empty()) {
     task.labels["heteroflow.mig_device_id"] = target.mig_device_id;
   }

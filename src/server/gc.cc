@@ -146,15 +146,7 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
           if (landed) {
             // `t` is bound to the move's target now (LandMoveInTxn).
           } else if (rebind) {
-            t.state = TaskState::kPending;
-            t.slice_id.reset();
-            t.node_id.reset();
-            t.gpu_indices.clear();
-            StripSliceEnv(t.env);
-            std::erase_if(t.labels, [](const auto& kv) {
-              return kv.first.starts_with("heteroflow.");
-            });
-            t.pending_reason = lost + "; waiting to be bound again";
+            UnbindTask(t, lost + "; waiting to be bound again");
             requeued = true;
           } else {
             t.state = TaskState::kCancelled;
@@ -246,17 +238,9 @@ Status ControlPlane::MarkStuckCommands() {
         task.state = TaskState::kCancelled;
         task.message = "cancelled; its MIG partition was never confirmed";
       } else {
-        task.state = TaskState::kPending;
-        task.slice_id.reset();
-        task.node_id.reset();
-        task.gpu_indices.clear();
-        StripSliceEnv(task.env);
-        std::erase_if(task.labels, [](const auto& kv) {
-          return kv.first.starts_with("heteroflow.");
-        });
-        task.pending_reason =
-            "its MIG partition was not confirmed before the deadline; "
-            "waiting to be bound again";
+        UnbindTask(task,
+                   "its MIG partition was not confirmed before the deadline; "
+                   "waiting to be bound again");
         requeued = true;
       }
       task.updated_at = now;

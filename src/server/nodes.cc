@@ -863,18 +863,11 @@ StatusOr<int> ControlPlane::ReportTaskStates(
       if (landed) {
         // `task` is bound to the move's target now (LandMoveInTxn).
       } else if (rebind) {
-        const std::string old = std::to_string(task.slice_id.value_or(0));
-        task.state = TaskState::kPending;
-        task.slice_id.reset();
-        task.node_id.reset();
-        task.gpu_indices.clear();
-        StripSliceEnv(task.env);
-        std::erase_if(task.labels, [](const auto& kv) {
-          return kv.first.starts_with("heteroflow.");
-        });
-        task.pending_reason = "its slice " + old;
-        task.pending_reason += " was deleted; stopped on node " + node;
-        task.pending_reason += ", waiting to be bound again";
+        std::string why = "its slice ";
+        why += std::to_string(task.slice_id.value_or(0));
+        why += " was deleted; stopped on node " + node;
+        why += ", waiting to be bound again";
+        UnbindTask(task, std::move(why));
         requeued = true;
       } else {
         task.state = r.state;
@@ -1050,16 +1043,11 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
           if (t.ok() && t->slice_id == s.id &&
               t->state == TaskState::kScheduled) {
             TaskRow task = *t;
-            task.state = TaskState::kPending;
-            task.slice_id.reset();
-            task.node_id.reset();
-            task.gpu_indices.clear();
-            StripSliceEnv(task.env);
             auto node_row = txn.GetNode(cmd.node_id);
-            task.pending_reason = "MIG partition create failed on node " +
-                                  (node_row.ok() ? node_row->name : "?") +
-                                  " GPU " + std::to_string(cmd.gpu_index) +
-                                  ": " + cmd.error;
+            UnbindTask(task, "MIG partition create failed on node " +
+                                 (node_row.ok() ? node_row->name : "?") +
+                                 " GPU " + std::to_string(cmd.gpu_index) +
+                                 ": " + cmd.error);
             task.updated_at = now;
             HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
             requeue = true;

@@ -300,9 +300,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       t.gpu_indices = slice.gpu_indices;
       t.pending_reason.clear();
       t.message.clear();
-      std::erase_if(t.labels, [](const auto& kv) {
-        return kv.first.starts_with("heteroflow.");
-      });
+      StripBindingLabels(t.labels);
       // Strip every variable of an older slice, inject this one's.
       ApplySliceEnv(SliceEnvFor(slice, t), t.env);
       t.updated_at = now;

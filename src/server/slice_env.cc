@@ -1,6 +1,7 @@
 #include "server/slice_env.h"
 
 #include <iterator>
+#include <utility>
 
 namespace hf::server {
 
@@ -15,6 +16,22 @@ void StripSliceEnv(store::StringMap& env) {
   for (auto it = env.begin(); it != env.end();) {
     it = IsReservedEnvName(it->first) ? env.erase(it) : std::next(it);
   }
+}
+
+void StripBindingLabels(store::StringMap& labels) {
+  std::erase_if(labels, [](const auto& kv) {
+    return kv.first.starts_with("heteroflow.");
+  });
+}
+
+void UnbindTask(store::TaskRow& task, std::string reason) {
+  task.state = store::TaskState::kPending;
+  task.slice_id.reset();
+  task.node_id.reset();
+  task.gpu_indices.clear();
+  StripSliceEnv(task.env);
+  StripBindingLabels(task.labels);
+  task.pending_reason = std::move(reason);
 }
 
 store::StringMap SliceEnv(const SliceEnvInput& slice) {

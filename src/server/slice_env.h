@@ -44,4 +44,11 @@ store::StringMap SliceEnv(const SliceEnvInput& slice);
 // StripSliceEnv, then adds SliceEnv(slice).
 void ApplySliceEnv(const SliceEnvInput& slice, store::StringMap& env);
 
+// Removes the labels a binding sets (heteroflow.*; users may not set them).
+void StripBindingLabels(store::StringMap& labels);
+
+// Takes `task` back to pending, bound nowhere: no slice, node or GPUs, its
+// slice's env and binding labels removed, waiting for `reason`.
+void UnbindTask(store::TaskRow& task, std::string reason);
+
 }  // namespace hf::server

@@ -128,5 +128,25 @@ TEST(SliceEnvTest, ReservedNames) {
   EXPECT_FALSE(IsReservedEnvName("HETEROFLOWX"));
 }
 
+TEST(SliceEnvTest, AnUnboundTaskKeepsNothingOfItsBinding) {
+  store::TaskRow task;
+  task.state = store::TaskState::kScheduled;
+  task.slice_id = 12;
+  task.node_id = 3;
+  task.gpu_indices = {1};
+  ApplySliceEnv(Silver(), task.env);
+  task.env["USER_VAR"] = "x";
+  task.labels["heteroflow.mig_device_id"] = "MIG-1";
+  task.labels["team"] = "vision";
+  UnbindTask(task, "its node was lost");
+  EXPECT_EQ(task.state, store::TaskState::kPending);
+  EXPECT_FALSE(task.slice_id.has_value());
+  EXPECT_FALSE(task.node_id.has_value());
+  EXPECT_TRUE(task.gpu_indices.empty());
+  EXPECT_EQ(task.env, (store::StringMap{{"USER_VAR", "x"}}));
+  EXPECT_EQ(task.labels, (store::StringMap{{"team", "vision"}}));
+  EXPECT_EQ(task.pending_reason, "its node was lost");
+}
+
 }  // namespace
 }  // namespace hf::server
