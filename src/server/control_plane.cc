@@ -102,6 +102,7 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
             return LeaderWrite(fn);
           },
           this),
+      tasks_(store, clock, &tenancy_, this),
       queue_(options_.resync_interval_ms) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
@@ -657,6 +658,32 @@ StatusOr<std::vector<GroupRow>> ControlPlane::ListGroups(const Caller& caller) {
 StatusOr<GroupRow> ControlPlane::DeleteGroup(const Caller& caller,
                                              const std::string& name) {
   return tenancy_.DeleteGroup(caller, name);
+}
+
+// ------------------------------------------------------------------- tasks
+
+StatusOr<TaskRow> ControlPlane::CreateTask(const Caller& caller,
+                                           TaskCreate task) {
+  return tasks_.CreateTask(caller, std::move(task));
+}
+
+StatusOr<TaskRow> ControlPlane::GetTask(const Caller& caller, RowId id) {
+  return tasks_.GetTask(caller, id);
+}
+
+StatusOr<Page<TaskRow>> ControlPlane::ListTasks(const Caller& caller,
+                                                const TaskQuery& query) {
+  return tasks_.ListTasks(caller, query);
+}
+
+StatusOr<TaskRow> ControlPlane::CancelTask(const Caller& caller, RowId id) {
+  return tasks_.CancelTask(caller, id);
+}
+
+StatusOr<TaskLog> ControlPlane::ReadTaskLog(const Caller& caller, RowId id,
+                                            std::int64_t offset,
+                                            std::int64_t limit) {
+  return tasks_.ReadTaskLog(caller, id, offset, limit);
 }
 
 // ------------------------------------------------------------------ tokens

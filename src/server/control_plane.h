@@ -46,9 +46,11 @@
 #include "server/mig_book.h"
 #include "server/names.h"
 #include "server/node_beats.h"
+#include "server/page.h"
 #include "server/scheduler_queue.h"
 #include "server/slice_env.h"
 #include "server/slice_usage.h"
+#include "server/tasks.h"
 #include "server/telemetry.h"
 #include "server/tenancy.h"
 #include "store/store.h"
@@ -106,54 +108,6 @@ struct ControlPlaneOptions {
   // Tests: places with this policy instead of `policy` (which must still
   // name a registered one). Must outlive the ControlPlane.
   const ledger::PlacementPolicy* policy_for_testing = nullptr;
-};
-
-template <typename T>
-struct Page {
-  std::vector<T> items;
-  std::optional<RowId> next_after;  // pass as after_id for the next page
-};
-
-// Turns up to `limit` + 1 rows read in id order into a page: the extra row
-// only says that another page follows.
-template <typename T>
-void TrimToPage(Page<T>& page, int limit) {
-  if (static_cast<int>(page.items.size()) <= limit) return;
-  page.items.resize(limit);
-  page.next_after = page.items.back().id;
-}
-
-// A validated POST /api/v1/tasks (src/api does the JSON-level checks; the
-// rules of docs/CONTRACT.md section 4 on the values are checked again here, in
-// `ValidateTaskCreate`, so no path can skip them).
-struct TaskCreate {
-  std::string name;
-  std::string image;
-  std::vector<std::string> command;
-  bool command_is_shell = false;
-  std::string gpu_type = "nvidia";
-  int gpu_required = 0;
-  std::optional<std::int64_t> memory_mib;
-  std::optional<int> compute_percent;  // 1..100
-  bool preemptible = false;
-  GpuComputeMode gpu_compute_mode = kDefaultGpuComputeMode;
-  store::StringMap env;
-  store::StringMap labels;
-  std::optional<std::string> tenant;  // admins acting for a tenant
-  // Runs inside the transaction that inserts the task, with the stored row;
-  // its failure rolls the insert back. The API records the request's
-  // Idempotency-Key here, so the task and its record commit together.
-  std::function<Status(store::Txn&, const store::TaskRow&)> in_txn;
-};
-
-// The one function holding the value rules of docs/CONTRACT.md section 4.
-Status ValidateTaskCreate(const TaskCreate& task);
-
-struct TaskQuery {
-  std::optional<store::TaskState> state;
-  std::optional<std::string> tenant;  // admins only
-  store::ListPosition after;          // a client's cursor (store.h)
-  int limit = 100;
 };
 
 struct SliceQuery {
@@ -275,24 +229,13 @@ struct DefragPlanCreate {
   bool automatic = false;  // proposed by automatic mode, not a person
 };
 
-// A piece of a task's log (GET /api/v1/tasks/{id}/logs).
-struct TaskLog {
-  std::int64_t offset = 0;
-  std::string data;        // raw bytes
-  std::int64_t size = 0;   // all the server holds
-  bool truncated = false;  // the agent stopped shipping at the size cap
-};
-
-// The most log bytes the server keeps per task; later output is dropped.
-inline constexpr std::int64_t kMaxTaskLogBytes = 8 << 20;
-
 struct NodeView {
   store::NodeRow node;
   std::vector<store::GpuRow> gpus;
   bool hook_available = false;
 };
 
-class ControlPlane : private TenancyLedger {
+class ControlPlane : private TenancyLedger, private TaskHost {
  public:
   // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
   // the ledger from the store (restart recovery) before returning, unless
@@ -579,7 +522,15 @@ class ControlPlane : private TenancyLedger {
   Status ReleaseTaskSliceInTxn(store::Txn& txn, const store::TaskRow& task,
                                const std::string& actor,
                                const std::string& reason,
-                               std::vector<RowId>& released);
+                               std::vector<RowId>& released) override;
+  // TaskHost (Tasks): the rest of its part.
+  bool Scheduling() const override { return recovered_.load(); }
+  void TaskQueued(const store::TaskRow& task) override { queue_.Created(task); }
+  // A leader write whose releases reach the ledger after its commit
+  // (write_gate_ shared, mu_ only to apply them).
+  Status WriteReleasing(
+      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
+      override HF_EXCLUDES(mu_);
 
   // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
   // (the one derivation, scheduler::DeriveQos).
@@ -640,9 +591,6 @@ class ControlPlane : private TenancyLedger {
 
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                         const std::string& node);
-  StatusOr<store::TenantRow> ResolveTenantForWrite(
-      const Caller& caller, const std::optional<std::string>& tenant);
-  bool CanSee(const Caller& caller, RowId tenant_id) const;
 
   // Makes `row` count in the ledger if it is active now.
   Status ApplyApprovalLocked(const store::ApprovalRow& row) HF_REQUIRES(mu_);
@@ -730,6 +678,9 @@ class ControlPlane : private TenancyLedger {
   // Tenants, groups and approvals as stored; tells the ledger (this, as
   // TenancyLedger) after each commit. Its own lock, taken before mu_.
   Tenancy tenancy_;
+  // The task API (tasks as stored); asks this (TaskHost) to queue and to
+  // release. No state of its own.
+  Tasks tasks_;
 
   // What the next bind pass must read (tasks created, committed
   // elsewhere, a rescan), the capacity generation, and the threads' stop

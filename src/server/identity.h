@@ -43,6 +43,14 @@ struct Caller {
   std::string Actor() const { return "token:" + std::to_string(token_id); }
 };
 
+// Whether `caller` may see what tenant `tenant_id` owns: admins see all,
+// tenant roles their own tenant's, node tokens nothing of tenants.
+inline bool CanSee(const Caller& caller, store::RowId tenant_id) {
+  if (caller.admin()) return true;
+  if (caller.role == store::Role::kNode) return false;
+  return caller.tenant_id && *caller.tenant_id == tenant_id;
+}
+
 class Identity {
  public:
   // `store`, `clock` and `names` (a caller's tenant name) must outlive the

@@ -242,7 +242,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   }
   std::optional<std::string> tenant_name;
   if (!request.tenant.empty()) tenant_name = request.tenant;
-  auto tenant = ResolveTenantForWrite(caller, tenant_name);
+  auto tenant = tenancy_.ResolveTenantForWrite(caller, tenant_name);
   if (!tenant.ok()) return tenant.status();
   std::optional<store::NodeRow> node;
   if (request.node) {

@@ -318,4 +318,30 @@ StatusOr<ApprovalRow> Tenancy::RevokeApproval(const Caller& caller, RowId id) {
   return out;
 }
 
+StatusOr<store::TenantRow> Tenancy::ResolveTenantForWrite(
+    const Caller& caller, const std::optional<std::string>& tenant) {
+  if (caller.role == store::Role::kNode) {
+    return Status::PermissionDenied("node tokens cannot act for tenants");
+  }
+  std::string name;
+  if (caller.admin()) {
+    name = tenant.value_or(std::string(kDefaultTenant));
+  } else {
+    if (tenant && *tenant != caller.tenant) {
+      return Status::PermissionDenied(
+          "only platform admins act on behalf of another tenant");
+    }
+    name = caller.tenant;
+  }
+  std::optional<store::TenantRow> row;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto t = txn.FindTenant(name);
+    if (t.ok()) row = *t;
+    return Status::Ok();
+  }));
+  if (!row)
+    return Status::InvalidArgument("no tenant '" + name + "'", "tenant");
+  return *row;
+}
+
 }  // namespace hf::server

@@ -89,6 +89,12 @@ class Tenancy {
                                         const std::string& name)
       HF_EXCLUDES(mu_);
 
+  // The tenant `caller` writes for: an admin's `tenant` (default: the
+  // default tenant), a tenant role's own (naming another is refused).
+  // InvalidArgument naming "tenant" when it does not exist.
+  StatusOr<store::TenantRow> ResolveTenantForWrite(
+      const Caller& caller, const std::optional<std::string>& tenant);
+
   // --- cross-tenant sharing approvals (admin) ---
   StatusOr<store::ApprovalRow> CreateApproval(const Caller& caller,
                                               const ApprovalCreate& request)

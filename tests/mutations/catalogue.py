@@ -16,14 +16,14 @@ MUTATIONS = [
         name="cancel-releases-scheduled",
         hole="1: a cancel while `scheduled` releases the slice at once",
         file="src/server/tasks.cc",
-        old="""      case TaskState::kScheduled:
-      case TaskState::kRunning:""",
-        new="""      case TaskState::kRunning:""",
-        old2="""      case TaskState::kPending:
-        // Bound nowhere: nothing runs it.""",
-        new2="""      case TaskState::kScheduled:
-      case TaskState::kPending:
-        // Bound nowhere: nothing runs it.""",
+        old="""          case TaskState::kScheduled:
+          case TaskState::kRunning:""",
+        new="""          case TaskState::kRunning:""",
+        old2="""          case TaskState::kPending:
+            // Bound nowhere: nothing runs it.""",
+        new2="""          case TaskState::kScheduled:
+          case TaskState::kPending:
+            // Bound nowhere: nothing runs it.""",
         tests=["ScenarioTest.CancelOfAScheduledTask*"],
         simulation=True,
     ),

@@ -378,6 +378,7 @@ test("a slice the hook does not enforce carries a visible warning on the card, t
   assert.equal(await page.locator("tbody [data-testid=enforcement-note]").count(), 1);
   const card = page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`);
   const cardNote = card.locator("[data-testid=enforcement-note]");
+  await cardNote.first().waitFor(); // the cards come from their own poll
   assert.equal(await cardNote.count(), 1);
   assert.match(await cardNote.textContent(), new RegExp(`slice ${task.slice_id}, task ${task.id}\\):.*LD_PRELOAD cleared`));
   assert.equal(await page.locator(".gpu-card [data-testid=enforcement-note]").count(), 1, "no other card warns");
