@@ -490,10 +490,54 @@ Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
 }
 
 bool ControlPlane::FencedLocked(const GpuKey& key) const {
+  if (registering_.contains(key)) return true;
   for (const auto& [slice, keys] : unrestored_) {
     if (std::find(keys.begin(), keys.end(), key) != keys.end()) return true;
   }
   return false;
+}
+
+std::vector<GpuKey> ControlPlane::FenceRegistrationLocked(
+    RowId node_row, const NodeReport& report) {
+  std::map<int, const GpuReport*> reported;
+  for (const GpuReport& g : report.gpus) reported[g.index] = &g;
+  std::vector<GpuKey> fenced;
+  ledger_->Read([&](const ledger::ClusterView& view) {
+    mu_.AssertHeld();  // runs here, under mu_
+    for (auto it = ledger_gpus_.lower_bound(
+             GpuKey{node_row, std::numeric_limits<int>::min()});
+         it != ledger_gpus_.end() && it->first.node_id == node_row; ++it) {
+      if (!view.HasGpu(it->second)) continue;
+      const ledger::GpuSpec& spec = view.gpu(it->second).spec;
+      if (spec.health != ledger::GpuHealth::kOk) continue;  // takes nothing
+      const auto r = reported.find(it->first.index);
+      const bool changes =
+          r == reported.end() || r->second->lost ||
+          spec.uuid != r->second->uuid || spec.vendor != r->second->vendor ||
+          spec.model != r->second->model ||
+          spec.memory_mib != r->second->memory_mib ||
+          spec.compute_capability_major != r->second->cc_major ||
+          spec.compute_capability_minor != r->second->cc_minor;
+      if (changes) fenced.push_back(it->first);
+    }
+  });
+  for (const GpuKey& key : fenced) {
+    registering_.insert(key);
+    (void)ledger_->SetGpuHealth(ledger_gpus_.at(key), ledger::GpuHealth::kLost);
+  }
+  return fenced;
+}
+
+void ControlPlane::EndRegistrationLocked(const std::vector<GpuKey>& fenced) {
+  // Back to what they were (each took work); a written report's GPUs are
+  // synced from their rows right after (SyncGpuLocked), under the same mu_.
+  for (const GpuKey& key : fenced) registering_.erase(key);
+  for (const GpuKey& key : fenced) {
+    auto it = ledger_gpus_.find(key);
+    if (it == ledger_gpus_.end() || FencedLocked(key)) continue;
+    (void)ledger_->SetGpuHealth(it->second, ledger::GpuHealth::kOk);
+  }
+  if (!fenced.empty()) queue_.CapacityFreed();
 }
 
 Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,

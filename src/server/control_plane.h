@@ -17,6 +17,7 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -497,6 +498,16 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // The slice is gone: its GPUs follow their reports again.
   Status UnfenceLocked(RowId slice_id) HF_REQUIRES(mu_);
   bool FencedLocked(const GpuKey& key) const HF_REQUIRES(mu_);
+  // RegisterNode, before its write: the GPUs of the node whose card the
+  // report changes, drops or calls lost take nothing new until the write
+  // is settled (`registering_`); returns them. EndRegistrationLocked, after
+  // the write, puts them back as they were; a written report's rows are
+  // then synced into the ledger (SyncGpuLocked) under the same lock.
+  std::vector<GpuKey> FenceRegistrationLocked(RowId node_row,
+                                              const NodeReport& report)
+      HF_REQUIRES(mu_);
+  void EndRegistrationLocked(const std::vector<GpuKey>& fenced)
+      HF_REQUIRES(mu_);
   StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const
       HF_REQUIRES(mu_);
   Status SyncTenantLocked(const store::TenantRow& tenant) HF_REQUIRES(mu_);
@@ -654,6 +665,12 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   NodeBeats beats_;
   // Slices recovery could not restore, and the GPUs they fence.
   std::map<RowId, std::vector<GpuKey>> unrestored_ HF_GUARDED_BY(mu_);
+  // GPUs a registration in flight changes (FenceRegistrationLocked).
+  std::set<GpuKey> registering_ HF_GUARDED_BY(mu_);
+  // One registration of a node at a time (by the hash of its name), so its
+  // GPU rows reach the ledger in commit order without mu_ held across the
+  // write. Taken before write_gate_ and mu_.
+  std::array<Mutex, 64> register_mu_;
   std::map<RowId, std::optional<RowId>> tenant_groups_ HF_GUARDED_BY(mu_);
   // Approvals that count in the ledger now, with their expiry.
   std::map<RowId, store::ApprovalRow> applied_approvals_ HF_GUARDED_BY(mu_);

@@ -822,6 +822,56 @@ TEST_F(ControlPlaneTest, AReportOlderThanTheNewestAppliedIsNotApplied) {
   EXPECT_TRUE(stale->newer_applied);
 }
 
+// A registration whose report swaps a card writes without the control
+// plane's lock: a bind pass goes on while the write is held (a slow disk),
+// and nothing lands on the GPU whose card is changing. Once written, the
+// new card takes work; when the write fails, the old card takes work again.
+class RegistrationTest : public ControlPlaneTest {
+ protected:
+  void SwapACardWhileItsWriteIsHeld(bool fails) {
+    Register(Node("n1", {Gpu(0)}));
+    const Caller alice = TenantUser("alice");
+    NodeReport swapped = Node("n1", {Gpu(0)});
+    swapped.gpus[0].uuid += "-replaced";
+    swapped.gpus[0].memory_mib = 40960;
+    store_->HoldNextWrite();
+    auto registered = std::async(
+        std::launch::async, [&] { return cp_->RegisterNode(admin_, swapped); });
+    const struct Unhold {
+      FaultyStore* store;
+      ~Unhold() { store->Release(); }
+    } unhold{store_.get()};
+    ASSERT_TRUE(store_->WaitUntilHolding(std::chrono::seconds(10)));
+    const TaskRow waiting = Submit(alice, 1024);
+    auto bind = std::async(std::launch::async, [&] { return Bind(); });
+    ASSERT_EQ(bind.wait_for(std::chrono::seconds(10)),
+              std::future_status::ready)
+        << "a bind pass waited for a registration's store write";
+    EXPECT_EQ(bind.get(), 0) << "placed on the GPU whose card is changing";
+    if (fails) store_->fail_writes = 1;
+    store_->Release();
+    const auto applied = registered.get();
+    EXPECT_EQ(applied.ok(), !fails) << applied.status().ToString();
+    EXPECT_EQ(Bind(), 1);
+    EXPECT_EQ(SliceOf(Get(waiting.id)).gpu_indices, std::vector<int>{0});
+    auto nodes = cp_->ListNodes(admin_);
+    ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+    ASSERT_EQ(nodes->size(), 1u);
+    ASSERT_EQ(nodes->front().gpus.size(), 1u);
+    const store::GpuRow& gpu = nodes->front().gpus.front();
+    EXPECT_EQ(gpu.memory_mib, fails ? 81920 : 40960);
+    EXPECT_FALSE(gpu.lost);
+  }
+};
+
+TEST_F(RegistrationTest, ASwappedCardTakesWorkOnceItsWriteCommits) {
+  SwapACardWhileItsWriteIsHeld(false);
+}
+
+TEST_F(RegistrationTest, TheOldCardTakesWorkAgainWhenTheWriteFails) {
+  SwapACardWhileItsWriteIsHeld(true);
+}
+
 // A heartbeat that repeats its node's last applied report is answered from
 // memory: nothing is written (a write would fail here), and the node's
 // heartbeat time shows in GET /api/v1/nodes all the same. A changed report

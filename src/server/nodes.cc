@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -128,31 +129,39 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   const store::Millis now = clock_->NowMillis();
   NodeRow stored;
   std::vector<GpuRow> gpus;
-  MutexLock lock(mu_);
+  // One registration of this node at a time: its rows reach the ledger in
+  // the order they commit. mu_ is held before and after the write, not
+  // across it.
+  MutexLock one(register_mu_[std::hash<std::string>{}(report.name) %
+                             register_mu_.size()]);
+  std::optional<RowId> node_row;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto n = txn.FindNode(report.name);
+    if (n.ok()) node_row = n->id;
+    return Status::Ok();
+  }));
   // GPUs of this node that hold slices now (by index): a different card
-  // reported at such an index cannot replace the old one yet.
+  // reported at such an index cannot replace the old one yet. The GPUs the
+  // report changes take nothing new until the write is settled, so none
+  // becomes occupied meanwhile.
   std::set<int> occupied;
-  {
-    std::optional<RowId> node_row;
-    (void)store_->Read([&](Txn& txn) -> Status {
-      auto n = txn.FindNode(report.name);
-      if (n.ok()) node_row = n->id;
-      return Status::Ok();
-    });
-    if (node_row) {
-      ledger_->Read([&](const ledger::ClusterView& view) {
-        mu_.AssertHeld();  // runs here, under mu_
-        for (const auto& [key, gpu] : ledger_gpus_) {
-          if (key.node_id == *node_row && view.HasGpu(gpu) &&
-              !view.gpu(gpu).empty()) {
-            occupied.insert(key.index);
-          }
+  std::vector<GpuKey> fenced;
+  if (node_row) {
+    MutexLock lock(mu_);
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      mu_.AssertHeld();  // runs here, under mu_
+      for (const auto& [key, gpu] : ledger_gpus_) {
+        if (key.node_id == *node_row && view.HasGpu(gpu) &&
+            !view.gpu(gpu).empty()) {
+          occupied.insert(key.index);
         }
-      });
-    }
+      }
+    });
+    fenced = FenceRegistrationLocked(*node_row, report);
   }
   std::optional<ReportNumber> newer_applied;
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  ReaderLock gate(write_gate_);
+  const Status written = LeaderWrite([&](Txn& txn) -> Status {
     gpus.clear();
     newer_applied.reset();
     NodeRow row;
@@ -238,7 +247,10 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
       gpus.push_back(g);
     }
     return Status::Ok();
-  }));
+  });
+  MutexLock lock(mu_);
+  EndRegistrationLocked(fenced);
+  HF_RETURN_IF_ERROR(written);
   if (newer_applied) return AppliedNodeReport{stored, newer_applied};
   names_.SetNode(stored.id, stored.name);
   node_hook_[stored.id] = report.hook_available;
