@@ -621,7 +621,23 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   std::string ClusterFingerprintLocked() HF_REQUIRES(mu_);
   StatusOr<nlohmann::json> LoadPlanInTxn(store::Txn& txn, RowId id);
   Status SavePlanInTxn(store::Txn& txn, const nlohmann::json& plan);
-  Status AdvancePlanLocked(RowId id) HF_REQUIRES(mu_);
+  // One step of an applying plan: a pending move's target is reserved
+  // (ReserveTarget, under mu_), then the move written without mu_.
+  Status AdvancePlan(RowId id) HF_EXCLUDES(mu_);
+  // What a pending move reserves for: its task (as read before the write)
+  // and its target GPU.
+  struct MoveTarget {
+    store::TaskRow task;
+    RowId node_row = 0;
+    int gpu_index = 0;
+  };
+  struct ReservedTarget {
+    std::optional<ledger::Allocation> allocation;  // reserved in the ledger
+    scheduler::QosDecision qos;                    // of the target GPU
+    std::string refused;  // why nothing was reserved (empty: reserved)
+  };
+  ReservedTarget ReserveTarget(const std::optional<MoveTarget>& want)
+      HF_EXCLUDES(mu_);
   // ReportTaskStates: `task` (stopped on its node) has a move in flight
   // whose source was `slice`: it is bound to the move's reserved target
   // (`rebind`), or the reservation is released (the task ended). Returns

@@ -872,6 +872,62 @@ TEST_F(RegistrationTest, TheOldCardTakesWorkAgainWhenTheWriteFails) {
   SwapACardWhileItsWriteIsHeld(true);
 }
 
+// A defragmentation step reserves its target under the control plane's
+// lock and writes the move without it: a bind pass goes on while the
+// step's write is held. A write that fails gives the reservation back (the
+// ledger matches the store) and the next step moves the task.
+TEST_F(ControlPlaneTest, ADefragStepWritesWithoutTheControlPlaneLock) {
+  Register(Node("n1", {Gpu(0, 40960), Gpu(1, 81920)}));
+  const Caller alice = TenantUser("alice");
+  TaskCreate movable;
+  movable.name = "movable";
+  movable.memory_mib = 15000;
+  movable.compute_percent = 10;
+  movable.preemptible = true;
+  auto small = cp_->CreateTask(alice, movable);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  ASSERT_EQ(Bind(), 1);
+  ASSERT_EQ(SliceOf(Get(small->id)).gpu_indices, std::vector<int>{0});
+  (void)Submit(alice, 60000, 10);  // only GPU 1 holds it
+  ASSERT_EQ(Bind(), 1);
+  DefragPlanCreate request;
+  request.node = "n1";
+  request.goal_memory_mib = 36000;  // GPU 0 once the small task moves
+  auto plan = cp_->ProposeDefrag(admin_, request);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ((*plan)["moves"].size(), 1u) << plan->dump();
+  const RowId id = (*plan)["id"].get<RowId>();
+  ASSERT_TRUE(cp_->ApplyDefrag(admin_, id).ok());
+  for (const bool fails : {true, false}) {
+    SCOPED_TRACE(fails ? "the step's write fails" : "the step's write commits");
+    const TaskRow waiting = Submit(alice, 1024, 10);
+    store_->HoldNextWrite();
+    auto step =
+        std::async(std::launch::async, [&] { return cp_->DefragTickOnce(); });
+    const struct Unhold {
+      FaultyStore* store;
+      ~Unhold() { store->Release(); }
+    } unhold{store_.get()};
+    ASSERT_TRUE(store_->WaitUntilHolding(std::chrono::seconds(10)));
+    auto bind = std::async(std::launch::async, [&] { return Bind(); });
+    ASSERT_EQ(bind.wait_for(std::chrono::seconds(10)),
+              std::future_status::ready)
+        << "a bind pass waited for a defragmentation step's store write";
+    EXPECT_EQ(bind.get(), 1);
+    EXPECT_EQ(Get(waiting.id).state, TaskState::kScheduled)
+        << Get(waiting.id).pending_reason;
+    if (fails) store_->fail_writes = 1;
+    store_->Release();
+    EXPECT_EQ(step.get().ok(), !fails);
+    EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok())
+        << cp_->CheckLedgerMatchesStore().ToString();
+    auto now = cp_->GetDefrag(admin_, id);
+    ASSERT_TRUE(now.ok());
+    EXPECT_EQ((*now)["moves"][0]["state"], fails ? "pending" : "moving")
+        << now->dump();
+  }
+}
+
 // A heartbeat that repeats its node's last applied report is answered from
 // memory: nothing is written (a write would fail here), and the node's
 // heartbeat time shows in GET /api/v1/nodes all the same. A changed report

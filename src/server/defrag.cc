@@ -157,86 +157,90 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     });
   }));
 
-  MutexLock lock(mu_);
-  scheduler::DefragRequest dr;
-  dr.max_moves = request.max_moves;
-  dr.goal_memory_mib = request.goal_memory_mib;
-  if (node_row) {
-    auto it = ledger_nodes_.find(*node_row);
-    if (it == ledger_nodes_.end()) {
-      return Status::InvalidArgument(
-          "node '" + *request.node + "' has no GPUs known", "node_id");
+  // The plan is computed on the ledger (under mu_) and written without it.
+  json out;
+  {
+    MutexLock lock(mu_);
+    scheduler::DefragRequest dr;
+    dr.max_moves = request.max_moves;
+    dr.goal_memory_mib = request.goal_memory_mib;
+    if (node_row) {
+      auto it = ledger_nodes_.find(*node_row);
+      if (it == ledger_nodes_.end()) {
+        return Status::InvalidArgument(
+            "node '" + *request.node + "' has no GPUs known", "node_id");
+      }
+      dr.node = it->second;
     }
-    dr.node = it->second;
-  }
-  for (const Bound& b : bound) {
-    scheduler::MovableSlice m;
-    m.task_id = static_cast<std::uint64_t>(b.task.id);
-    m.request.tenant = TenantId(b.task.tenant_id);
-    m.request.kind = ledger::RequestKind::kSlice;
-    m.request.memory_mib = b.task.memory_mib;
-    if (b.task.compute_percent) {
-      m.request.compute_percent = *b.task.compute_percent;
+    for (const Bound& b : bound) {
+      scheduler::MovableSlice m;
+      m.task_id = static_cast<std::uint64_t>(b.task.id);
+      m.request.tenant = TenantId(b.task.tenant_id);
+      m.request.kind = ledger::RequestKind::kSlice;
+      m.request.memory_mib = b.task.memory_mib;
+      if (b.task.compute_percent) {
+        m.request.compute_percent = *b.task.compute_percent;
+      }
+      m.request.allowed_models = AllowedModelsLocked(b.task.gpu_type);
+      dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
-    m.request.allowed_models = AllowedModelsLocked(b.task.gpu_type);
-    dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
-  }
-  for (const auto& [key, gpu] : ledger_gpus_) {
-    if (!MigBlockedLocked(gpu).empty() || FencedLocked(key)) {
-      dr.excluded_targets.push_back(gpu);
+    for (const auto& [key, gpu] : ledger_gpus_) {
+      if (!MigBlockedLocked(gpu).empty() || FencedLocked(key)) {
+        dr.excluded_targets.push_back(gpu);
+      }
     }
-  }
-  auto plan = scheduler::PlanDefrag(*ledger_, dr, PolicyLocked());
-  if (!plan.ok()) return plan.status();
+    auto plan = scheduler::PlanDefrag(*ledger_, dr, PolicyLocked());
+    if (!plan.ok()) return plan.status();
 
-  auto where = [&](NodeId node, GpuId gpu) {
-    mu_.AssertHeld();  // runs here, under mu_
-    const GpuKey& key = gpu_keys_.at(gpu);
-    (void)node;
-    return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
-  };
-  auto room = [&](const scheduler::RoomSummary& r) {
-    json gpus = json::array();
-    for (const scheduler::GpuRoom& g : r.gpus) {
-      json j = where(g.node, g.gpu);
-      j["total_memory_mb"] = g.total_memory_mib;
-      j["free_memory_mb"] = g.free_memory_mib;
-      j["largest_slice_mb"] = g.largest_slice_mib;
-      gpus.push_back(std::move(j));
+    auto where = [&](NodeId node, GpuId gpu) {
+      mu_.AssertHeld();  // runs here, under mu_
+      const GpuKey& key = gpu_keys_.at(gpu);
+      (void)node;
+      return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
+    };
+    auto room = [&](const scheduler::RoomSummary& r) {
+      json gpus = json::array();
+      for (const scheduler::GpuRoom& g : r.gpus) {
+        json j = where(g.node, g.gpu);
+        j["total_memory_mb"] = g.total_memory_mib;
+        j["free_memory_mb"] = g.free_memory_mib;
+        j["largest_slice_mb"] = g.largest_slice_mib;
+        gpus.push_back(std::move(j));
+      }
+      return json{{"fragmentation", r.fragmentation},
+                  {"free_memory_mb", r.free_memory_mib},
+                  {"largest_slice_mb", r.largest_slice_mib},
+                  {"gpus", std::move(gpus)}};
+    };
+    const Millis now = clock_->NowMillis();
+    out = {{"state", "proposed"},
+           {"node_id", request.node ? json(*request.node) : json(nullptr)},
+           {"goal_memory_mb", request.goal_memory_mib
+                                  ? json(*request.goal_memory_mib)
+                                  : json(nullptr)},
+           {"max_moves", request.max_moves},
+           {"created_by",
+            request.automatic ? std::string("defrag-auto") : caller.Actor()},
+           {"created_at", now},
+           {"updated_at", now},
+           {"expires_at", now + options_.defrag_plan_ttl_ms},
+           {"message", ""},
+           {"cancel_requested", false},
+           {"snapshot", ClusterFingerprintLocked()},
+           {"before", room(plan->before)},
+           {"after", room(plan->after)}};
+    json moves = json::array();
+    for (const scheduler::DefragMove& m : plan->moves) {
+      moves.push_back({{"slice_id", static_cast<RowId>(m.slice.value())},
+                       {"task_id", static_cast<RowId>(m.task_id)},
+                       {"from", where(m.from_node, m.from_gpu)},
+                       {"to", where(m.to_node, m.to_gpu)},
+                       {"state", "pending"},
+                       {"target_slice_id", nullptr},
+                       {"message", ""}});
     }
-    return json{{"fragmentation", r.fragmentation},
-                {"free_memory_mb", r.free_memory_mib},
-                {"largest_slice_mb", r.largest_slice_mib},
-                {"gpus", std::move(gpus)}};
-  };
-  const Millis now = clock_->NowMillis();
-  json out = {{"state", "proposed"},
-              {"node_id", request.node ? json(*request.node) : json(nullptr)},
-              {"goal_memory_mb", request.goal_memory_mib
-                                     ? json(*request.goal_memory_mib)
-                                     : json(nullptr)},
-              {"max_moves", request.max_moves},
-              {"created_by",
-               request.automatic ? std::string("defrag-auto") : caller.Actor()},
-              {"created_at", now},
-              {"updated_at", now},
-              {"expires_at", now + options_.defrag_plan_ttl_ms},
-              {"message", ""},
-              {"cancel_requested", false},
-              {"snapshot", ClusterFingerprintLocked()},
-              {"before", room(plan->before)},
-              {"after", room(plan->after)}};
-  json moves = json::array();
-  for (const scheduler::DefragMove& m : plan->moves) {
-    moves.push_back({{"slice_id", static_cast<RowId>(m.slice.value())},
-                     {"task_id", static_cast<RowId>(m.task_id)},
-                     {"from", where(m.from_node, m.from_gpu)},
-                     {"to", where(m.to_node, m.to_gpu)},
-                     {"state", "pending"},
-                     {"target_slice_id", nullptr},
-                     {"message", ""}});
+    out["moves"] = std::move(moves);
   }
-  out["moves"] = std::move(moves);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     auto next = txn.GetMeta(kPlanNextIdKey);
     if (!next.ok()) return next.status();
@@ -293,8 +297,11 @@ StatusOr<std::vector<json>> ControlPlane::ListDefrag(const Caller& caller) {
 
 StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  MutexLock lock(mu_);
-  const std::string fingerprint = ClusterFingerprintLocked();
+  std::string fingerprint;
+  {
+    MutexLock lock(mu_);
+    fingerprint = ClusterFingerprintLocked();
+  }
   json out;
   bool expired = false;
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
@@ -340,7 +347,6 @@ StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
 
 StatusOr<json> ControlPlane::CancelDefrag(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
-  MutexLock lock(mu_);
   json out;
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     auto plan = LoadPlanInTxn(txn, id);
@@ -401,23 +407,55 @@ Status ControlPlane::DefragTickOnce() {
   }));
   Status first = Status::Ok();
   for (RowId id : applying) {
-    MutexLock lock(mu_);
-    Status s = AdvancePlanLocked(id);
+    Status s = AdvancePlan(id);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
 }
 
-Status ControlPlane::AdvancePlanLocked(RowId id) {
-  std::optional<ledger::Allocation> reserved;  // undone if the write fails
-  std::vector<RowId> released;
-  Status written = LeaderWrite([&](Txn& txn) -> Status {
-    mu_.AssertHeld();  // the caller holds it while the store runs this
-    if (reserved) {
-      (void)ledger_->Release(reserved->id);
-      reserved.reset();
+Status ControlPlane::AdvancePlan(RowId id) {
+  // A pending move's target is reserved in the ledger (under mu_) before
+  // the write that records the move, which runs without mu_; the write
+  // checks that its move is still the one reserved for, and the
+  // reservation is undone when the write fails or does not use it.
+  std::optional<MoveTarget> want;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    want.reset();
+    auto loaded = LoadPlanInTxn(txn, id);
+    if (!loaded.ok()) return loaded.status();
+    const json& plan = *loaded;
+    if (plan["state"] != "applying" || plan["cancel_requested"].get<bool>()) {
+      return Status::Ok();
     }
-    released.clear();
+    for (const json& m : plan["moves"]) {
+      const std::string ms = m["state"].get<std::string>();
+      if (!MoveOpen(ms)) continue;
+      if (ms != "pending") return Status::Ok();
+      auto task = txn.GetTask(m["task_id"].get<RowId>());
+      auto node = txn.FindNode(m["to"]["node_id"].get<std::string>());
+      // Without either, the write fails the move.
+      if (task.ok() && node.ok()) {
+        want = MoveTarget{*task, node->id, m["to"]["gpu_index"].get<int>()};
+      }
+      return Status::Ok();
+    }
+    return Status::Ok();
+  }));
+  const ReservedTarget reservation = ReserveTarget(want);
+  // The move found in the write is the one reserved for, its task asking
+  // for the same as when it was read.
+  const auto reserved_for = [&](const TaskRow& task, RowId node_row,
+                                int gpu_index) {
+    return want && want->node_row == node_row && want->gpu_index == gpu_index &&
+           want->task.id == task.id && want->task.tenant_id == task.tenant_id &&
+           want->task.memory_mib == task.memory_mib &&
+           want->task.compute_percent == task.compute_percent &&
+           want->task.gpu_type == task.gpu_type;
+  };
+  bool used = false;
+  ReaderLock gate(write_gate_);
+  Status written = LeaderWrite([&](Txn& txn) -> Status {
+    used = false;
     auto loaded = LoadPlanInTxn(txn, id);
     if (!loaded.ok()) return loaded.status();
     json plan = std::move(*loaded);
@@ -494,26 +532,12 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     auto node = txn.FindNode(m["to"]["node_id"].get<std::string>());
     if (!node.ok()) return fail("the target node is gone");
     const int to_index = m["to"]["gpu_index"].get<int>();
-    auto lnode = ledger_nodes_.find(node->id);
-    auto lgpu = ledger_gpus_.find(GpuKey{node->id, to_index});
-    if (lnode == ledger_nodes_.end() || lgpu == ledger_gpus_.end()) {
-      return fail("the target GPU is gone");
+    if (!reserved_for(task, node->id, to_index)) {
+      return Status::Ok();  // not what was reserved for: the next tick
     }
-    // Reserve the target: the ledger re-checks it like any placement.
-    ledger::PlacementRequest r;
-    r.tenant = TenantId(task.tenant_id);
-    r.kind = ledger::RequestKind::kSlice;
-    r.memory_mib = task.memory_mib;
-    if (task.compute_percent) r.compute_percent = *task.compute_percent;
-    r.allowed_models = AllowedModelsLocked(task.gpu_type);
-    r.pinned_node = lnode->second;
-    r.pinned_gpu = lgpu->second;
-    ledger::PlacementResult placed = PlaceLocked(r);
-    if (!placed.placed()) {
-      return fail("the target no longer takes it: " + placed.message);
-    }
-    reserved = placed.allocation;
-    const ledger::Allocation& a = placed.allocation;
+    if (!reservation.refused.empty()) return fail(reservation.refused);
+    used = true;
+    const ledger::Allocation& a = *reservation.allocation;
     SliceRow target;
     target.id = static_cast<RowId>(a.id.value());
     target.tenant_id = task.tenant_id;
@@ -524,7 +548,7 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     target.compute_defaulted = a.compute_defaulted;
     target.mig_profile = a.mig_profile;
     target.mig_start = a.mig_start;
-    const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
+    const scheduler::QosDecision& qos = reservation.qos;
     target.qos_level = std::string(scheduler::QosLevelName(qos.level));
     target.enforcement = qos.enforcement;
     target.origin = "defrag";
@@ -573,12 +597,43 @@ Status ControlPlane::AdvancePlanLocked(RowId id) {
     plan["updated_at"] = now;
     return SavePlanInTxn(txn, plan);
   });
-  if (!written.ok() && reserved) {
-    (void)ledger_->Release(reserved->id);
+  if (reservation.allocation && (!written.ok() || !used)) {
+    MutexLock lock(mu_);
+    (void)ledger_->Release(reservation.allocation->id);
     queue_.CapacityFreed();
   }
-  ApplyReleasesLocked(released);
   return written;
+}
+
+ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
+    const std::optional<MoveTarget>& want) {
+  ReservedTarget out;
+  if (!want) return out;
+  MutexLock lock(mu_);
+  auto lnode = ledger_nodes_.find(want->node_row);
+  auto lgpu = ledger_gpus_.find(GpuKey{want->node_row, want->gpu_index});
+  if (lnode == ledger_nodes_.end() || lgpu == ledger_gpus_.end()) {
+    out.refused = "the target GPU is gone";
+    return out;
+  }
+  // The ledger re-checks the target like any placement.
+  ledger::PlacementRequest r;
+  r.tenant = TenantId(want->task.tenant_id);
+  r.kind = ledger::RequestKind::kSlice;
+  r.memory_mib = want->task.memory_mib;
+  if (want->task.compute_percent)
+    r.compute_percent = *want->task.compute_percent;
+  r.allowed_models = AllowedModelsLocked(want->task.gpu_type);
+  r.pinned_node = lnode->second;
+  r.pinned_gpu = lgpu->second;
+  ledger::PlacementResult placed = PlaceLocked(r);
+  if (!placed.placed()) {
+    out.refused = "the target no longer takes it: " + placed.message;
+    return out;
+  }
+  out.allocation = placed.allocation;
+  out.qos = QosForGpuLocked(placed.allocation.gpus.front());
+  return out;
 }
 
 StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
