@@ -440,6 +440,13 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   std::string NodeName(RowId id);
   std::string GroupName(RowId id);
   std::string GpuUuid(RowId node_id, int index);
+  // A MIG command (`create` or `destroy`) for `slice` and its task, on the
+  // slice's node's GPU at `gpu_index` (the card the ledger holds there),
+  // due within mig_command_deadline_ms of `now`; the caller sets the
+  // profile and what else its action needs.
+  store::SliceRequestRow MigCommandFor(const store::SliceRow& slice,
+                                       std::string action, int gpu_index,
+                                       store::Millis now);
 
   const ControlPlaneOptions& options() const { return options_; }
   store::Store* store() const { return store_; }

@@ -563,17 +563,11 @@ Status ControlPlane::AdvancePlan(RowId id) {
                " (from slice " + std::to_string(source.id) + ")";
     HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
     if (qos.level == scheduler::QosLevel::kGold) {
-      store::SliceRequestRow cmd;
-      cmd.node_id = target.node_id;
-      cmd.slice_id = target.id;
-      cmd.task_id = task.id;
-      cmd.action = "create";
-      cmd.gpu_index = to_index;
-      cmd.gpu_uuid = GpuUuid(target.node_id, to_index);
+      store::SliceRequestRow cmd =
+          MigCommandFor(target, "create", to_index, now);
+      cmd.task_id = task.id;  // the target is the task's once it lands
       cmd.profile = a.mig_profile;
       cmd.mig_start = a.mig_start;
-      cmd.created_at = now;
-      cmd.deadline_at = now + options_.mig_command_deadline_ms;
       HF_RETURN_IF_ERROR(txn.InsertSliceRequest(cmd).status());
     }
     // Stop the task at its source: its node finds it in `cancel`.

@@ -208,17 +208,11 @@ Status ControlPlane::MarkStuckCommands() {
         s.state = store::SliceState::kReleasing;
         HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
       }
-      store::SliceRequestRow destroy;
-      destroy.node_id = s.node_id;
-      destroy.slice_id = s.id;
-      destroy.task_id = s.task_id;
-      destroy.action = "destroy";
-      destroy.gpu_index = row.gpu_index;
-      destroy.gpu_uuid = row.gpu_uuid;
+      store::SliceRequestRow destroy =
+          MigCommandFor(s, "destroy", row.gpu_index, now);
+      destroy.gpu_uuid = row.gpu_uuid;  // the card the create was sent to
       destroy.profile = row.profile;
       destroy.device_id = s.mig_device_id;  // empty: whatever the create made
-      destroy.created_at = now;
-      destroy.deadline_at = now + options_.mig_command_deadline_ms;
       HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
       store::HistoryRow h = HistoryFor(s, "release_requested");
       h.at = now;

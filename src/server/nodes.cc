@@ -992,17 +992,11 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
         cmd.device_id = result.device_id.substr(0, 256);
         s.mig_device_id = cmd.device_id;
         HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-        store::SliceRequestRow destroy;
-        destroy.node_id = s.node_id;
-        destroy.slice_id = s.id;
-        destroy.task_id = s.task_id;
-        destroy.action = "destroy";
-        destroy.gpu_index = cmd.gpu_index;
-        destroy.gpu_uuid = cmd.gpu_uuid;
+        store::SliceRequestRow destroy =
+            MigCommandFor(s, "destroy", cmd.gpu_index, now);
+        destroy.gpu_uuid = cmd.gpu_uuid;  // the card the create was sent to
         destroy.profile = cmd.profile;
         destroy.device_id = cmd.device_id;
-        destroy.created_at = now;
-        destroy.deadline_at = now + options_.mig_command_deadline_ms;
         HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
         if (s.state == store::SliceState::kAllocated) {
           s.state = store::SliceState::kReleasing;

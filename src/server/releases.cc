@@ -93,19 +93,13 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
     // stays accounted (releasing) until the destroy command succeeds.
     slice.state = store::SliceState::kReleasing;
     HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
-    store::SliceRequestRow cmd;
-    cmd.node_id = slice.node_id;
-    cmd.slice_id = slice.id;
-    cmd.task_id = slice.task_id;
-    cmd.action = "destroy";
-    cmd.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
-    cmd.gpu_uuid = GpuUuid(slice.node_id, cmd.gpu_index);
+    store::SliceRequestRow cmd = MigCommandFor(
+        slice, "destroy", slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0],
+        now);
     auto profile = CreatedMigProfile(txn, slice);
     if (!profile.ok()) return profile.status();
     cmd.profile = *profile;
     cmd.device_id = slice.mig_device_id;
-    cmd.created_at = now;
-    cmd.deadline_at = now + options_.mig_command_deadline_ms;
     HF_RETURN_IF_ERROR(txn.InsertSliceRequest(cmd).status());
     h.op = "release_requested";
     h.reason += " (waiting for the MIG partition to be destroyed)";

@@ -280,17 +280,10 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.origin = "scheduler";
       slice.created_at = now;
       if (qos.level == scheduler::QosLevel::kGold && !slice.whole) {
-        store::SliceRequestRow cmd;
-        cmd.node_id = slice.node_id;
-        cmd.slice_id = slice.id;
-        cmd.task_id = task.id;
-        cmd.action = "create";
-        cmd.gpu_index = slice.gpu_indices[0];
-        cmd.gpu_uuid = GpuUuid(slice.node_id, cmd.gpu_index);
+        store::SliceRequestRow cmd =
+            MigCommandFor(slice, "create", slice.gpu_indices[0], now);
         cmd.profile = a.mig_profile;
         cmd.mig_start = a.mig_start;
-        cmd.created_at = now;
-        cmd.deadline_at = now + options_.mig_command_deadline_ms;
         d.mig_create = cmd;
       }
       TaskRow& t = d.updated;

@@ -97,7 +97,7 @@ MUTATIONS = [
         s.state = store::SliceState::kReleasing;
         HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
       }
-      store::SliceRequestRow destroy;""",
+      store::SliceRequestRow destroy =""",
         new="""      if (s.state == store::SliceState::kAllocated) {
         s.state = store::SliceState::kReleased;
         s.released_at = now;
@@ -105,7 +105,7 @@ MUTATIONS = [
         released.push_back(s.id);
       }
       if (s.state == store::SliceState::kReleased) continue;
-      store::SliceRequestRow destroy;""",
+      store::SliceRequestRow destroy =""",
         file2="src/server/nodes.cc",
         old2="""          (late || s.state != store::SliceState::kAllocated)) {""",
         new2="""          s.state == store::SliceState::kReleasing) {""",
