@@ -567,10 +567,10 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   const ledger::PlacementPolicy& PolicyLocked() const HF_REQUIRES(mu_) {
     return *policy_;
   }
-  // Why no gold slice may land on MIG GPU `gpu` now ("" when it may): it
-  // holds partitions no slice owns, or the last create found no room and
-  // its partitions have not changed since.
-  std::string MigBlockedLocked(GpuId gpu) const HF_REQUIRES(mu_);
+  // The MIG GPUs no gold slice may land on now, with why: each holds
+  // partitions no slice owns, or its last create found no room and its
+  // partitions have not changed since.
+  std::map<GpuId, std::string> MigBlockedLocked() const HF_REQUIRES(mu_);
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice,

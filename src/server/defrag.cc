@@ -184,8 +184,9 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
       m.request.allowed_models = AllowedModelsLocked(b.task.gpu_type);
       dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
+    const std::map<GpuId, std::string> blocked = MigBlockedLocked();
     for (const auto& [key, gpu] : ledger_gpus_) {
-      if (!MigBlockedLocked(gpu).empty() || FencedLocked(key)) {
+      if (blocked.contains(gpu) || FencedLocked(key)) {
         dr.excluded_targets.push_back(gpu);
       }
     }

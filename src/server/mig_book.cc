@@ -81,6 +81,10 @@ void MigBook::MarkFull(const GpuKey& gpu, store::Millis until) {
 
 std::string MigBook::Blocked(const GpuKey& gpu, store::Millis now) const {
   MutexLock lock(mu_);
+  return BlockedLocked(gpu, now);
+}
+
+std::string MigBook::BlockedLocked(const GpuKey& gpu, store::Millis now) const {
   auto orphans = orphans_.find(gpu);
   if (orphans != orphans_.end() && !orphans->second.empty()) {
     return "holds " + std::to_string(orphans->second.size()) +
@@ -97,12 +101,18 @@ std::string MigBook::Blocked(const GpuKey& gpu, store::Millis now) const {
   return "";
 }
 
-std::vector<GpuKey> MigBook::MaybeBlocked() const {
+std::map<GpuKey, std::string> MigBook::AllBlocked(store::Millis now) const {
   MutexLock lock(mu_);
-  std::set<GpuKey> keys;
-  for (const auto& [key, orphans] : orphans_) keys.insert(key);
-  for (const auto& [key, full] : full_) keys.insert(key);
-  return {keys.begin(), keys.end()};
+  std::map<GpuKey, std::string> out;
+  const auto note = [&](const GpuKey& key) {
+    mu_.AssertHeld();  // runs here, under mu_
+    if (out.contains(key)) return;
+    std::string why = BlockedLocked(key, now);
+    if (!why.empty()) out.emplace(key, std::move(why));
+  };
+  for (const auto& [key, orphans] : orphans_) note(key);
+  for (const auto& [key, full] : full_) note(key);
+  return out;
 }
 
 }  // namespace hf::server

@@ -58,8 +58,9 @@ class MigBook {
   // Why no gold slice may land on `gpu` at `now` (monotonic ms); "" when
   // one may.
   std::string Blocked(const GpuKey& gpu, store::Millis now) const;
-  // The GPUs Blocked may name (a superset; cheap when none).
-  std::vector<GpuKey> MaybeBlocked() const;
+  // Every GPU that takes no new gold slice at `now`, with why (as Blocked
+  // says); one look for a whole placement (cheap when none).
+  std::map<GpuKey, std::string> AllBlocked(store::Millis now) const;
 
  private:
   struct Full {
@@ -68,6 +69,8 @@ class MigBook {
   };
 
   std::string NotedTextLocked() const HF_REQUIRES(mu_);
+  std::string BlockedLocked(const GpuKey& gpu, store::Millis now) const
+      HF_REQUIRES(mu_);
 
   mutable Mutex mu_;
   // Device UUID -> its GPU, for every partition recorded as orphaned.

@@ -23,7 +23,10 @@ TEST(MigBookTest, AnOrphanIsRecordedOnceAndBlocksItsGpuUntilGone) {
   EXPECT_NE(book.Blocked(kGpu0, 0).find("MIG_PARTITION_ORPHANED"),
             std::string::npos);
   EXPECT_EQ(book.Blocked(kGpu1, 0), "");
-  EXPECT_EQ(book.MaybeBlocked(), std::vector<GpuKey>{kGpu0});
+  const auto blocked = book.AllBlocked(0);
+  ASSERT_EQ(blocked.size(), 1U);
+  EXPECT_EQ(blocked.begin()->first, kGpu0);
+  EXPECT_EQ(blocked.begin()->second, book.Blocked(kGpu0, 0));
 
   // The same report again: nothing new to record or store.
   auto again = book.NoteReport(kNode, {{0, {"MIG-a", "MIG-b"}}}, {"MIG-a"}, {});
@@ -67,7 +70,9 @@ TEST(MigBookTest, ACreateWithNoRoomBlocksUntilThePartitionsChangeOrTimePasses) {
   (void)book.NoteReport(kNode, {{0, {"MIG-a"}}}, {"MIG-a"}, {});
   book.MarkFull(kGpu0, /*until=*/1'000);
   EXPECT_NE(book.Blocked(kGpu0, 999).find("no room"), std::string::npos);
+  EXPECT_EQ(book.AllBlocked(999).size(), 1U);
   EXPECT_EQ(book.Blocked(kGpu0, 1'000), "");  // the time passed
+  EXPECT_TRUE(book.AllBlocked(1'000).empty());
   // The partitions changed: tried again at once.
   (void)book.NoteReport(kNode, {{0, {}}}, {}, {});
   EXPECT_EQ(book.Blocked(kGpu0, 0), "");

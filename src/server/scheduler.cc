@@ -104,17 +104,13 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
   // pipeline: excluded up front, named if nothing else fits.
   std::string blocked;
   if (request.kind == ledger::RequestKind::kSlice) {
-    for (const GpuKey& key : mig_.MaybeBlocked()) {
-      auto id = ledger_gpus_.find(key);
-      if (id == ledger_gpus_.end()) continue;
-      const GpuId gpu = id->second;
-      const std::string why = MigBlockedLocked(gpu);
-      if (why.empty()) continue;
+    for (const auto& [gpu, why] : MigBlockedLocked()) {
       request.excluded_gpus.push_back(gpu);
       if (blocked.empty()) {
         std::string uuid;
+        const GpuId named = gpu;  // a lambda cannot capture a binding
         ledger_->Read([&](const ledger::ClusterView& view) {
-          if (view.HasGpu(gpu)) uuid = view.gpu(gpu).spec.uuid;
+          if (view.HasGpu(named)) uuid = view.gpu(named).spec.uuid;
         });
         blocked = "MIG GPU ";
         blocked += uuid;
@@ -128,10 +124,13 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
   return result;
 }
 
-std::string ControlPlane::MigBlockedLocked(GpuId gpu) const {
-  auto key = gpu_keys_.find(gpu);
-  if (key == gpu_keys_.end()) return "";
-  return mig_.Blocked(key->second, monotonic_->NowMillis());
+std::map<GpuId, std::string> ControlPlane::MigBlockedLocked() const {
+  std::map<GpuId, std::string> out;
+  for (auto& [key, why] : mig_.AllBlocked(monotonic_->NowMillis())) {
+    auto id = ledger_gpus_.find(key);
+    if (id != ledger_gpus_.end()) out.emplace(id->second, std::move(why));
+  }
+  return out;
 }
 
 SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,

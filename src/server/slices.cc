@@ -612,10 +612,9 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
     // What PlaceLocked and the defragmentation planner leave out, worked
     // out before the ledger's lock is taken (MigBlockedLocked reads it).
     std::set<GpuId> skipped;
+    for (const auto& [gpu, why] : MigBlockedLocked()) skipped.insert(gpu);
     for (const auto& [key, gpu] : ledger_gpus_) {
-      if (FencedLocked(key) || !MigBlockedLocked(gpu).empty()) {
-        skipped.insert(gpu);
-      }
+      if (FencedLocked(key)) skipped.insert(gpu);
     }
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_
