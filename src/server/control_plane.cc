@@ -572,23 +572,14 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
   });
 }
 
-Status ControlPlane::UnfenceLocked(RowId slice_id) {
+Status ControlPlane::UnfenceLocked(RowId slice_id,
+                                   const std::optional<store::NodeRow>& node,
+                                   const std::vector<store::GpuRow>& rows) {
   auto it = unrestored_.find(slice_id);
   if (it == unrestored_.end()) return Status::Ok();
   const std::vector<GpuKey> keys = it->second;
   unrestored_.erase(it);
   // The GPUs take work again as their last report says.
-  std::vector<store::GpuRow> rows;
-  std::optional<store::NodeRow> node;
-  if (keys.empty()) return Status::Ok();
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto n = txn.GetNode(keys.front().node_id);
-    if (!n.ok()) return Status::Ok();
-    node = *n;
-    auto g = txn.ListGpus(node->id);
-    if (g.ok()) rows = *g;
-    return Status::Ok();
-  }));
   if (!node) return Status::Ok();
   for (const store::GpuRow& g : rows) {
     if (std::find(keys.begin(), keys.end(), GpuKey{g.node_id, g.index}) !=

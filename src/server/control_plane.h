@@ -503,7 +503,11 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   Status FenceUnrestoredLocked(const store::SliceRow& slice,
                                const std::string& why) HF_REQUIRES(mu_);
   // The slice is gone: its GPUs follow their reports again.
-  Status UnfenceLocked(RowId slice_id) HF_REQUIRES(mu_);
+  // `node` and `rows` are the slice's node and its GPUs, read before mu_
+  // (from the deletion's own transaction).
+  Status UnfenceLocked(RowId slice_id,
+                       const std::optional<store::NodeRow>& node,
+                       const std::vector<store::GpuRow>& rows) HF_REQUIRES(mu_);
   bool FencedLocked(const GpuKey& key) const HF_REQUIRES(mu_);
   // RegisterNode, before its write: the GPUs of the node whose card the
   // report changes, drops or calls lost take nothing new until the write

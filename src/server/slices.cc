@@ -348,13 +348,33 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   std::vector<RowId> released;
   const std::string why =
       reason.empty() ? "deleted by an operator" : reason.substr(0, 1024);
+  // A slice recovery could not restore fences its GPUs: its deletion reads
+  // the node's GPU rows too, to lift the fence after the commit.
+  bool fenced = false;
+  {
+    MutexLock lock(mu_);
+    fenced = unrestored_.contains(id);
+  }
+  std::optional<store::NodeRow> node;
+  std::vector<store::GpuRow> gpus;
   // Written without mu_; the releases reach the ledger after the commit.
   ReaderLock gate(write_gate_);
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
+    node.reset();
+    gpus.clear();
     auto s = txn.GetSlice(id);
     if (!s.ok()) return s.status();
     out = *s;
+    if (fenced) {
+      auto n = txn.GetNode(out.node_id);
+      if (n.ok()) {
+        node = *n;
+        auto g = txn.ListGpus(out.node_id);
+        if (!g.ok()) return g.status();
+        gpus = std::move(*g);
+      }
+    }
     std::optional<store::TaskRow> task;
     if (out.task_id && out.state == store::SliceState::kAllocated) {
       auto t = txn.GetTask(*out.task_id);
@@ -386,7 +406,7 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
-  HF_RETURN_IF_ERROR(UnfenceLocked(id));
+  HF_RETURN_IF_ERROR(UnfenceLocked(id, node, gpus));
   return out;
 }
 
