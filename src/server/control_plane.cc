@@ -103,7 +103,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
           },
           this),
       tasks_(store, clock, &tenancy_, this),
-      queue_(options_.resync_interval_ms) {}
+      queue_(options_.resync_interval_ms),
+      inventory_(*ledger_, names_, queue_) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -277,13 +278,13 @@ Status ControlPlane::Recover() {
   for (const store::NodeRow& n : nodes) {
     node_by_id[n.id] = &n;
     beats_.Seen(n.id, monotonic_->NowMillis());  // silence counts from now
-    auto id = LedgerNodeLocked(n);
+    auto id = inventory_.SyncNode(n);
     if (!id.ok()) return id.status();
   }
   for (const store::GpuRow& g : gpus) {
     auto it = node_by_id.find(g.node_id);
     if (it == node_by_id.end()) continue;
-    HF_RETURN_IF_ERROR(SyncGpuLocked(*it->second, g));
+    HF_RETURN_IF_ERROR(inventory_.SyncGpu(*it->second, g));
   }
   ledger_->AdvanceSliceIdPast(
       SliceId(static_cast<std::uint64_t>(max_slice_id)));
@@ -401,145 +402,6 @@ Status ControlPlane::Recover() {
 
 // ------------------------------------------------------ inventory mirror
 
-StatusOr<NodeId> ControlPlane::LedgerNodeLocked(const store::NodeRow& node) {
-  auto it = ledger_nodes_.find(node.id);
-  if (it != ledger_nodes_.end()) {
-    HF_RETURN_IF_ERROR(
-        ledger_->SetNodeContainerized(it->second, node.containerized));
-    return it->second;
-  }
-  ledger::NodeSpec spec;
-  spec.name = node.name;
-  // Node CPU and host memory are not scheduled by the server (tasks ask
-  // for GPUs only): the ledger gets the largest amounts its placement
-  // index holds exactly (32 bits), whatever the node reported, so the
-  // node-resource checks stay out of the way and no reported value enters
-  // any arithmetic. (Scaling the reported values up overflowed, and past
-  // 2^31 the index saturated and the ledger's own check failed.)
-  spec.cpu_milli = ledger::kMaxNodeCpuMilli;
-  spec.host_memory_mib = ledger::kMaxNodeHostMemoryMib;
-  spec.containerized = node.containerized;
-  auto id = ledger_->AddNode(spec);
-  if (!id.ok()) return id.status();
-  ledger_nodes_[node.id] = *id;
-  node_rows_[*id] = node.id;
-  return *id;
-}
-
-Status ControlPlane::SyncGpuLocked(const store::NodeRow& node,
-                                   const store::GpuRow& gpu) {
-  auto node_id = LedgerNodeLocked(node);
-  if (!node_id.ok()) return node_id.status();
-  const GpuKey key{node.id, gpu.index};
-  auto it = ledger_gpus_.find(key);
-  vendors_models_[gpu.vendor].insert(gpu.model);
-  if (it == ledger_gpus_.end()) {
-    ledger::GpuSpec spec;
-    spec.uuid = gpu.uuid;
-    spec.index = gpu.index;
-    spec.vendor = gpu.vendor;
-    spec.model = gpu.model;
-    spec.memory_mib = gpu.memory_mib;
-    spec.compute_capability_major = gpu.cc_major;
-    spec.compute_capability_minor = gpu.cc_minor;
-    spec.mig_capable = gpu.mig_capable;
-    spec.mps_capable = gpu.mps_capable;
-    spec.health = gpu.lost || FencedLocked(key) ? ledger::GpuHealth::kLost
-                                                : ledger::GpuHealth::kOk;
-    auto id = ledger_->AddGpu(*node_id, spec);
-    if (!id.ok()) return id.status().WithContext("GPU " + gpu.uuid);
-    ledger_gpus_[key] = *id;
-    gpu_keys_[*id] = key;
-    names_.SetGpu(key, GpuIdentity{gpu.uuid, gpu.vendor});
-    queue_.CapacityFreed();
-    return Status::Ok();
-  }
-  bool replaced = false;
-  ledger_->Read([&](const ledger::ClusterView& view) {
-    const ledger::GpuRecord& record = view.gpu(it->second);
-    const ledger::GpuSpec& spec = record.spec;
-    replaced = record.empty() &&
-               (spec.uuid != gpu.uuid || spec.vendor != gpu.vendor ||
-                spec.model != gpu.model || spec.memory_mib != gpu.memory_mib ||
-                spec.compute_capability_major != gpu.cc_major ||
-                spec.compute_capability_minor != gpu.cc_minor);
-  });
-  if (replaced) {
-    // A different card at this index, holding nothing: swap it in.
-    HF_RETURN_IF_ERROR(ledger_->RemoveGpu(it->second));
-    gpu_keys_.erase(it->second);
-    ledger_gpus_.erase(it);
-    return SyncGpuLocked(node, gpu);
-  }
-  // A GPU holding a slice recovery could not restore takes nothing new.
-  const bool lost = gpu.lost || FencedLocked(key);
-  bool changed = false;
-  ledger_->Read([&](const ledger::ClusterView& view) {
-    const ledger::GpuSpec& spec = view.gpu(it->second).spec;
-    changed = spec.mig_capable != gpu.mig_capable ||
-              spec.mps_capable != gpu.mps_capable ||
-              (spec.health == ledger::GpuHealth::kLost) != lost;
-  });
-  if (!changed) return Status::Ok();
-  HF_RETURN_IF_ERROR(ledger_->SetGpuCapabilities(it->second, gpu.mig_capable,
-                                                 gpu.mps_capable));
-  HF_RETURN_IF_ERROR(ledger_->SetGpuHealth(
-      it->second, lost ? ledger::GpuHealth::kLost : ledger::GpuHealth::kOk));
-  queue_.CapacityFreed();
-  return Status::Ok();
-}
-
-bool ControlPlane::FencedLocked(const GpuKey& key) const {
-  if (registering_.contains(key)) return true;
-  for (const auto& [slice, keys] : unrestored_) {
-    if (std::find(keys.begin(), keys.end(), key) != keys.end()) return true;
-  }
-  return false;
-}
-
-std::vector<GpuKey> ControlPlane::FenceRegistrationLocked(
-    RowId node_row, const NodeReport& report) {
-  std::map<int, const GpuReport*> reported;
-  for (const GpuReport& g : report.gpus) reported[g.index] = &g;
-  std::vector<GpuKey> fenced;
-  ledger_->Read([&](const ledger::ClusterView& view) {
-    mu_.AssertHeld();  // runs here, under mu_
-    for (auto it = ledger_gpus_.lower_bound(
-             GpuKey{node_row, std::numeric_limits<int>::min()});
-         it != ledger_gpus_.end() && it->first.node_id == node_row; ++it) {
-      if (!view.HasGpu(it->second)) continue;
-      const ledger::GpuSpec& spec = view.gpu(it->second).spec;
-      if (spec.health != ledger::GpuHealth::kOk) continue;  // takes nothing
-      const auto r = reported.find(it->first.index);
-      const bool changes =
-          r == reported.end() || r->second->lost ||
-          spec.uuid != r->second->uuid || spec.vendor != r->second->vendor ||
-          spec.model != r->second->model ||
-          spec.memory_mib != r->second->memory_mib ||
-          spec.compute_capability_major != r->second->cc_major ||
-          spec.compute_capability_minor != r->second->cc_minor;
-      if (changes) fenced.push_back(it->first);
-    }
-  });
-  for (const GpuKey& key : fenced) {
-    registering_.insert(key);
-    (void)ledger_->SetGpuHealth(ledger_gpus_.at(key), ledger::GpuHealth::kLost);
-  }
-  return fenced;
-}
-
-void ControlPlane::EndRegistrationLocked(const std::vector<GpuKey>& fenced) {
-  // Back to what they were (each took work); a written report's GPUs are
-  // synced from their rows right after (SyncGpuLocked), under the same mu_.
-  for (const GpuKey& key : fenced) registering_.erase(key);
-  for (const GpuKey& key : fenced) {
-    auto it = ledger_gpus_.find(key);
-    if (it == ledger_gpus_.end() || FencedLocked(key)) continue;
-    (void)ledger_->SetGpuHealth(it->second, ledger::GpuHealth::kOk);
-  }
-  if (!fenced.empty()) queue_.CapacityFreed();
-}
-
 Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
                                            const std::string& why) {
   std::vector<GpuKey> keys;
@@ -548,14 +410,8 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
     const GpuKey key{slice.node_id, index};
     keys.push_back(key);
     gpus += (gpus.empty() ? "" : ", ") + std::to_string(index);
-    auto it = ledger_gpus_.find(key);
-    if (it != ledger_gpus_.end()) {
-      HF_RETURN_IF_ERROR(
-          ledger_->SetGpuHealth(it->second, ledger::GpuHealth::kLost));
-    }
   }
-  unrestored_[slice.id] = keys;
-  queue_.CapacityFreed();
+  HF_RETURN_IF_ERROR(inventory_.FenceUnrestored(slice.id, keys));
   const std::string reason =
       "recovery could not restore slice " + std::to_string(slice.id) + " (" +
       why + "): GPU(s) " + gpus + " of node " + std::to_string(slice.node_id) +
@@ -570,33 +426,6 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
     h.reason = reason;
     return txn.AppendHistory(h).status();
   });
-}
-
-Status ControlPlane::UnfenceLocked(RowId slice_id,
-                                   const std::optional<store::NodeRow>& node,
-                                   const std::vector<store::GpuRow>& rows) {
-  auto it = unrestored_.find(slice_id);
-  if (it == unrestored_.end()) return Status::Ok();
-  const std::vector<GpuKey> keys = it->second;
-  unrestored_.erase(it);
-  // The GPUs take work again as their last report says.
-  if (!node) return Status::Ok();
-  for (const store::GpuRow& g : rows) {
-    if (std::find(keys.begin(), keys.end(), GpuKey{g.node_id, g.index}) !=
-        keys.end()) {
-      HF_RETURN_IF_ERROR(SyncGpuLocked(*node, g));
-    }
-  }
-  return Status::Ok();
-}
-
-StatusOr<GpuId> ControlPlane::LedgerGpuLocked(RowId node_id, int index) const {
-  auto it = ledger_gpus_.find(GpuKey{node_id, index});
-  if (it == ledger_gpus_.end()) {
-    return Status::NotFound("GPU " + std::to_string(index) + " of node " +
-                            std::to_string(node_id));
-  }
-  return it->second;
 }
 
 Status ControlPlane::SyncTenantLocked(const TenantRow& tenant) {
@@ -620,7 +449,7 @@ ledger::Allocation ControlPlane::AllocationFromRow(
   a.kind =
       row.whole ? ledger::RequestKind::kWholeGpus : ledger::RequestKind::kSlice;
   for (int index : row.gpu_indices) {
-    auto gpu = LedgerGpuLocked(row.node_id, index);
+    auto gpu = inventory_.Gpu(row.node_id, index);
     a.gpus.push_back(gpu.ok() ? *gpu : GpuId());
   }
   a.memory_mib = row.memory_mib;

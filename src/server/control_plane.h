@@ -43,6 +43,7 @@
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
 #include "server/identity.h"
+#include "server/inventory.h"
 #include "server/leadership.h"
 #include "server/mig_book.h"
 #include "server/names.h"
@@ -490,11 +491,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
       const store::TaskRow& task) const HF_REQUIRES(mu_);
   Status EnsureDefaultTenant();
 
-  // Ledger mirror of the inventory. REQUIRES: mu_ held.
-  StatusOr<NodeId> LedgerNodeLocked(const store::NodeRow& node)
-      HF_REQUIRES(mu_);
-  Status SyncGpuLocked(const store::NodeRow& node, const store::GpuRow& gpu)
-      HF_REQUIRES(mu_);
   // Restart recovery could not put `slice` back in the ledger (its GPU is
   // unknown, or restoring it would oversell the GPU): its GPUs are held lost
   // in the ledger, so nothing new lands where the ledger cannot account,
@@ -502,25 +498,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // (`recovery_refused`). REQUIRES: mu_ held.
   Status FenceUnrestoredLocked(const store::SliceRow& slice,
                                const std::string& why) HF_REQUIRES(mu_);
-  // The slice is gone: its GPUs follow their reports again.
-  // `node` and `rows` are the slice's node and its GPUs, read before mu_
-  // (from the deletion's own transaction).
-  Status UnfenceLocked(RowId slice_id,
-                       const std::optional<store::NodeRow>& node,
-                       const std::vector<store::GpuRow>& rows) HF_REQUIRES(mu_);
-  bool FencedLocked(const GpuKey& key) const HF_REQUIRES(mu_);
-  // RegisterNode, before its write: the GPUs of the node whose card the
-  // report changes, drops or calls lost take nothing new until the write
-  // is settled (`registering_`); returns them. EndRegistrationLocked, after
-  // the write, puts them back as they were; a written report's rows are
-  // then synced into the ledger (SyncGpuLocked) under the same lock.
-  std::vector<GpuKey> FenceRegistrationLocked(RowId node_row,
-                                              const NodeReport& report)
-      HF_REQUIRES(mu_);
-  void EndRegistrationLocked(const std::vector<GpuKey>& fenced)
-      HF_REQUIRES(mu_);
-  StatusOr<GpuId> LedgerGpuLocked(RowId node_id, int index) const
-      HF_REQUIRES(mu_);
   Status SyncTenantLocked(const store::TenantRow& tenant) HF_REQUIRES(mu_);
   // TenancyLedger: a tenancy change committed (Tenancy); each takes mu_.
   Status GroupCreated(const store::GroupRow& group) override HF_EXCLUDES(mu_);
@@ -557,9 +534,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
   // (the one derivation, scheduler::DeriveQos).
   scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false)
-      HF_REQUIRES(mu_);
-  // Allowed models for a task's gpu_type (empty: any GPU qualifies).
-  std::vector<std::string> AllowedModelsLocked(const std::string& vendor) const
       HF_REQUIRES(mu_);
   // Places `request` with the configured policy, excluding the MIG GPUs
   // that take no new partition now (MigBlockedLocked). The ledger charges
@@ -681,19 +655,10 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   const ledger::PlacementPolicy* const policy_;
   // Tasks up to this id are in the policy's history.
   RowId observed_through_ HF_GUARDED_BY(mu_) = 0;
-  std::map<RowId, NodeId> ledger_nodes_ HF_GUARDED_BY(mu_);
-  std::map<NodeId, RowId> node_rows_ HF_GUARDED_BY(mu_);
-  std::map<GpuKey, GpuId> ledger_gpus_ HF_GUARDED_BY(mu_);
-  std::map<GpuId, GpuKey> gpu_keys_ HF_GUARDED_BY(mu_);
-  std::map<RowId, bool> node_hook_ HF_GUARDED_BY(mu_);
   // When each node last registered or heartbeat (monotonic_ ms; a node
   // not heard from since this server started counts from its start), and
   // the report last applied for it. Its own lock (order: mu_, then it).
   NodeBeats beats_;
-  // Slices recovery could not restore, and the GPUs they fence.
-  std::map<RowId, std::vector<GpuKey>> unrestored_ HF_GUARDED_BY(mu_);
-  // GPUs a registration in flight changes (FenceRegistrationLocked).
-  std::set<GpuKey> registering_ HF_GUARDED_BY(mu_);
   // One registration of a node at a time (by the hash of its name), so its
   // GPU rows reach the ledger in commit order without mu_ held across the
   // write. Taken before write_gate_ and mu_.
@@ -730,6 +695,9 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // elsewhere, a rescan), the capacity generation, and the threads' stop
   // signal. Its own lock, a leaf.
   SchedulerQueue queue_;
+  // The ledger's mirror of the store's inventory: node and GPU ids, hooks,
+  // models per vendor, fenced GPUs. Changes the ledger, so under mu_.
+  Inventory inventory_ HF_GUARDED_BY(mu_);
   Mutex bind_mu_;  // one bind pass at a time; guards pending_
   std::map<RowId, PendingTask> pending_ HF_GUARDED_BY(bind_mu_);
   std::atomic<int> pending_count_{0};

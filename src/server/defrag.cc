@@ -165,8 +165,8 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     dr.max_moves = request.max_moves;
     dr.goal_memory_mib = request.goal_memory_mib;
     if (node_row) {
-      auto it = ledger_nodes_.find(*node_row);
-      if (it == ledger_nodes_.end()) {
+      auto it = inventory_.nodes().find(*node_row);
+      if (it == inventory_.nodes().end()) {
         return Status::InvalidArgument(
             "node '" + *request.node + "' has no GPUs known", "node_id");
       }
@@ -181,12 +181,12 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
       if (b.task.compute_percent) {
         m.request.compute_percent = *b.task.compute_percent;
       }
-      m.request.allowed_models = AllowedModelsLocked(b.task.gpu_type);
+      m.request.allowed_models = inventory_.AllowedModels(b.task.gpu_type);
       dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
     const std::map<GpuId, std::string> blocked = MigBlockedLocked();
-    for (const auto& [key, gpu] : ledger_gpus_) {
-      if (blocked.contains(gpu) || FencedLocked(key)) {
+    for (const auto& [key, gpu] : inventory_.gpus()) {
+      if (blocked.contains(gpu) || inventory_.Fenced(key)) {
         dr.excluded_targets.push_back(gpu);
       }
     }
@@ -195,7 +195,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
 
     auto where = [&](NodeId node, GpuId gpu) {
       mu_.AssertHeld();  // runs here, under mu_
-      const GpuKey& key = gpu_keys_.at(gpu);
+      const GpuKey& key = inventory_.KeyOf(gpu);
       (void)node;
       return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
     };
@@ -605,9 +605,9 @@ ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
   ReservedTarget out;
   if (!want) return out;
   MutexLock lock(mu_);
-  auto lnode = ledger_nodes_.find(want->node_row);
-  auto lgpu = ledger_gpus_.find(GpuKey{want->node_row, want->gpu_index});
-  if (lnode == ledger_nodes_.end() || lgpu == ledger_gpus_.end()) {
+  auto lnode = inventory_.nodes().find(want->node_row);
+  auto lgpu = inventory_.gpus().find(GpuKey{want->node_row, want->gpu_index});
+  if (lnode == inventory_.nodes().end() || lgpu == inventory_.gpus().end()) {
     out.refused = "the target GPU is gone";
     return out;
   }
@@ -618,7 +618,7 @@ ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
   r.memory_mib = want->task.memory_mib;
   if (want->task.compute_percent)
     r.compute_percent = *want->task.compute_percent;
-  r.allowed_models = AllowedModelsLocked(want->task.gpu_type);
+  r.allowed_models = inventory_.AllowedModels(want->task.gpu_type);
   r.pinned_node = lnode->second;
   r.pinned_gpu = lgpu->second;
   ledger::PlacementResult placed = PlaceLocked(r);
@@ -744,7 +744,7 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
     MutexLock lock(mu_);
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_
-      for (const auto& [row, node] : ledger_nodes_) {
+      for (const auto& [row, node] : inventory_.nodes()) {
         scheduler::RoomSummary room = scheduler::MeasureRoom(view, node);
         if (room.fragmentation >= options_.defrag_auto_threshold) {
           fragmented.push_back({NodeName(row), std::move(room)});

@@ -43,12 +43,12 @@ metrics::Families ControlPlane::CollectMetrics() {
       for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
         const GpuId id(slot);
         if (!view.HasGpu(id)) continue;
-        auto key = gpu_keys_.find(id);
-        if (key == gpu_keys_.end()) continue;
+        const GpuKey* key = inventory_.FindKey(id);
+        if (key == nullptr) continue;
         const ledger::GpuRecord& g = view.gpu(id);
         Gpu out_gpu;
-        out_gpu.node_id = key->second.node_id;
-        out_gpu.index = key->second.index;
+        out_gpu.node_id = key->node_id;
+        out_gpu.index = key->index;
         out_gpu.total_mib = static_cast<double>(g.spec.memory_mib);
         out_gpu.accounted_mib = static_cast<double>(g.used_memory_mib);
         out_gpu.compute_percent = g.used_compute_percent;

@@ -150,14 +150,14 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     MutexLock lock(mu_);
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_
-      for (const auto& [key, gpu] : ledger_gpus_) {
+      for (const auto& [key, gpu] : inventory_.gpus()) {
         if (key.node_id == *node_row && view.HasGpu(gpu) &&
             !view.gpu(gpu).empty()) {
           occupied.insert(key.index);
         }
       }
     });
-    fenced = FenceRegistrationLocked(*node_row, report);
+    fenced = inventory_.FenceRegistration(*node_row, report);
   }
   std::optional<ReportNumber> newer_applied;
   ReaderLock gate(write_gate_);
@@ -249,13 +249,14 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     return Status::Ok();
   });
   MutexLock lock(mu_);
-  EndRegistrationLocked(fenced);
+  inventory_.EndRegistration(fenced);
   HF_RETURN_IF_ERROR(written);
   if (newer_applied) return AppliedNodeReport{stored, newer_applied};
   names_.SetNode(stored.id, stored.name);
-  node_hook_[stored.id] = report.hook_available;
-  for (const GpuRow& g : gpus) HF_RETURN_IF_ERROR(SyncGpuLocked(stored, g));
-  auto node_id = LedgerNodeLocked(stored);
+  inventory_.SetHook(stored.id, report.hook_available);
+  for (const GpuRow& g : gpus)
+    HF_RETURN_IF_ERROR(inventory_.SyncGpu(stored, g));
+  auto node_id = inventory_.SyncNode(stored);
   if (!node_id.ok()) return node_id.status();
   // Applied in full: a heartbeat that repeats it is answered from memory.
   beats_.Applied(report, stored, now, monotonic_->NowMillis());
@@ -654,7 +655,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   a.kind = task->gpu_required > 0 ? ledger::RequestKind::kWholeGpus
                                   : ledger::RequestKind::kSlice;
   for (int index : report.gpu_indices) {
-    auto gpu = LedgerGpuLocked(node.id, index);
+    auto gpu = inventory_.Gpu(node.id, index);
     if (!gpu.ok()) return gpu.status();
     a.gpus.push_back(*gpu);
   }
@@ -695,7 +696,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   row.node_id = node.id;
   row.whole = restored->kind == ledger::RequestKind::kWholeGpus;
   for (GpuId g : restored->gpus) {
-    row.gpu_indices.push_back(gpu_keys_.at(g).index);
+    row.gpu_indices.push_back(inventory_.KeyOf(g).index);
   }
   row.memory_mib = restored->memory_mib;
   row.compute_percent = restored->compute_percent;
@@ -1158,8 +1159,7 @@ StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
   }));
   MutexLock lock(mu_);
   for (NodeView& v : out) {
-    auto it = node_hook_.find(v.node.id);
-    v.hook_available = it != node_hook_.end() && it->second;
+    v.hook_available = inventory_.Hook(v.node.id);
     // A heartbeat answered from memory since the row was written.
     if (const auto beat = beats_.LastBeatAt(v.node.id);
         beat && *beat > v.node.last_heartbeat_at) {

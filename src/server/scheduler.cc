@@ -57,28 +57,10 @@ scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu,
     mu_.AssertHeld();  // runs here, under mu_
     const ledger::GpuRecord& g = view.gpu(gpu);
     const ledger::NodeRecord& n = view.node(g.node);
-    bool hook = false;
-    auto row = node_rows_.find(g.node);
-    if (row != node_rows_.end()) {
-      auto h = node_hook_.find(row->second);
-      hook = h != node_hook_.end() && h->second;
-    }
+    const bool hook = inventory_.Hook(inventory_.NodeRowOf(g.node));
     qos = scheduler::DeriveQos(g.spec, n.spec.containerized, hook, whole_gpus);
   });
   return qos;
-}
-
-std::vector<std::string> ControlPlane::AllowedModelsLocked(
-    const std::string& vendor) const {
-  if (vendors_models_.size() <= 1 && vendors_models_.contains(vendor)) {
-    return {};  // every GPU is of that vendor
-  }
-  auto it = vendors_models_.find(vendor);
-  if (it == vendors_models_.end() || it->second.empty()) {
-    // Matches no GPU: the failure explains it as a model mismatch.
-    return {"(no " + vendor + " GPU in the cluster)"};
-  }
-  return {it->second.begin(), it->second.end()};
 }
 
 ledger::PlacementRequest ControlPlane::RequestForTaskLocked(
@@ -93,7 +75,7 @@ ledger::PlacementRequest ControlPlane::RequestForTaskLocked(
     request.memory_mib = task.memory_mib;
     if (task.compute_percent) request.compute_percent = *task.compute_percent;
   }
-  request.allowed_models = AllowedModelsLocked(task.gpu_type);
+  request.allowed_models = inventory_.AllowedModels(task.gpu_type);
   return request;
 }
 
@@ -127,8 +109,8 @@ ledger::PlacementResult ControlPlane::PlaceLocked(
 std::map<GpuId, std::string> ControlPlane::MigBlockedLocked() const {
   std::map<GpuId, std::string> out;
   for (auto& [key, why] : mig_.AllBlocked(monotonic_->NowMillis())) {
-    auto id = ledger_gpus_.find(key);
-    if (id != ledger_gpus_.end()) out.emplace(id->second, std::move(why));
+    auto id = inventory_.gpus().find(key);
+    if (id != inventory_.gpus().end()) out.emplace(id->second, std::move(why));
   }
   return out;
 }
@@ -262,10 +244,10 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.id = static_cast<RowId>(a.id.value());
       slice.task_id = task.id;
       slice.tenant_id = task.tenant_id;
-      slice.node_id = node_rows_.at(a.node);
+      slice.node_id = inventory_.NodeRowOf(a.node);
       slice.whole = a.kind == ledger::RequestKind::kWholeGpus;
       for (GpuId g : a.gpus) {
-        slice.gpu_indices.push_back(gpu_keys_.at(g).index);
+        slice.gpu_indices.push_back(inventory_.KeyOf(g).index);
       }
       slice.memory_mib = a.memory_mib;
       slice.compute_percent = a.compute_percent;

@@ -91,7 +91,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         stats.policy_tasks_learned = observer_->tasks_observed();
       }
     }
-    std::map<RowId, bool> hooks = node_hook_;
+    std::map<RowId, bool> hooks = inventory_.hooks();
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_
       const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
@@ -107,8 +107,8 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
           if (!mine) continue;
         }
         const ledger::NodeRecord& n = view.node(g.node);
-        auto key = gpu_keys_.find(id);
-        if (key == gpu_keys_.end()) continue;
+        const GpuKey* key = inventory_.FindKey(id);
+        if (key == nullptr) continue;
         Pending p;
         GpuStats& s = p.stats;
         s.index = g.spec.index;
@@ -118,7 +118,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         s.lost = !g.healthy();
         s.mig_capable = g.spec.mig_capable;
         s.mps_capable = g.spec.mps_capable;
-        auto hook = hooks.find(key->second.node_id);
+        auto hook = hooks.find(key->node_id);
         s.qos_level = std::string(scheduler::QosLevelName(
             scheduler::DeriveQos(g.spec, n.spec.containerized,
                                  hook != hooks.end() && hook->second)
@@ -128,7 +128,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         s.accounted_compute_percent = g.used_compute_percent;
         s.slices = g.allocation_count;
         s.whole_owned = g.whole_owned;
-        s.node = std::to_string(key->second.node_id);  // named below
+        s.node = std::to_string(key->node_id);  // named below
         for (const auto& [tenant, count] : g.tenants)
           p.tenants.push_back(tenant);
         nodes.insert(g.node);
@@ -159,7 +159,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         if (a.tenant != *only) continue;
         ++stats.live_slices;
         for (GpuId g : a.gpus) {
-          const GpuKey& k = gpu_keys_.at(g);
+          const GpuKey& k = inventory_.KeyOf(g);
           auto& m = mine[{k.node_id, k.index}];
           m.first += a.kind == ledger::RequestKind::kWholeGpus
                          ? a.memory_mib / static_cast<MemoryMib>(a.gpus.size())
@@ -266,11 +266,11 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   if (node) {
     // The operator's node (and GPU): a filter of the placement pipeline; the
     // ledger's rules and the policy decide the rest.
-    auto ledger_node = LedgerNodeLocked(*node);
+    auto ledger_node = inventory_.SyncNode(*node);
     if (!ledger_node.ok()) return ledger_node.status();
     pr.pinned_node = *ledger_node;
     if (request.gpu_index) {
-      auto g = LedgerGpuLocked(node->id, *request.gpu_index);
+      auto g = inventory_.Gpu(node->id, *request.gpu_index);
       if (!g.ok()) {
         return Status::InvalidArgument("node '" + node->name + "' has no GPU " +
                                            std::to_string(*request.gpu_index),
@@ -303,8 +303,8 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   SliceRow slice;
   slice.id = static_cast<RowId>(a.id.value());
   slice.tenant_id = tenant->id;
-  slice.node_id = node_rows_.at(a.node);
-  slice.gpu_indices = {gpu_keys_.at(a.gpus.front()).index};
+  slice.node_id = inventory_.NodeRowOf(a.node);
+  slice.gpu_indices = {inventory_.KeyOf(a.gpus.front()).index};
   slice.memory_mib = a.memory_mib;
   slice.compute_percent = a.compute_percent;
   slice.compute_defaulted = a.compute_defaulted;
@@ -353,7 +353,7 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   bool fenced = false;
   {
     MutexLock lock(mu_);
-    fenced = unrestored_.contains(id);
+    fenced = inventory_.Unrestored(id);
   }
   std::optional<store::NodeRow> node;
   std::vector<store::GpuRow> gpus;
@@ -406,7 +406,7 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
-  HF_RETURN_IF_ERROR(UnfenceLocked(id, node, gpus));
+  HF_RETURN_IF_ERROR(inventory_.Unfence(id, node, gpus));
   return out;
 }
 
@@ -626,15 +626,15 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
     ExpireApprovalsLocked();  // as every placement does first
     for (Asked& a : asked) {
       if (a.gpu_type)
-        a.request.allowed_models = AllowedModelsLocked(*a.gpu_type);
+        a.request.allowed_models = inventory_.AllowedModels(*a.gpu_type);
       found[a.id];
     }
     // What PlaceLocked and the defragmentation planner leave out, worked
     // out before the ledger's lock is taken (MigBlockedLocked reads it).
     std::set<GpuId> skipped;
     for (const auto& [gpu, why] : MigBlockedLocked()) skipped.insert(gpu);
-    for (const auto& [key, gpu] : ledger_gpus_) {
-      if (FencedLocked(key)) skipped.insert(gpu);
+    for (const auto& [key, gpu] : inventory_.gpus()) {
+      if (inventory_.Fenced(key)) skipped.insert(gpu);
     }
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_
@@ -643,7 +643,7 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
       for (const Asked& a : asked) {
         tenant_keys.push_back(view.SharingKeyOf(a.request.tenant));
       }
-      for (const auto& [key, gpu] : ledger_gpus_) {
+      for (const auto& [key, gpu] : inventory_.gpus()) {
         if (skipped.contains(gpu) || !view.HasGpu(gpu)) continue;
         const ledger::GpuRecord& g = view.gpu(gpu);
         for (std::size_t i = 0; i < asked.size(); ++i) {

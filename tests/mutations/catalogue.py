@@ -198,7 +198,7 @@ MUTATIONS = [
     dict(
         name="node-resources-shifted",
         hole="found: node CPU/memory << 20 overflows the placement index",
-        file="src/server/control_plane.cc",
+        file="src/server/inventory.cc",
         old="""  spec.cpu_milli = ledger::kMaxNodeCpuMilli;
   spec.host_memory_mib = ledger::kMaxNodeHostMemoryMib;""",
         new="""  spec.cpu_milli = std::min<std::int64_t>(node.cpu_milli << 20,
