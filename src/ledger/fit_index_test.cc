@@ -1,8 +1,10 @@
-// Tests for FitIndex, the augmented treap behind Best-Fit placement: insert,
-// erase and SetAttrs; FindFirst's ordering by (primary, rank, id), its
+// Tests for FitIndex, the augmented B+-tree behind Best-Fit placement:
+// insert, erase and SetAttrs; FindFirst's ordering by (primary, rank, id), its
 // min_primary bound, its pruning on every attribute (model mask included) and
 // the caller's accept predicate; SizeOf / Contains / KeyOf; several trees in
-// one pool; and a randomized comparison against a brute-force model.
+// one pool; and randomized comparisons against a brute-force model, small
+// (many ties) and large (trees several levels deep that split, merge,
+// redistribute and collapse).
 #include "ledger/fit_index.h"
 
 #include <gtest/gtest.h>
@@ -371,6 +373,205 @@ TEST(FitIndexRandomTest, MatchesBruteForceModel) {
   EXPECT_GT(finds, 1000);
   EXPECT_GT(found_non_nil, 100);
   EXPECT_LT(found_non_nil, finds);
+}
+
+// The slots FindFirst must offer to `accept`, in order: every entry of the
+// tree at or above the bound whose attributes cover `need`, in key order, up
+// to and including the first one accepted.
+std::vector<Slot> BruteOffers(const std::vector<ModelEntry>& model, int tree,
+                              std::int64_t min_primary, const FitAttrs& need,
+                              const std::function<bool(Slot)>& accept) {
+  std::vector<Slot> order;
+  for (Slot s = 0; s < model.size(); ++s) {
+    const ModelEntry& e = model[s];
+    if (e.tree == tree && e.key.primary >= min_primary &&
+        e.attrs.Covers(need)) {
+      order.push_back(s);
+    }
+  }
+  std::sort(order.begin(), order.end(),
+            [&](Slot a, Slot b) { return model[a].key < model[b].key; });
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (accept(order[i])) {
+      order.resize(i + 1);
+      break;
+    }
+  }
+  return order;
+}
+
+TEST(FitIndexTest, OffersEveryCandidateInKeyOrderAcrossNodes) {
+  // Enough entries for several levels; the accept predicate sees every
+  // covering entry at or above the bound, once each, in key order.
+  FitIndex index;
+  FitIndex::Root root = FitIndex::kNil;
+  constexpr Slot kN = 40 * FitIndex::kFanout * FitIndex::kFanout / 4;
+  for (Slot s = 0; s < kN; ++s) {
+    // Interleaved primaries so neighbouring slots land in different leaves.
+    const auto primary = static_cast<std::int64_t>((s * 7919) % kN);
+    index.Insert(
+        root, s,
+        FitKey{primary / 3, static_cast<std::uint64_t>(primary % 3), s},
+        Attrs(static_cast<std::int64_t>(s % 10) * 10));
+  }
+  std::vector<Slot> asked;
+  EXPECT_EQ(index.FindFirst(root, 100, Need(80),
+                            [&](Slot s) {
+                              asked.push_back(s);
+                              return false;
+                            }),
+            FitIndex::kNil);
+  std::vector<Slot> want;
+  for (Slot s = 0; s < kN; ++s) {
+    if (s % 10 >= 8 && static_cast<std::int64_t>((s * 7919) % kN) / 3 >= 100) {
+      want.push_back(s);
+    }
+  }
+  std::sort(want.begin(), want.end(),
+            [&](Slot a, Slot b) { return index.KeyOf(a) < index.KeyOf(b); });
+  EXPECT_EQ(asked, want);
+}
+
+// Large trees, several levels deep, driven through phases that make every
+// node operation happen: ascending, descending and random bulk inserts (leaf
+// and inner splits, new roots), churn (erase and reinsert under new keys,
+// SetAttrs), and bulk erases to a handful of entries and to empty (borrowing
+// from and merging with siblings, roots collapsing). After each phase and
+// every few operations, queries must match a brute-force model, both the
+// answer and the exact sequence of slots offered to `accept`.
+TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
+  constexpr int kTrees = 3;
+  constexpr Slot kSlots = 6000;
+  std::mt19937_64 rng(20261206);
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  auto random_attrs = [&]() {
+    return FitAttrs{uniform(0, 100), uniform(0, 8000), uniform(0, 64000),
+                    std::uint64_t{1} << uniform(0, 5)};
+  };
+
+  FitIndex index;
+  std::vector<FitIndex::Root> roots(kTrees, FitIndex::kNil);
+  std::vector<ModelEntry> model(kSlots);
+  int queries = 0;
+  int found_non_nil = 0;
+
+  const auto insert = [&](Slot slot, int tree, std::int64_t primary) {
+    ModelEntry& e = model[slot];
+    e.tree = tree;
+    e.key = FitKey{primary, static_cast<std::uint64_t>(uniform(0, 2)), slot};
+    e.attrs = random_attrs();
+    index.Insert(roots[tree], slot, e.key, e.attrs);
+  };
+  const auto erase = [&](Slot slot) {
+    index.Erase(roots[model[slot].tree], slot);
+    model[slot].tree = -1;
+  };
+  const auto check = [&](const char* phase) {
+    for (int t = 0; t < kTrees; ++t) {
+      const auto n = static_cast<std::size_t>(
+          std::count_if(model.begin(), model.end(),
+                        [&](const ModelEntry& m) { return m.tree == t; }));
+      ASSERT_EQ(index.SizeOf(roots[t]), n) << phase << " tree " << t;
+      ASSERT_EQ(roots[t] == FitIndex::kNil, n == 0) << phase;
+    }
+    for (int q = 0; q < 6; ++q) {
+      const int tree = static_cast<int>(uniform(0, kTrees - 1));
+      const std::int64_t min_primary = uniform(-10, 3100);
+      std::uint64_t mask = 0;
+      while (mask == 0) mask = static_cast<std::uint64_t>(uniform(0, 63));
+      const FitAttrs need{uniform(0, 90), uniform(0, 7000), uniform(0, 60000),
+                          mask};
+      const Slot modulus = static_cast<Slot>(uniform(1, 5));
+      const auto accept = [&](Slot s) {
+        return modulus == 1 || s % modulus == 0;
+      };
+      std::vector<Slot> offered;
+      const Slot got =
+          index.FindFirst(roots[tree], min_primary, need, [&](Slot s) {
+            offered.push_back(s);
+            return accept(s);
+          });
+      const std::vector<Slot> want =
+          BruteOffers(model, tree, min_primary, need, accept);
+      ++queries;
+      found_non_nil += got != FitIndex::kNil;
+      ASSERT_EQ(got, BruteFindFirst(model, tree, min_primary, need, accept))
+          << phase << " tree " << tree << " min " << min_primary;
+      ASSERT_EQ(offered, want) << phase << " tree " << tree;
+    }
+    for (Slot s = 0; s < kSlots; s += 7) {
+      ASSERT_EQ(index.Contains(s), model[s].tree >= 0) << phase;
+      if (model[s].tree >= 0) {
+        ASSERT_EQ(index.KeyOf(s), model[s].key) << phase;
+        ASSERT_EQ(index.AttrsOf(s), model[s].attrs) << phase;
+      }
+    }
+  };
+
+  for (int round = 0; round < 2; ++round) {
+    // Ascending keys into tree 0, descending into tree 1, random into 2.
+    for (Slot s = 0; s < kSlots; ++s) {
+      if (s % 3 == 0) insert(s, 0, static_cast<std::int64_t>(s));
+      if (s % 3 == 1) insert(s, 1, static_cast<std::int64_t>(kSlots - s));
+      if (s % 3 == 2) insert(s, 2, uniform(0, 3000));
+      if (s % 500 == 0) check("bulk insert");
+    }
+    check("after bulk insert");
+    // Churn: moves between trees under new keys, attribute changes.
+    for (int op = 0; op < 20000; ++op) {
+      const Slot slot = static_cast<Slot>(uniform(0, kSlots - 1));
+      const int kind = static_cast<int>(uniform(0, 3));
+      if (kind == 0 && model[slot].tree >= 0) {
+        model[slot].attrs = random_attrs();
+        index.SetAttrs(roots[model[slot].tree], slot, model[slot].attrs);
+      } else if (model[slot].tree >= 0) {
+        erase(slot);
+      } else {
+        insert(slot, static_cast<int>(uniform(0, kTrees - 1)),
+               uniform(0, 3000));
+      }
+      if (op % 1000 == 0) check("churn");
+    }
+    check("after churn");
+    // Erase in key order from the front, from the back and at random, down
+    // to a few entries per tree, then everything.
+    std::vector<Slot> order;
+    for (Slot s = 0; s < kSlots; ++s) {
+      if (model[s].tree >= 0) order.push_back(s);
+    }
+    std::sort(order.begin(), order.end(),
+              [&](Slot a, Slot b) { return model[a].key < model[b].key; });
+    std::shuffle(order.begin() + static_cast<std::ptrdiff_t>(order.size() / 2),
+                 order.end(), rng);
+    std::size_t front = 0;
+    std::size_t back = order.size() / 2;
+    for (std::size_t k = 0; k + 20 < order.size(); ++k) {
+      // Alternate the sorted front half's ends with the shuffled back half.
+      Slot slot = 0;
+      if (k % 3 == 0 && front < back) {
+        slot = order[front++];
+      } else if (k % 3 == 1 && front < back) {
+        slot = order[--back];
+      } else {
+        slot = order.back();
+        order.pop_back();
+        if (order.size() < back) back = order.size();
+      }
+      if (model[slot].tree < 0) continue;
+      erase(slot);
+      if (k % 700 == 0) check("bulk erase");
+    }
+    check("a few left");
+    for (Slot s = 0; s < kSlots; ++s) {
+      if (model[s].tree >= 0) erase(s);
+    }
+    check("empty");
+  }
+  EXPECT_GT(queries, 300);
+  EXPECT_GT(found_non_nil, 50);
+  EXPECT_LT(found_non_nil, queries);
 }
 
 }  // namespace
