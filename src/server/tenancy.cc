@@ -1,6 +1,7 @@
 #include "server/tenancy.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "server/internal.h"
 
@@ -18,6 +19,12 @@ namespace {
 constexpr std::size_t kMaxReasonLength = 1024;
 // Approvals are exceptions, not a second group mechanism: at most a year.
 constexpr std::int64_t kMaxTtlSeconds = 366LL * 24 * 3600;
+
+// A lookup's failure: the store's "not found" told as `missing` (naming
+// what the caller asked for), any other failure as it is.
+Status OrMissing(const Status& failed, Status missing) {
+  return failed.code() == StatusCode::kNotFound ? std::move(missing) : failed;
+}
 
 }  // namespace
 
@@ -114,9 +121,8 @@ StatusOr<TenantRow> Tenancy::SetTenantGroup(
     new_group.reset();
     auto t = txn.FindTenant(name);
     if (!t.ok()) {
-      return t.status().code() == StatusCode::kNotFound
-                 ? Status::NotFound("no tenant '" + name + "'")
-                 : t.status();
+      return OrMissing(t.status(),
+                       Status::NotFound("no tenant '" + name + "'"));
     }
     std::optional<RowId> group_id;
     if (group) {
@@ -183,9 +189,7 @@ StatusOr<GroupRow> Tenancy::DeleteGroup(const Caller& caller,
     members.clear();
     auto g = txn.FindGroup(name);
     if (!g.ok()) {
-      return g.status().code() == StatusCode::kNotFound
-                 ? Status::NotFound("no group '" + name + "'")
-                 : g.status();
+      return OrMissing(g.status(), Status::NotFound("no group '" + name + "'"));
     }
     id = g->id;
     deleted = *g;
@@ -245,9 +249,8 @@ StatusOr<ApprovalRow> Tenancy::CreateApproval(const Caller& caller,
                           const char* field) -> StatusOr<RowId> {
       auto t = txn.FindTenant(name);
       if (t.ok()) return t->id;
-      return t.status().code() == StatusCode::kNotFound
-                 ? Status::InvalidArgument("no tenant '" + name + "'", field)
-                 : t.status();
+      return OrMissing(t.status(), Status::InvalidArgument(
+                                       "no tenant '" + name + "'", field));
     };
     auto a = find(request.tenant_a, "tenant_a");
     if (!a.ok()) return a.status();
