@@ -1,7 +1,6 @@
 #include "server/tenancy.h"
 
 #include <algorithm>
-#include <utility>
 
 #include "server/internal.h"
 
@@ -22,8 +21,8 @@ constexpr std::int64_t kMaxTtlSeconds = 366LL * 24 * 3600;
 
 // A lookup's failure: the store's "not found" told as `missing` (naming
 // what the caller asked for), any other failure as it is.
-Status OrMissing(const Status& failed, Status missing) {
-  return failed.code() == StatusCode::kNotFound ? std::move(missing) : failed;
+Status OrMissing(const Status& failed, const Status& missing) {
+  return failed.code() == StatusCode::kNotFound ? missing : failed;
 }
 
 }  // namespace
