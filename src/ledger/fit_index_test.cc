@@ -269,6 +269,24 @@ TEST(FitIndexTest, ManySequentialInsertsStayOrdered) {
 
 // ----------------------------------------------------------- randomized
 
+// Seeded random draws: integers, and attributes in the ranges the tests
+// use.
+class Draws {
+ public:
+  explicit Draws(std::uint64_t seed) : rng_(seed) {}
+  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_);
+  }
+  FitAttrs Attrs() {
+    return FitAttrs{Uniform(0, 100), Uniform(0, 8000), Uniform(0, 64000),
+                    std::uint64_t{1} << Uniform(0, 5)};
+  }
+  std::mt19937_64& engine() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
 // A brute-force model of a FitIndex holding several trees.
 struct ModelEntry {
   int tree = -1;  // -1: in no tree
@@ -295,14 +313,11 @@ TEST(FitIndexRandomTest, MatchesBruteForceModel) {
   constexpr int kTrees = 3;
   constexpr Slot kSlots = 200;
   constexpr int kOps = 6000;
-  std::mt19937_64 rng(20240607);
-  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  Draws draws(20240607);
+  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return draws.Uniform(lo, hi);
   };
-  auto random_attrs = [&]() {
-    return FitAttrs{uniform(0, 100), uniform(0, 8000), uniform(0, 64000),
-                    std::uint64_t{1} << uniform(0, 5)};
-  };
+  const auto random_attrs = [&] { return draws.Attrs(); };
 
   FitIndex index;
   std::vector<FitIndex::Root> roots(kTrees, FitIndex::kNil);
@@ -442,14 +457,11 @@ TEST(FitIndexTest, OffersEveryCandidateInKeyOrderAcrossNodes) {
 TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
   constexpr int kTrees = 3;
   constexpr Slot kSlots = 6000;
-  std::mt19937_64 rng(20261206);
-  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  Draws draws(20261206);
+  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return draws.Uniform(lo, hi);
   };
-  auto random_attrs = [&]() {
-    return FitAttrs{uniform(0, 100), uniform(0, 8000), uniform(0, 64000),
-                    std::uint64_t{1} << uniform(0, 5)};
-  };
+  const auto random_attrs = [&] { return draws.Attrs(); };
 
   FitIndex index;
   std::vector<FitIndex::Root> roots(kTrees, FitIndex::kNil);
@@ -544,7 +556,7 @@ TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
     std::sort(order.begin(), order.end(),
               [&](Slot a, Slot b) { return model[a].key < model[b].key; });
     std::shuffle(order.begin() + static_cast<std::ptrdiff_t>(order.size() / 2),
-                 order.end(), rng);
+                 order.end(), draws.engine());
     std::size_t front = 0;
     std::size_t back = order.size() / 2;
     for (std::size_t k = 0; k + 20 < order.size(); ++k) {
