@@ -3,13 +3,12 @@
 // GPUs (a registration in flight, a slice recovery could not restore) take
 // nothing new and come back as they were, and a task's gpu_type turns into
 // allowed models.
-#include "server/inventory.h"
-
 #include <gtest/gtest.h>
 
 #include <memory>
 
 #include "scheduler/policy/best_fit.h"
+#include "server/inventory.h"
 
 namespace hf::server {
 namespace {
