@@ -18,6 +18,20 @@ const GpuKey* Inventory::FindKey(GpuId gpu) const {
   return it == gpu_keys_.end() ? nullptr : &it->second;
 }
 
+std::set<int> Inventory::Occupied(store::RowId node) const {
+  std::set<int> out;
+  ledger_.Read([&](const ledger::ClusterView& view) {
+    for (auto it =
+             gpus_.lower_bound(GpuKey{node, std::numeric_limits<int>::min()});
+         it != gpus_.end() && it->first.node_id == node; ++it) {
+      if (view.HasGpu(it->second) && !view.gpu(it->second).empty()) {
+        out.insert(it->first.index);
+      }
+    }
+  });
+  return out;
+}
+
 bool Inventory::Hook(store::RowId node) const {
   auto it = hooks_.find(node);
   return it != hooks_.end() && it->second;

@@ -43,6 +43,8 @@ class Inventory {
   Status SyncGpu(const store::NodeRow& node, const store::GpuRow& gpu);
 
   const std::map<store::RowId, NodeId>& nodes() const { return nodes_; }
+  // The GPU indices of `node` that hold a slice now (reservations too).
+  std::set<int> Occupied(store::RowId node) const;
   const std::map<GpuKey, GpuId>& gpus() const { return gpus_; }
   std::optional<NodeId> FindNode(store::RowId node) const;
   StatusOr<GpuId> Gpu(store::RowId node, int index) const;

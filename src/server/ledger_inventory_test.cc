@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 
 #include "scheduler/policy/best_fit.h"
 #include "server/inventory.h"
@@ -106,7 +107,14 @@ TEST_F(InventoryTest, NodesAndGpusReachTheLedgerOnceEachAndMapBothWays) {
 
 TEST_F(InventoryTest, ADifferentCardSwapsInOnlyWhileItsGpuHoldsNothing) {
   ASSERT_TRUE(inventory_->SyncGpu(node_, Card(0, "GPU-a")).ok());
+  store::NodeRow other = node_;
+  other.id = 8;  // its larger GPU 0 holds nothing (Best-Fit)
+  other.name = "n2";
+  ASSERT_TRUE(inventory_->SyncGpu(other, Card(0, "GPU-o", 163840)).ok());
+  EXPECT_TRUE(inventory_->Occupied(node_.id).empty());
   ASSERT_EQ(PlaceOne(), 0);
+  EXPECT_EQ(inventory_->Occupied(node_.id), std::set<int>{0});
+  EXPECT_TRUE(inventory_->Occupied(other.id).empty());
   ASSERT_TRUE(inventory_->SyncGpu(node_, Card(0, "GPU-new", 40960)).ok());
   EXPECT_EQ(Spec(0).uuid, "GPU-a");  // a slice holds it: the old card stays
   for (const ledger::Allocation& a : ledger_->Allocations()) {

@@ -148,15 +148,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   std::vector<GpuKey> fenced;
   if (node_row) {
     MutexLock lock(mu_);
-    ledger_->Read([&](const ledger::ClusterView& view) {
-      mu_.AssertHeld();  // runs here, under mu_
-      for (const auto& [key, gpu] : inventory_.gpus()) {
-        if (key.node_id == *node_row && view.HasGpu(gpu) &&
-            !view.gpu(gpu).empty()) {
-          occupied.insert(key.index);
-        }
-      }
-    });
+    occupied = inventory_.Occupied(*node_row);
     fenced = inventory_.FenceRegistration(*node_row, report);
   }
   std::optional<ReportNumber> newer_applied;
