@@ -176,18 +176,13 @@ Status ControlPlane::MarkStuckCommands() {
     requeued = false;
     released.clear();
     std::vector<store::SliceRequestRow> due;
-    for (auto state : {store::SliceRequestState::kPending,
-                       store::SliceRequestState::kClaimed}) {
-      store::SliceRequestFilter f;
-      f.state = state;
-      HF_RETURN_IF_ERROR(ForEachSliceRequest(
-          txn, f, [&](store::SliceRequestRow& row) -> Status {
-            if (row.deadline_at != 0 && row.deadline_at <= now) {
-              due.push_back(row);
-            }
-            return Status::Ok();
-          }));
-    }
+    HF_RETURN_IF_ERROR(ForEachOpenSliceRequest(
+        txn, {}, [&](store::SliceRequestRow& row) -> Status {
+          if (row.deadline_at != 0 && row.deadline_at <= now) {
+            due.push_back(row);
+          }
+          return Status::Ok();
+        }));
     for (store::SliceRequestRow& row : due) {
       row.state = store::SliceRequestState::kStuck;
       row.error =

@@ -69,6 +69,19 @@ inline Status ForEachSliceRequest(
       fn);
 }
 
+// The MIG commands no agent has answered yet: pending, then claimed (`f`'s
+// state is set for each).
+inline Status ForEachOpenSliceRequest(
+    store::Txn& txn, store::SliceRequestFilter f,
+    const std::function<Status(store::SliceRequestRow&)>& fn) {
+  for (auto state : {store::SliceRequestState::kPending,
+                     store::SliceRequestState::kClaimed}) {
+    f.state = state;
+    HF_RETURN_IF_ERROR(ForEachSliceRequest(txn, f, fn));
+  }
+  return Status::Ok();
+}
+
 inline Status ForEachSlice(store::Txn& txn, store::SliceFilter f,
                            const std::function<Status(store::SliceRow&)>& fn) {
   return ForEachRow<store::SliceRow>(

@@ -552,18 +552,14 @@ Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
       if (!s.mig_device_id.empty()) owned.insert(s.mig_device_id);
       return Status::Ok();
     }));
-    for (auto state : {store::SliceRequestState::kPending,
-                       store::SliceRequestState::kClaimed}) {
-      store::SliceRequestFilter rf;
-      rf.node_id = node.id;
-      rf.state = state;
-      HF_RETURN_IF_ERROR(ForEachSliceRequest(
-          txn, rf, [&](store::SliceRequestRow& r) -> Status {
-            if (r.action == "create") creating.insert(r.gpu_index);
-            if (!r.device_id.empty()) owned.insert(r.device_id);
-            return Status::Ok();
-          }));
-    }
+    store::SliceRequestFilter rf;
+    rf.node_id = node.id;
+    HF_RETURN_IF_ERROR(ForEachOpenSliceRequest(
+        txn, rf, [&](store::SliceRequestRow& r) -> Status {
+          if (r.action == "create") creating.insert(r.gpu_index);
+          if (!r.device_id.empty()) owned.insert(r.device_id);
+          return Status::Ok();
+        }));
     return Status::Ok();
   }));
   const MigBook::Noted noted =

@@ -56,28 +56,24 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
     // slice released now; a create the agent is executing is left to
     // finish, and its result writes the destroy (ReportSliceRequest).
     bool in_flight = false;
-    for (auto state : {store::SliceRequestState::kPending,
-                       store::SliceRequestState::kClaimed}) {
-      store::SliceRequestFilter f;
-      f.node_id = slice.node_id;
-      f.state = state;
-      HF_RETURN_IF_ERROR(ForEachSliceRequest(
-          txn, f, [&](store::SliceRequestRow& row) -> Status {
-            if (row.slice_id != slice.id || row.action != "create") {
-              return Status::Ok();
-            }
-            if (state == store::SliceRequestState::kPending) {
-              row.state = store::SliceRequestState::kFailed;
-              row.error =
-                  "withdrawn: the slice was released before the agent "
-                  "claimed the command";
-              row.finished_at = now;
-              return txn.UpdateSliceRequest(row);
-            }
-            in_flight = true;
+    store::SliceRequestFilter f;
+    f.node_id = slice.node_id;
+    HF_RETURN_IF_ERROR(ForEachOpenSliceRequest(
+        txn, f, [&](store::SliceRequestRow& row) -> Status {
+          if (row.slice_id != slice.id || row.action != "create") {
             return Status::Ok();
-          }));
-    }
+          }
+          if (row.state == store::SliceRequestState::kPending) {
+            row.state = store::SliceRequestState::kFailed;
+            row.error =
+                "withdrawn: the slice was released before the agent "
+                "claimed the command";
+            row.finished_at = now;
+            return txn.UpdateSliceRequest(row);
+          }
+          in_flight = true;
+          return Status::Ok();
+        }));
     if (in_flight) {
       slice.state = store::SliceState::kReleasing;
       HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
