@@ -104,7 +104,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
           this),
       tasks_(store, clock, &tenancy_, this),
       queue_(options_.resync_interval_ms),
-      inventory_(*ledger_, names_, queue_) {}
+      inventory_(*ledger_, names_, queue_),
+      ledger_tenancy_(*ledger_, queue_, *clock) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -271,9 +272,11 @@ Status ControlPlane::Recover() {
   MutexLock lock(mu_);
   names_.SetAll(groups, tenants, nodes);
   for (const GroupRow& g : groups) {
-    HF_RETURN_IF_ERROR(ledger_->DefineGroup(GroupId(g.id)));
+    HF_RETURN_IF_ERROR(ledger_tenancy_.DefineGroup(g.id));
   }
-  for (const TenantRow& t : tenants) HF_RETURN_IF_ERROR(SyncTenantLocked(t));
+  for (const TenantRow& t : tenants) {
+    HF_RETURN_IF_ERROR(ledger_tenancy_.SyncTenant(t));
+  }
   std::map<RowId, const store::NodeRow*> node_by_id;
   for (const store::NodeRow& n : nodes) {
     node_by_id[n.id] = &n;
@@ -291,10 +294,7 @@ Status ControlPlane::Recover() {
   // Every approval counts while the slices are restored (slices placed
   // under one that has since expired or been revoked are still live); then
   // only those in force stay.
-  for (const store::ApprovalRow& a : approvals) {
-    HF_RETURN_IF_ERROR(
-        ledger_->ApproveSharing(TenantId(a.tenant_a), TenantId(a.tenant_b)));
-  }
+  HF_RETURN_IF_ERROR(ledger_tenancy_.BeginRestore(approvals));
 
   // Live slices, page by page.
   int restored = 0;
@@ -379,11 +379,7 @@ Status ControlPlane::Recover() {
       }
     }
   }
-  for (const store::ApprovalRow& a : approvals) {
-    HF_RETURN_IF_ERROR(
-        ledger_->WithdrawSharing(TenantId(a.tenant_a), TenantId(a.tenant_b)));
-    HF_RETURN_IF_ERROR(ApplyApprovalLocked(a));
-  }
+  HF_RETURN_IF_ERROR(ledger_tenancy_.EndRestore(approvals));
   if (restored > 0 || failed > 0) {
     spdlog::info("recovery: {} live slices restored, {} refused", restored,
                  failed);
@@ -426,19 +422,6 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
     h.reason = reason;
     return txn.AppendHistory(h).status();
   });
-}
-
-Status ControlPlane::SyncTenantLocked(const TenantRow& tenant) {
-  auto it = tenant_groups_.find(tenant.id);
-  if (it != tenant_groups_.end() && it->second == tenant.group_id) {
-    return Status::Ok();
-  }
-  tenant_groups_[tenant.id] = tenant.group_id;
-  std::optional<GroupId> group;
-  if (tenant.group_id) group = GroupId(*tenant.group_id);
-  HF_RETURN_IF_ERROR(ledger_->SetTenantGroup(TenantId(tenant.id), group));
-  queue_.CapacityFreed();
-  return Status::Ok();
 }
 
 ledger::Allocation ControlPlane::AllocationFromRow(

@@ -45,10 +45,12 @@
 #include "server/identity.h"
 #include "server/inventory.h"
 #include "server/leadership.h"
+#include "server/ledger_tenancy.h"
 #include "server/mig_book.h"
 #include "server/names.h"
 #include "server/node_beats.h"
 #include "server/page.h"
+#include "server/pending_tasks.h"
 #include "server/scheduler_queue.h"
 #include "server/slice_env.h"
 #include "server/slice_usage.h"
@@ -462,12 +464,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   metrics::Families CollectMetrics();
 
  private:
-  struct PendingTask {
-    store::TaskRow row;
-    std::uint64_t failed_generation = 0;
-    store::Millis last_try = 0;
-  };
-
   ControlPlane(store::Store* store, const Clock* clock,
                ControlPlaneOptions options,
                std::unique_ptr<ledger::Ledger> ledger,
@@ -498,7 +494,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // (`recovery_refused`). REQUIRES: mu_ held.
   Status FenceUnrestoredLocked(const store::SliceRow& slice,
                                const std::string& why) HF_REQUIRES(mu_);
-  Status SyncTenantLocked(const store::TenantRow& tenant) HF_REQUIRES(mu_);
   // TenancyLedger: a tenancy change committed (Tenancy); each takes mu_.
   Status GroupCreated(const store::GroupRow& group) override HF_EXCLUDES(mu_);
   Status TenantChanged(const store::TenantRow& tenant) override
@@ -588,17 +583,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                         const std::string& node);
 
-  // Makes `row` count in the ledger if it is active now.
-  Status ApplyApprovalLocked(const store::ApprovalRow& row) HF_REQUIRES(mu_);
-  // Withdraws `id` from the ledger if it counts there.
-  Status WithdrawApprovalLocked(RowId id) HF_REQUIRES(mu_);
-  // Withdraws approvals past their expiry; cheap when none is due. Every
-  // placement calls it first, so an expired approval never places a slice.
-  void ExpireApprovalsLocked() HF_REQUIRES(mu_);
-
-  // Pending tasks by reason class into the telemetry.
-  void NotePendingReasons() HF_REQUIRES(bind_mu_);
-
   void SchedulerLoop();
   void GcLoop();
   void DefragLoop();
@@ -663,20 +647,12 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // GPU rows reach the ledger in commit order without mu_ held across the
   // write. Taken before write_gate_ and mu_.
   std::array<Mutex, 64> register_mu_;
-  std::map<RowId, std::optional<RowId>> tenant_groups_ HF_GUARDED_BY(mu_);
-  // Approvals that count in the ledger now, with their expiry.
-  std::map<RowId, store::ApprovalRow> applied_approvals_ HF_GUARDED_BY(mu_);
   // The MIG partitions the agents report, the orphaned ones, and the MIG
   // GPUs that take no new gold slice. Its own lock (order: mu_, then it).
   MigBook mig_;
   // The hook usage reported per live slice (rendered without mu_). Its own
   // lock (order: mu_, then it).
   SliceUsage usage_;
-  store::Millis next_approval_expiry_ HF_GUARDED_BY(mu_) =
-      std::numeric_limits<store::Millis>::max();
-  // GPU models per vendor, to turn a task's gpu_type into allowed models.
-  std::map<std::string, std::set<std::string>> vendors_models_
-      HF_GUARDED_BY(mu_);
 
   // Tenant, node and group names, and the card the ledger holds at each
   // (node, index): slices, commands and a slice's env (built inside store
@@ -698,9 +674,13 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // The ledger's mirror of the store's inventory: node and GPU ids, hooks,
   // models per vendor, fenced GPUs. Changes the ledger, so under mu_.
   Inventory inventory_ HF_GUARDED_BY(mu_);
-  Mutex bind_mu_;  // one bind pass at a time; guards pending_
-  std::map<RowId, PendingTask> pending_ HF_GUARDED_BY(bind_mu_);
-  std::atomic<int> pending_count_{0};
+  // The ledger's side of tenancy: tenants' groups and the sharing
+  // approvals in force. Changes the ledger, so under mu_.
+  LedgerTenancy ledger_tenancy_ HF_GUARDED_BY(mu_);
+  Mutex bind_mu_;  // one bind pass at a time (taken before write_gate_)
+  // The tasks waiting to be bound, and when each is due to be tried again.
+  // Its own lock, a leaf; the bind pass is its only writer.
+  PendingTasks pending_;
 
   const std::unique_ptr<Telemetry> telemetry_ = std::make_unique<Telemetry>();
 

@@ -11,14 +11,6 @@ namespace {
 constexpr double kMib = 1024.0 * 1024.0;
 }
 
-void ControlPlane::NotePendingReasons() {
-  std::map<std::string, int> by_reason;
-  for (const auto& [id, p] : pending_) {
-    ++by_reason[PendingReasonClass(p.row.pending_reason)];
-  }
-  telemetry_->SetPending(std::move(by_reason));
-}
-
 metrics::Families ControlPlane::CollectMetrics() {
   metrics::Families out = telemetry_->CollectState();
   if (!recovered_.load()) return out;  // a follower holds no ledger

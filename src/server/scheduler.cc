@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <set>
 #include <string_view>
 
@@ -81,7 +82,7 @@ ledger::PlacementRequest ControlPlane::RequestForTaskLocked(
 
 ledger::PlacementResult ControlPlane::PlaceLocked(
     ledger::PlacementRequest request) {
-  ExpireApprovalsLocked();
+  ledger_tenancy_.ExpireDue();
   // The MIG GPUs that take no new partition now are a filter of the
   // pipeline: excluded up front, named if nothing else fits.
   std::string blocked;
@@ -146,7 +147,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   std::vector<RowId>& created = work.committed;
   const bool resync = work.resync;
   if (resync) {
-    std::map<RowId, PendingTask> fresh;
+    std::vector<TaskRow> rows;
     RowId after = 0;
     for (;;) {
       std::vector<TaskRow> page;
@@ -155,35 +156,22 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
         f.state = TaskState::kPending;
         f.after_id = after;
         f.limit = 1000;
-        auto rows = txn.ListTasks(f);
-        if (!rows.ok()) return rows.status();
-        page = std::move(*rows);
+        auto listed = txn.ListTasks(f);
+        if (!listed.ok()) return listed.status();
+        page = std::move(*listed);
         return Status::Ok();
       }));
       if (page.empty()) break;
       after = page.back().id;
-      for (TaskRow& t : page) {
-        PendingTask entry;
-        auto old = pending_.find(t.id);
-        if (old != pending_.end() && old->second.row.version == t.version) {
-          entry = old->second;
-        }
-        entry.row = std::move(t);
-        fresh[entry.row.id] = std::move(entry);
-      }
+      std::move(page.begin(), page.end(), std::back_inserter(rows));
     }
-    pending_ = std::move(fresh);
+    pending_.Replace(std::move(rows));
   }
-  for (TaskRow& t : incoming) {
-    const RowId id = t.id;
-    if (!pending_.contains(id)) pending_[id] = PendingTask{std::move(t)};
-  }
+  for (TaskRow& t : incoming) pending_.Add(std::move(t));
   // Tasks other instances created (the task feed): read those not held.
-  std::vector<RowId> unknown;
-  for (RowId id : created) {
-    if (!pending_.contains(id)) unknown.push_back(id);
-  }
-  if (!resync && !unknown.empty()) {
+  const std::vector<RowId> unknown =
+      resync ? std::vector<RowId>{} : pending_.Unknown(created);
+  if (!unknown.empty()) {
     std::vector<TaskRow> rows;
     HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
       rows.clear();
@@ -197,23 +185,13 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       }
       return Status::Ok();
     }));
-    for (TaskRow& t : rows) {
-      const RowId id = t.id;
-      pending_.try_emplace(id, PendingTask{std::move(t)});
-    }
+    for (TaskRow& t : rows) pending_.Add(std::move(t));
   }
-  pending_count_.store(static_cast<int>(pending_.size()));
 
   const std::uint64_t generation = queue_.generation();
   const store::Millis now = clock_->NowMillis();
-  std::vector<PendingTask*> batch;
-  for (auto& [id, entry] : pending_) {
-    if (static_cast<int>(batch.size()) >= options_.bind_batch) break;
-    const bool fresh_task = entry.failed_generation == 0;
-    const bool capacity_changed = entry.failed_generation != generation;
-    const bool retry_due = now - entry.last_try >= options_.retry_interval_ms;
-    if (fresh_task || capacity_changed || retry_due) batch.push_back(&entry);
-  }
+  const std::vector<TaskRow> batch = pending_.Due(
+      generation, now, options_.retry_interval_ms, options_.bind_batch);
   if (batch.empty()) return 0;
   if (more != nullptr) {
     *more = static_cast<int>(batch.size()) >= options_.bind_batch;
@@ -226,8 +204,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
   MutexLock lock(mu_);
-  for (PendingTask* entry : batch) {
-    const TaskRow& task = entry->row;
+  for (const TaskRow& task : batch) {
     Decision d;
     d.task_id = task.id;
     d.updated = task;
@@ -374,18 +351,14 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
         undo.push_back(SliceId(static_cast<std::uint64_t>(d.slice.id)));
       }
       if (d.claim_lost) {
-        pending_.erase(d.task_id);
+        pending_.Remove(d.task_id);
         lost_any = true;
       }
       continue;
     }
-    auto it = pending_.find(d.task_id);
     if (d.kind == Decision::kWaiting) {
-      if (it != pending_.end()) {
-        if (d.write) it->second.row = d.stored;
-        it->second.failed_generation = generation;
-        it->second.last_try = now;
-      }
+      pending_.Waited(d.task_id, d.write ? &d.stored : nullptr, generation,
+                      now);
       continue;
     }
     if (d.kind == Decision::kPlaced) {
@@ -393,15 +366,14 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       telemetry_->SliceLive(d.slice);
       telemetry_->Bound(static_cast<double>(now - d.stored.created_at) / 1e3);
     }
-    pending_.erase(d.task_id);
+    pending_.Remove(d.task_id);
   }
   if (!undo.empty()) {
     lock.Lock();
     for (SliceId id : undo) (void)ledger_->Release(id);
     lock.Unlock();
   }
-  pending_count_.store(static_cast<int>(pending_.size()));
-  NotePendingReasons();
+  telemetry_->SetPending(pending_.ByReasonClass());
   if (lost_any) queue_.RequestResync();
   if (!written.ok()) {
     queue_.CapacityFreed();  // the undone placements freed capacity again

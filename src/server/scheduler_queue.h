@@ -1,7 +1,7 @@
 // SchedulerQueue: what the scheduler must read before its next bind pass,
-// and when that pass runs. The bind pass itself (ControlPlane's, under
-// bind_mu_) keeps the pending tasks; this unit only collects the demand
-// and capacity changes that reach it from other threads:
+// and when that pass runs. The pending tasks themselves are held in
+// PendingTasks (pending_tasks.h); this unit only collects the demand and
+// capacity changes that reach the bind pass from other threads:
 // - tasks this instance created, queued whole (no store read to find them);
 // - ids the store's task feed reported committed (by any instance), less
 //   the ones created here, which are queued already;

@@ -180,7 +180,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
       stats.live_slices = static_cast<int>(ledger_->allocation_count());
       stats.free_memory_mib =
           stats.total_memory_mib - stats.accounted_memory_mib;
-      stats.pending_tasks = pending_count_.load();
+      stats.pending_tasks = pending_.size();
     }
   }
   for (Pending& p : rows) {
@@ -623,7 +623,7 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
   std::map<RowId, std::vector<std::pair<GpuKey, SliceTarget>>> found;
   if (!asked.empty()) {
     MutexLock lock(mu_);
-    ExpireApprovalsLocked();  // as every placement does first
+    ledger_tenancy_.ExpireDue();  // as every placement does first
     for (Asked& a : asked) {
       if (a.gpu_type)
         a.request.allowed_models = inventory_.AllowedModels(*a.gpu_type);
