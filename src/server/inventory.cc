@@ -7,6 +7,31 @@
 
 namespace hf::server {
 
+CardIdentity CardOf(const store::GpuRow& gpu) {
+  return {gpu.uuid,       gpu.vendor,   gpu.model,
+          gpu.memory_mib, gpu.cc_major, gpu.cc_minor};
+}
+
+CardIdentity CardOf(const ledger::GpuSpec& gpu) {
+  return {gpu.uuid,
+          gpu.vendor,
+          gpu.model,
+          gpu.memory_mib,
+          gpu.compute_capability_major,
+          gpu.compute_capability_minor};
+}
+
+CardIdentity CardOf(const wire::GpuReport& gpu) {
+  return {gpu.uuid,       gpu.vendor,   gpu.model,
+          gpu.memory_mib, gpu.cc_major, gpu.cc_minor};
+}
+
+std::pair<Inventory::GpuMap::const_iterator, Inventory::GpuMap::const_iterator>
+Inventory::GpusOf(store::RowId node) const {
+  return {gpus_.lower_bound(GpuKey{node, std::numeric_limits<int>::min()}),
+          gpus_.upper_bound(GpuKey{node, std::numeric_limits<int>::max()})};
+}
+
 std::optional<NodeId> Inventory::FindNode(store::RowId node) const {
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return std::nullopt;
@@ -20,10 +45,9 @@ const GpuKey* Inventory::FindKey(GpuId gpu) const {
 
 std::set<int> Inventory::Occupied(store::RowId node) const {
   std::set<int> out;
-  ledger_.Read([&](const ledger::ClusterView& view) {
-    for (auto it =
-             gpus_.lower_bound(GpuKey{node, std::numeric_limits<int>::min()});
-         it != gpus_.end() && it->first.node_id == node; ++it) {
+  const auto [first, last] = GpusOf(node);
+  ledger_.Read([&, from = first, to = last](const ledger::ClusterView& view) {
+    for (auto it = from; it != to; ++it) {
       if (view.HasGpu(it->second) && !view.gpu(it->second).empty()) {
         out.insert(it->first.index);
       }
@@ -108,11 +132,7 @@ Status Inventory::SyncGpu(const store::NodeRow& node,
   ledger_.Read([&](const ledger::ClusterView& view) {
     const ledger::GpuRecord& record = view.gpu(it->second);
     const ledger::GpuSpec& spec = record.spec;
-    replaced = record.empty() &&
-               (spec.uuid != gpu.uuid || spec.vendor != gpu.vendor ||
-                spec.model != gpu.model || spec.memory_mib != gpu.memory_mib ||
-                spec.compute_capability_major != gpu.cc_major ||
-                spec.compute_capability_minor != gpu.cc_minor);
+    replaced = record.empty() && CardOf(spec) != CardOf(gpu);
   });
   if (replaced) {
     // A different card at this index, holding nothing: swap it in.
@@ -152,21 +172,15 @@ std::vector<GpuKey> Inventory::FenceRegistration(
   std::map<int, const wire::GpuReport*> reported;
   for (const wire::GpuReport& g : report.gpus) reported[g.index] = &g;
   std::vector<GpuKey> fenced;
-  ledger_.Read([&](const ledger::ClusterView& view) {
-    for (auto it = gpus_.lower_bound(
-             GpuKey{node_row, std::numeric_limits<int>::min()});
-         it != gpus_.end() && it->first.node_id == node_row; ++it) {
+  const auto [first, last] = GpusOf(node_row);
+  ledger_.Read([&, from = first, to = last](const ledger::ClusterView& view) {
+    for (auto it = from; it != to; ++it) {
       if (!view.HasGpu(it->second)) continue;
       const ledger::GpuSpec& spec = view.gpu(it->second).spec;
       if (spec.health != ledger::GpuHealth::kOk) continue;  // takes nothing
       const auto r = reported.find(it->first.index);
-      const bool changes =
-          r == reported.end() || r->second->lost ||
-          spec.uuid != r->second->uuid || spec.vendor != r->second->vendor ||
-          spec.model != r->second->model ||
-          spec.memory_mib != r->second->memory_mib ||
-          spec.compute_capability_major != r->second->cc_major ||
-          spec.compute_capability_minor != r->second->cc_minor;
+      const bool changes = r == reported.end() || r->second->lost ||
+                           CardOf(spec) != CardOf(*r->second);
       if (changes) fenced.push_back(it->first);
     }
   });

@@ -15,6 +15,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -25,6 +27,23 @@
 #include "wire/node_wire.h"
 
 namespace hf::server {
+
+// The card at a GPU index, as opposed to its capabilities and health: a
+// different one there is a card swapped (the ledger's GPU replaced, the
+// stored row kept lost while it holds slices). Views into the row, spec or
+// report it was taken from.
+struct CardIdentity {
+  std::string_view uuid;
+  std::string_view vendor;
+  std::string_view model;
+  std::int64_t memory_mib = 0;
+  int cc_major = 0;
+  int cc_minor = 0;
+  friend bool operator==(const CardIdentity&, const CardIdentity&) = default;
+};
+CardIdentity CardOf(const store::GpuRow& gpu);
+CardIdentity CardOf(const ledger::GpuSpec& gpu);
+CardIdentity CardOf(const wire::GpuReport& gpu);
 
 class Inventory {
  public:
@@ -82,12 +101,17 @@ class Inventory {
   void EndRegistration(const std::vector<GpuKey>& fenced);
 
  private:
+  using GpuMap = std::map<GpuKey, GpuId>;
+  // The entries of stored node `node` in gpus_, by ascending index.
+  std::pair<GpuMap::const_iterator, GpuMap::const_iterator> GpusOf(
+      store::RowId node) const;
+
   ledger::Ledger& ledger_;
   Names& names_;
   SchedulerQueue& queue_;
   std::map<store::RowId, NodeId> nodes_;
   std::map<NodeId, store::RowId> node_rows_;
-  std::map<GpuKey, GpuId> gpus_;
+  GpuMap gpus_;
   std::map<GpuId, GpuKey> gpu_keys_;
   std::map<store::RowId, bool> hooks_;
   std::map<std::string, std::set<std::string>> vendors_models_;

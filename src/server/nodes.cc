@@ -90,17 +90,9 @@ GpuRow GpuRowFrom(RowId node_id, const GpuReport& g, Millis now) {
   return row;
 }
 
-// The card itself (as opposed to its capabilities and health).
-bool SameIdentity(const GpuRow& a, const GpuRow& b) {
-  return a.uuid == b.uuid && a.vendor == b.vendor && a.model == b.model &&
-         a.memory_mib == b.memory_mib && a.cc_major == b.cc_major &&
-         a.cc_minor == b.cc_minor;
-}
-
+// The same card with the same capabilities and health: nothing to write.
 bool SameGpu(const GpuRow& a, const GpuRow& b) {
-  return a.uuid == b.uuid && a.vendor == b.vendor && a.model == b.model &&
-         a.memory_mib == b.memory_mib && a.cc_major == b.cc_major &&
-         a.cc_minor == b.cc_minor && a.mig_capable == b.mig_capable &&
+  return CardOf(a) == CardOf(b) && a.mig_capable == b.mig_capable &&
          a.mps_capable == b.mps_capable && a.lost == b.lost;
 }
 
@@ -196,7 +188,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     for (const GpuReport& g : report.gpus) {
       GpuRow row_gpu = GpuRowFrom(stored.id, g, now);
       auto it = by_index.find(g.index);
-      if (it != by_index.end() && !SameIdentity(it->second, row_gpu) &&
+      if (it != by_index.end() && CardOf(it->second) != CardOf(row_gpu) &&
           occupied.contains(g.index)) {
         // Another card at an index whose slices are still live: keep the
         // old card on record, lost, until its slices are gone; then the
