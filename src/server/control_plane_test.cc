@@ -1401,6 +1401,35 @@ TEST_F(ControlPlaneTest, SharingApprovalLetsTwoTenantsShareUntilItExpires) {
   EXPECT_FALSE((*list)[0].ActiveAt(clock_.NowMillis()));
 }
 
+// An operator's slice is a placement like a task's: an approval past its
+// expiry places none next to the other tenant, though nothing else (no
+// bind pass) has noticed the expiry yet.
+TEST_F(ControlPlaneTest, AnExpiredApprovalPlacesNoOperatorSlice) {
+  Register(Node("n1", {Gpu(0)}));
+  const Caller a = TenantUser("a");
+  (void)TenantUser("b");
+  const TaskRow ta = Submit(a, 4096, 10);
+  Bind();
+  ASSERT_EQ(Get(ta.id).state, TaskState::kScheduled);
+  ApprovalCreate approve;
+  approve.tenant_a = "a";
+  approve.tenant_b = "b";
+  approve.reason = "pairing";
+  approve.expires_at = clock_.NowMillis() + 60'000;
+  ASSERT_TRUE(cp_->CreateApproval(admin_, approve).ok());
+  SliceCreate reserve;
+  reserve.tenant = "b";
+  reserve.node = "n1";
+  reserve.memory_mib = 1024;
+  reserve.compute_percent = 5;
+  auto shared = cp_->CreateSlice(admin_, reserve);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  clock_.Advance(60'000);
+  EXPECT_EQ(cp_->CreateSlice(admin_, reserve).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(cp_->CheckLedgerMatchesStore().ok());
+}
+
 TEST_F(ControlPlaneTest, RevokedApprovalClosesTheSharedGpu) {
   Register(Node("n1", {Gpu(0), Gpu(1)}));
   const Caller a = TenantUser("a");

@@ -175,15 +175,12 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     for (const Bound& b : bound) {
       scheduler::MovableSlice m;
       m.task_id = static_cast<std::uint64_t>(b.task.id);
-      m.request.tenant = TenantId(b.task.tenant_id);
-      m.request.kind = ledger::RequestKind::kSlice;
-      m.request.memory_mib = b.task.memory_mib;
-      if (b.task.compute_percent) {
-        m.request.compute_percent = *b.task.compute_percent;
-      }
-      m.request.allowed_models = inventory_.AllowedModels(b.task.gpu_type);
+      m.request = RequestForTaskLocked(b.task);  // a slice task's
       dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
+    // What every placement leaves out: approvals past their expiry, MIG
+    // GPUs that take no new partition, fenced GPUs.
+    ledger_tenancy_.ExpireDue();
     const std::map<GpuId, std::string> blocked = MigBlockedLocked();
     for (const auto& [key, gpu] : inventory_.gpus()) {
       if (blocked.contains(gpu) || inventory_.Fenced(key)) {

@@ -279,7 +279,9 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
       pr.pinned_gpu = *g;
     }
   }
-  ledger::PlacementResult result = ledger_->Place(pr, PolicyLocked());
+  // As every placement: expired approvals withdrawn first, the MIG GPUs
+  // that take no new partition left out.
+  ledger::PlacementResult result = PlaceLocked(pr);
   if (!result.placed()) {
     if (result.outcome == ledger::PlacementOutcome::kInvalid) {
       return result.status;
