@@ -87,12 +87,6 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
                                                      : &steady_),
       fence_(fence),
       ledger_(std::move(ledger)),
-      owned_policy_(std::move(policy.policy)),
-      observer_(options_.policy_for_testing != nullptr ? nullptr
-                                                       : policy.observer),
-      policy_(options_.policy_for_testing != nullptr
-                  ? options_.policy_for_testing
-                  : owned_policy_.get()),
       beats_(options_.heartbeat_write_every_ms),
       names_(store),
       identity_(store, clock, &names_),
@@ -105,7 +99,9 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       tasks_(store, clock, &tenancy_, this),
       queue_(options_.resync_interval_ms),
       inventory_(*ledger_, names_, queue_),
-      ledger_tenancy_(*ledger_, queue_, *clock) {}
+      ledger_tenancy_(*ledger_, queue_, *clock),
+      placement_(*ledger_, inventory_, ledger_tenancy_, mig_, *monotonic_,
+                 std::move(policy), options_.policy_for_testing) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -202,8 +198,8 @@ Status ControlPlane::EnsureDefaultTenant() {
 // whose tenant is gone belongs to its task's tenant, else `default`); the
 // slice-id counter moves past the highest id ever stored.
 Status ControlPlane::LearnHistoryLocked() {
-  if (observer_ == nullptr) return Status::Ok();
-  observer_->Forget();
+  if (placement_.learner() == nullptr) return Status::Ok();
+  placement_.ForgetLearned();
   // Older tasks weigh under 2^-8 of the newest: not worth reading.
   const auto window = static_cast<RowId>(
       std::ceil(8 * std::max(1.0, options_.learned.half_life_tasks)));
@@ -221,14 +217,14 @@ Status ControlPlane::LearnHistoryLocked() {
     f.limit = 1000;
     return ForEachTask(txn, f, [&](TaskRow& task) -> Status {
       mu_.AssertHeld();  // the caller holds it while the store runs this
-      observer_->Observe(RequestForTaskLocked(task));
+      placement_.Learn(task, placement_.RequestFor(task));
       ++read;
       return Status::Ok();
     });
   }));
-  observed_through_ = newest;
+  placement_.LearnedThrough(newest);
   spdlog::info("placement: {} learned its target workload from {} tasks",
-               policy_->name(), read);
+               placement_.policy().name(), read);
   return Status::Ok();
 }
 

@@ -51,6 +51,7 @@
 #include "server/node_beats.h"
 #include "server/page.h"
 #include "server/pending_tasks.h"
+#include "server/placement.h"
 #include "server/scheduler_queue.h"
 #include "server/slice_env.h"
 #include "server/slice_usage.h"
@@ -481,10 +482,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // Stores the in-memory usage of `slices` where it changed enough since
   // it was last stored (leader only; LeaderWrite).
   Status PersistHookUsage(const std::vector<RowId>& slices);
-  // The placement request of a task (the scheduler's and the history's).
-  // REQUIRES: mu_ held.
-  ledger::PlacementRequest RequestForTaskLocked(
-      const store::TaskRow& task) const HF_REQUIRES(mu_);
   Status EnsureDefaultTenant();
 
   // Restart recovery could not put `slice` back in the ledger (its GPU is
@@ -526,24 +523,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
       override HF_EXCLUDES(mu_);
 
-  // The tier a slice on `gpu` gets, or a grant of whole GPUs starting there
-  // (the one derivation, scheduler::DeriveQos).
-  scheduler::QosDecision QosForGpuLocked(GpuId gpu, bool whole_gpus = false)
-      HF_REQUIRES(mu_);
-  // Places `request` with the configured policy, excluding the MIG GPUs
-  // that take no new partition now (MigBlockedLocked). The ledger charges
-  // a slice on a GPU in MIG mode as its partition (the allocation's
-  // mig_profile / mig_start).
-  ledger::PlacementResult PlaceLocked(ledger::PlacementRequest request)
-      HF_REQUIRES(mu_);
-  // The placement policy the server places with.
-  const ledger::PlacementPolicy& PolicyLocked() const HF_REQUIRES(mu_) {
-    return *policy_;
-  }
-  // The MIG GPUs no gold slice may land on now, with why: each holds
-  // partitions no slice owns, or its last create found no room and its
-  // partitions have not changed since.
-  std::map<GpuId, std::string> MigBlockedLocked() const HF_REQUIRES(mu_);
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
@@ -632,13 +611,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   Mutex resize_mu_;  // one ResizeSlice at a time (taken before write_gate_)
   Mutex mu_;         // guards the ledger mirror below and every ledger change
   std::unique_ptr<ledger::Ledger> ledger_;
-  // The policy placed with (policy_for_testing, or owned_policy_), and the
-  // learning side of owned_policy_ (null when it learns nothing).
-  const std::unique_ptr<ledger::PlacementPolicy> owned_policy_;
-  scheduler::WorkloadObserver* const observer_;
-  const ledger::PlacementPolicy* const policy_;
-  // Tasks up to this id are in the policy's history.
-  RowId observed_through_ HF_GUARDED_BY(mu_) = 0;
   // When each node last registered or heartbeat (monotonic_ ms; a node
   // not heard from since this server started counts from its start), and
   // the report last applied for it. Its own lock (order: mu_, then it).
@@ -677,6 +649,9 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // The ledger's side of tenancy: tenants' groups and the sharing
   // approvals in force. Changes the ledger, so under mu_.
   LedgerTenancy ledger_tenancy_ HF_GUARDED_BY(mu_);
+  // How every placement asks the ledger: requests, the policy (and what
+  // it learns), approvals and blocked MIG GPUs first, tiers. Under mu_.
+  Placement placement_ HF_GUARDED_BY(mu_);
   Mutex bind_mu_;  // one bind pass at a time (taken before write_gate_)
   // The tasks waiting to be bound, and when each is due to be tried again.
   // Its own lock, a leaf; the bind pass is its only writer.

@@ -175,19 +175,15 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     for (const Bound& b : bound) {
       scheduler::MovableSlice m;
       m.task_id = static_cast<std::uint64_t>(b.task.id);
-      m.request = RequestForTaskLocked(b.task);  // a slice task's
+      m.request = placement_.RequestFor(b.task);  // a slice task's
       dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
     // What every placement leaves out: approvals past their expiry, MIG
     // GPUs that take no new partition, fenced GPUs.
-    ledger_tenancy_.ExpireDue();
-    const std::map<GpuId, std::string> blocked = MigBlockedLocked();
-    for (const auto& [key, gpu] : inventory_.gpus()) {
-      if (blocked.contains(gpu) || inventory_.Fenced(key)) {
-        dr.excluded_targets.push_back(gpu);
-      }
+    for (GpuId gpu : placement_.PrepareTargets()) {
+      dr.excluded_targets.push_back(gpu);
     }
-    auto plan = scheduler::PlanDefrag(*ledger_, dr, PolicyLocked());
+    auto plan = scheduler::PlanDefrag(*ledger_, dr, placement_.policy());
     if (!plan.ok()) return plan.status();
 
     auto where = [&](NodeId node, GpuId gpu) {
@@ -618,13 +614,13 @@ ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
   r.allowed_models = inventory_.AllowedModels(want->task.gpu_type);
   r.pinned_node = lnode->second;
   r.pinned_gpu = lgpu->second;
-  ledger::PlacementResult placed = PlaceLocked(r);
+  ledger::PlacementResult placed = placement_.Place(r);
   if (!placed.placed()) {
     out.refused = "the target no longer takes it: " + placed.message;
     return out;
   }
   out.allocation = placed.allocation;
-  out.qos = QosForGpuLocked(placed.allocation.gpus.front());
+  out.qos = placement_.QosFor(placed.allocation.gpus.front());
   return out;
 }
 

@@ -684,7 +684,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   row.mig_profile = restored->mig_profile;  // charged as its partition
   row.mig_start = restored->mig_start;
   const scheduler::QosDecision qos =
-      QosForGpuLocked(restored->gpus.front(), row.whole);
+      placement_.QosFor(restored->gpus.front(), row.whole);
   row.qos_level = std::string(scheduler::QosLevelName(qos.level));
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";
@@ -1018,7 +1018,7 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
         cmd.error = result.error.empty() ? "MIG create failed" : result.error;
         if (cmd.error.find("RESOURCE_EXHAUSTED") != std::string::npos) {
           // No room on the card as it really is: no more gold there until
-          // its partitions change (MigBlockedLocked).
+          // its partitions change (Placement::Blocked).
           full = GpuKey{cmd.node_id, cmd.gpu_index};
         }
         s.state = store::SliceState::kReleased;

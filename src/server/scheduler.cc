@@ -51,71 +51,6 @@ struct Decision {
 
 }  // namespace
 
-scheduler::QosDecision ControlPlane::QosForGpuLocked(GpuId gpu,
-                                                     bool whole_gpus) {
-  scheduler::QosDecision qos;
-  ledger_->Read([&](const ledger::ClusterView& view) {
-    mu_.AssertHeld();  // runs here, under mu_
-    const ledger::GpuRecord& g = view.gpu(gpu);
-    const ledger::NodeRecord& n = view.node(g.node);
-    const bool hook = inventory_.Hook(inventory_.NodeRowOf(g.node));
-    qos = scheduler::DeriveQos(g.spec, n.spec.containerized, hook, whole_gpus);
-  });
-  return qos;
-}
-
-ledger::PlacementRequest ControlPlane::RequestForTaskLocked(
-    const TaskRow& task) const {
-  ledger::PlacementRequest request;
-  request.tenant = TenantId(task.tenant_id);
-  if (task.gpu_required > 0) {
-    request.kind = ledger::RequestKind::kWholeGpus;
-    request.gpu_count = task.gpu_required;
-  } else {
-    request.kind = ledger::RequestKind::kSlice;
-    request.memory_mib = task.memory_mib;
-    if (task.compute_percent) request.compute_percent = *task.compute_percent;
-  }
-  request.allowed_models = inventory_.AllowedModels(task.gpu_type);
-  return request;
-}
-
-ledger::PlacementResult ControlPlane::PlaceLocked(
-    ledger::PlacementRequest request) {
-  ledger_tenancy_.ExpireDue();
-  // The MIG GPUs that take no new partition now are a filter of the
-  // pipeline: excluded up front, named if nothing else fits.
-  std::string blocked;
-  if (request.kind == ledger::RequestKind::kSlice) {
-    for (const auto& [gpu, why] : MigBlockedLocked()) {
-      request.excluded_gpus.push_back(gpu);
-      if (blocked.empty()) {
-        std::string uuid;
-        const GpuId named = gpu;  // a lambda cannot capture a binding
-        ledger_->Read([&](const ledger::ClusterView& view) {
-          if (view.HasGpu(named)) uuid = view.gpu(named).spec.uuid;
-        });
-        blocked = "MIG GPU ";
-        blocked += uuid;
-        blocked += ' ';
-        blocked += why;
-      }
-    }
-  }
-  ledger::PlacementResult result = ledger_->Place(request, PolicyLocked());
-  if (!result.placed() && !blocked.empty()) result.message += "; " + blocked;
-  return result;
-}
-
-std::map<GpuId, std::string> ControlPlane::MigBlockedLocked() const {
-  std::map<GpuId, std::string> out;
-  for (auto& [key, why] : mig_.AllBlocked(monotonic_->NowMillis())) {
-    auto id = inventory_.gpus().find(key);
-    if (id != inventory_.gpus().end()) out.emplace(id->second, std::move(why));
-  }
-  return out;
-}
-
 SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
                                         const TaskRow& task) {
   SliceEnvInput in;
@@ -208,13 +143,9 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     Decision d;
     d.task_id = task.id;
     d.updated = task;
-    const ledger::PlacementRequest request = RequestForTaskLocked(task);
-    // A task the policy has not seen joins its history (once: ids only grow).
-    if (observer_ != nullptr && task.id > observed_through_) {
-      observer_->Observe(request);
-      observed_through_ = task.id;
-    }
-    ledger::PlacementResult result = PlaceLocked(request);
+    const ledger::PlacementRequest request = placement_.RequestFor(task);
+    placement_.Learn(task, request);  // once: ids only grow
+    ledger::PlacementResult result = placement_.Place(request);
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;
       SliceRow& slice = d.slice;
@@ -232,7 +163,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.mig_profile = a.mig_profile;
       slice.mig_start = a.mig_start;
       const scheduler::QosDecision qos =
-          QosForGpuLocked(a.gpus.front(), slice.whole);
+          placement_.QosFor(a.gpus.front(), slice.whole);
       slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
       slice.enforcement = qos.enforcement;
       slice.origin = "scheduler";

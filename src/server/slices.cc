@@ -84,11 +84,11 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
   {
     MutexLock lock(mu_);
     if (!only) {
-      stats.policy = std::string(policy_->name());
-      if (observer_ != nullptr) {
+      stats.policy = std::string(placement_.policy().name());
+      if (const auto* learner = placement_.learner(); learner != nullptr) {
         stats.policy_learns = true;
-        stats.policy_cold_start = observer_->ColdStart();
-        stats.policy_tasks_learned = observer_->tasks_observed();
+        stats.policy_cold_start = learner->ColdStart();
+        stats.policy_tasks_learned = learner->tasks_observed();
       }
     }
     std::map<RowId, bool> hooks = inventory_.hooks();
@@ -281,7 +281,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   }
   // As every placement: expired approvals withdrawn first, the MIG GPUs
   // that take no new partition left out.
-  ledger::PlacementResult result = PlaceLocked(pr);
+  ledger::PlacementResult result = placement_.Place(pr);
   if (!result.placed()) {
     if (result.outcome == ledger::PlacementOutcome::kInvalid) {
       return result.status;
@@ -312,7 +312,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   slice.compute_defaulted = a.compute_defaulted;
   slice.mig_profile = a.mig_profile;
   slice.mig_start = a.mig_start;
-  const scheduler::QosDecision qos = QosForGpuLocked(a.gpus.front());
+  const scheduler::QosDecision qos = placement_.QosFor(a.gpus.front());
   slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
   // An operator reservation has no task to enforce anything in.
   slice.enforcement = {};
@@ -625,18 +625,12 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
   std::map<RowId, std::vector<std::pair<GpuKey, SliceTarget>>> found;
   if (!asked.empty()) {
     MutexLock lock(mu_);
-    ledger_tenancy_.ExpireDue();  // as every placement does first
+    // What every placement withdraws first and leaves out.
+    const std::set<GpuId> skipped = placement_.PrepareTargets();
     for (Asked& a : asked) {
       if (a.gpu_type)
         a.request.allowed_models = inventory_.AllowedModels(*a.gpu_type);
       found[a.id];
-    }
-    // What PlaceLocked and the defragmentation planner leave out, worked
-    // out before the ledger's lock is taken (MigBlockedLocked reads it).
-    std::set<GpuId> skipped;
-    for (const auto& [gpu, why] : MigBlockedLocked()) skipped.insert(gpu);
-    for (const auto& [key, gpu] : inventory_.gpus()) {
-      if (inventory_.Fenced(key)) skipped.insert(gpu);
     }
     ledger_->Read([&](const ledger::ClusterView& view) {
       mu_.AssertHeld();  // runs here, under mu_

@@ -177,8 +177,8 @@ MUTATIONS = [
     dict(
         name="orphans-do-not-block",
         hole="16: partitions nobody owns still take gold placements",
-        file="src/server/scheduler.cc",
-        old="""    for (const auto& [gpu, why] : MigBlockedLocked()) {""",
+        file="src/server/placement.cc",
+        old="""    for (const auto& [gpu, why] : Blocked()) {""",
         new="""    for (const auto& [gpu, why] : std::map<GpuId, std::string>{}) {""",
         tests=["ScenarioTest.APartitionNobodyOwns*",
                "ControlPlaneTest.ManyFullMigGpusDoNotStarve*"],

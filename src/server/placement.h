@@ -1,0 +1,85 @@
+// Placement: how the control plane asks the ledger for room, the same way
+// for every placement (the scheduler's bind, an operator's slice, a
+// defragmentation move and plan). A task becomes a placement request (its
+// tenant; its memory and compute share, or its count of whole GPUs; the
+// models its gpu_type allows). Every placement first withdraws the sharing
+// approvals past their expiry and leaves out the MIG GPUs that take no new
+// partition now (named in the result's message when nothing else fits);
+// the configured policy chooses among the rest. The tier a slice gets on a
+// GPU is derived here too (scheduler::DeriveQos). A learning policy
+// (hf-frag) sees each task once, in id order.
+//
+// Thread-safety: none of its own. It changes the ledger, so the control
+// plane holds it under its ledger lock (`mu_`, HF_GUARDED_BY), with the
+// Inventory and LedgerTenancy it reads.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "common/clock.h"
+#include "ledger/ledger.h"
+#include "ledger/placement_policy.h"
+#include "scheduler/policy/registry.h"
+#include "scheduler/qos.h"
+#include "server/inventory.h"
+#include "server/ledger_tenancy.h"
+#include "server/mig_book.h"
+#include "store/store.h"
+
+namespace hf::server {
+
+class Placement {
+ public:
+  // Every reference must outlive it. Places with `policy_for_testing` when
+  // set (then nothing is learned), otherwise with `made`. `monotonic` is
+  // the clock MigBook's blocks run on.
+  Placement(ledger::Ledger& ledger, const Inventory& inventory,
+            LedgerTenancy& tenancy, const MigBook& mig, const Clock& monotonic,
+            scheduler::MadePolicy made,
+            const ledger::PlacementPolicy* policy_for_testing);
+
+  // The request of `task` (the scheduler's, the history's, a move's).
+  ledger::PlacementRequest RequestFor(const store::TaskRow& task) const;
+  // Places `request` as described above.
+  ledger::PlacementResult Place(ledger::PlacementRequest request);
+  // The tier a slice on `gpu` gets, or a grant of whole GPUs starting
+  // there.
+  scheduler::QosDecision QosFor(GpuId gpu, bool whole_gpus = false) const;
+  // The MIG GPUs no gold slice may land on now, with why: each holds
+  // partitions no slice owns, or its last create found no room and its
+  // partitions have not changed since (MigBook).
+  std::map<GpuId, std::string> Blocked() const;
+  // For callers that judge targets on the ledger without placing (a
+  // defragmentation plan, a slice's other targets): withdraws the
+  // approvals past their expiry, as Place does first, and returns the GPUs
+  // to leave out — the blocked MIG GPUs and the fenced ones (held lost).
+  std::set<GpuId> PrepareTargets();
+
+  const ledger::PlacementPolicy& policy() const { return *policy_; }
+  // The learning side of the policy; null when it learns nothing.
+  const scheduler::WorkloadObserver* learner() const { return observer_; }
+  // A learning policy's target workload: `task` (with its `request`) joins
+  // it unless a task with its id or a later one did.
+  void Learn(const store::TaskRow& task,
+             const ledger::PlacementRequest& request);
+  // Restart recovery: the target workload starts over; Learn the recent
+  // tasks, then LearnedThrough the newest id so none is learned twice.
+  void ForgetLearned();
+  void LearnedThrough(store::RowId newest);
+
+ private:
+  ledger::Ledger& ledger_;
+  const Inventory& inventory_;
+  LedgerTenancy& tenancy_;
+  const MigBook& mig_;
+  const Clock& monotonic_;
+  const std::unique_ptr<ledger::PlacementPolicy> owned_policy_;
+  scheduler::WorkloadObserver* const observer_;
+  const ledger::PlacementPolicy* const policy_;
+  store::RowId learned_through_ = 0;  // tasks up to this id are learned
+};
+
+}  // namespace hf::server
