@@ -294,6 +294,45 @@ struct ModelEntry {
   FitAttrs attrs;
 };
 
+// A FitIndex of several trees and its model, changed together.
+struct Modelled {
+  Modelled(int trees, Slot slots)
+      : roots(static_cast<std::size_t>(trees), FitIndex::kNil), model(slots) {}
+
+  void Insert(Slot slot, int tree, const FitKey& key, const FitAttrs& attrs) {
+    model[slot] = ModelEntry{tree, key, attrs};
+    index.Insert(roots[static_cast<std::size_t>(tree)], slot, key, attrs);
+  }
+  void Erase(Slot slot) {
+    index.Erase(roots[static_cast<std::size_t>(model[slot].tree)], slot);
+    model[slot].tree = -1;
+  }
+  void SetAttrs(Slot slot, const FitAttrs& attrs) {
+    model[slot].attrs = attrs;
+    index.SetAttrs(roots[static_cast<std::size_t>(model[slot].tree)], slot,
+                   attrs);
+  }
+  // Every tree holds as many entries as the model, and an empty one is nil.
+  ::testing::AssertionResult SizesMatch() const {
+    for (std::size_t t = 0; t < roots.size(); ++t) {
+      const auto n = static_cast<std::size_t>(std::count_if(
+          model.begin(), model.end(),
+          [&](const ModelEntry& m) { return m.tree == static_cast<int>(t); }));
+      if (index.SizeOf(roots[t]) != n ||
+          (roots[t] == FitIndex::kNil) != (n == 0)) {
+        return ::testing::AssertionFailure()
+               << "tree " << t << " holds " << index.SizeOf(roots[t])
+               << ", the model " << n;
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  FitIndex index;
+  std::vector<FitIndex::Root> roots;
+  std::vector<ModelEntry> model;
+};
+
 Slot BruteFindFirst(const std::vector<ModelEntry>& model, int tree,
                     std::int64_t min_primary, const FitAttrs& need,
                     const std::function<bool(Slot)>& accept) {
@@ -314,74 +353,57 @@ TEST(FitIndexRandomTest, MatchesBruteForceModel) {
   constexpr Slot kSlots = 200;
   constexpr int kOps = 6000;
   Draws draws(20240607);
-  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-    return draws.Uniform(lo, hi);
-  };
-  const auto random_attrs = [&] { return draws.Attrs(); };
-
-  FitIndex index;
-  std::vector<FitIndex::Root> roots(kTrees, FitIndex::kNil);
-  std::vector<ModelEntry> model(kSlots);
+  Modelled m(kTrees, kSlots);
   int finds = 0;
   int found_non_nil = 0;
 
   for (int op = 0; op < kOps; ++op) {
-    const int kind = static_cast<int>(uniform(0, 9));
-    const Slot slot = static_cast<Slot>(uniform(0, kSlots - 1));
-    ModelEntry& e = model[slot];
+    const int kind = static_cast<int>(draws.Uniform(0, 9));
+    const Slot slot = static_cast<Slot>(draws.Uniform(0, kSlots - 1));
+    const ModelEntry& e = m.model[slot];
     if (kind <= 2) {  // insert or erase
       if (e.tree < 0) {
-        const int tree = static_cast<int>(uniform(0, kTrees - 1));
+        const int tree = static_cast<int>(draws.Uniform(0, kTrees - 1));
         // Few distinct primaries and ranks, so ties are common.
-        const FitKey key{uniform(0, 40),
-                         static_cast<std::uint64_t>(uniform(0, 3)), slot};
-        e.tree = tree;
-        e.key = key;
-        e.attrs = random_attrs();
-        index.Insert(roots[tree], slot, key, e.attrs);
+        const FitKey key{draws.Uniform(0, 40),
+                         static_cast<std::uint64_t>(draws.Uniform(0, 3)), slot};
+        m.Insert(slot, tree, key, draws.Attrs());
       } else {
-        index.Erase(roots[e.tree], slot);
-        e.tree = -1;
+        m.Erase(slot);
       }
     } else if (kind <= 4) {  // set attrs
-      if (e.tree >= 0) {
-        e.attrs = random_attrs();
-        index.SetAttrs(roots[e.tree], slot, e.attrs);
-      }
+      if (e.tree >= 0) m.SetAttrs(slot, draws.Attrs());
     } else {  // find
-      const int tree = static_cast<int>(uniform(0, kTrees - 1));
-      const std::int64_t min_primary = uniform(-5, 45);
+      const int tree = static_cast<int>(draws.Uniform(0, kTrees - 1));
+      const std::int64_t min_primary = draws.Uniform(-5, 45);
       std::uint64_t mask = 0;
-      while (mask == 0) mask = static_cast<std::uint64_t>(uniform(0, 63));
-      const FitAttrs need{uniform(0, 100), uniform(0, 8000), uniform(0, 64000),
-                          mask};
-      const Slot modulus = static_cast<Slot>(uniform(1, 4));
-      const Slot residue = static_cast<Slot>(uniform(0, modulus - 1));
+      while (mask == 0) mask = static_cast<std::uint64_t>(draws.Uniform(0, 63));
+      const FitAttrs need{draws.Uniform(0, 100), draws.Uniform(0, 8000),
+                          draws.Uniform(0, 64000), mask};
+      const Slot modulus = static_cast<Slot>(draws.Uniform(1, 4));
+      const Slot residue = static_cast<Slot>(draws.Uniform(0, modulus - 1));
       const auto accept = [&](Slot s) {
         return modulus == 1 || s % modulus != residue;
       };
-      const Slot want = BruteFindFirst(model, tree, min_primary, need, accept);
-      const Slot got = index.FindFirst(roots[tree], min_primary, need, accept);
+      const Slot want =
+          BruteFindFirst(m.model, tree, min_primary, need, accept);
+      const Slot got =
+          m.index.FindFirst(m.roots[tree], min_primary, need, accept);
       ++finds;
       found_non_nil += want != FitIndex::kNil;
       ASSERT_EQ(got, want) << "op " << op << " tree " << tree << " min "
                            << min_primary;
       // A loose query (no attribute limits) must also agree.
       const FitAttrs loose{0, 0, 0, kAllModels};
-      ASSERT_EQ(index.FindFirst(roots[tree], min_primary, loose, AcceptAll),
-                BruteFindFirst(model, tree, min_primary, loose, AcceptAll))
+      ASSERT_EQ(m.index.FindFirst(m.roots[tree], min_primary, loose, AcceptAll),
+                BruteFindFirst(m.model, tree, min_primary, loose, AcceptAll))
           << "op " << op;
     }
     // Sizes, membership and keys after every step.
-    for (int t = 0; t < kTrees; ++t) {
-      const auto n = static_cast<std::size_t>(
-          std::count_if(model.begin(), model.end(),
-                        [&](const ModelEntry& m) { return m.tree == t; }));
-      ASSERT_EQ(index.SizeOf(roots[t]), n) << "op " << op << " tree " << t;
-    }
-    ASSERT_EQ(index.Contains(slot), e.tree >= 0) << "op " << op;
+    ASSERT_TRUE(m.SizesMatch()) << "op " << op;
+    ASSERT_EQ(m.index.Contains(slot), e.tree >= 0) << "op " << op;
     if (e.tree >= 0) {
-      ASSERT_EQ(index.KeyOf(slot), e.key) << "op " << op;
+      ASSERT_EQ(m.index.KeyOf(slot), e.key) << "op " << op;
     }
   }
   // The run exercised both outcomes.
@@ -458,66 +480,48 @@ TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
   constexpr int kTrees = 3;
   constexpr Slot kSlots = 6000;
   Draws draws(20261206);
-  const auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-    return draws.Uniform(lo, hi);
-  };
-  const auto random_attrs = [&] { return draws.Attrs(); };
-
-  FitIndex index;
-  std::vector<FitIndex::Root> roots(kTrees, FitIndex::kNil);
-  std::vector<ModelEntry> model(kSlots);
+  Modelled m(kTrees, kSlots);
   int queries = 0;
   int found_non_nil = 0;
 
   const auto insert = [&](Slot slot, int tree, std::int64_t primary) {
-    ModelEntry& e = model[slot];
-    e.tree = tree;
-    e.key = FitKey{primary, static_cast<std::uint64_t>(uniform(0, 2)), slot};
-    e.attrs = random_attrs();
-    index.Insert(roots[tree], slot, e.key, e.attrs);
+    const FitKey key{primary, static_cast<std::uint64_t>(draws.Uniform(0, 2)),
+                     slot};
+    m.Insert(slot, tree, key, draws.Attrs());
   };
-  const auto erase = [&](Slot slot) {
-    index.Erase(roots[model[slot].tree], slot);
-    model[slot].tree = -1;
-  };
+
   const auto check = [&](const char* phase) {
-    for (int t = 0; t < kTrees; ++t) {
-      const auto n = static_cast<std::size_t>(
-          std::count_if(model.begin(), model.end(),
-                        [&](const ModelEntry& m) { return m.tree == t; }));
-      ASSERT_EQ(index.SizeOf(roots[t]), n) << phase << " tree " << t;
-      ASSERT_EQ(roots[t] == FitIndex::kNil, n == 0) << phase;
-    }
+    ASSERT_TRUE(m.SizesMatch()) << phase;
     for (int q = 0; q < 6; ++q) {
-      const int tree = static_cast<int>(uniform(0, kTrees - 1));
-      const std::int64_t min_primary = uniform(-10, 3100);
+      const int tree = static_cast<int>(draws.Uniform(0, kTrees - 1));
+      const std::int64_t min_primary = draws.Uniform(-10, 3100);
       std::uint64_t mask = 0;
-      while (mask == 0) mask = static_cast<std::uint64_t>(uniform(0, 63));
-      const FitAttrs need{uniform(0, 90), uniform(0, 7000), uniform(0, 60000),
-                          mask};
-      const Slot modulus = static_cast<Slot>(uniform(1, 5));
+      while (mask == 0) mask = static_cast<std::uint64_t>(draws.Uniform(0, 63));
+      const FitAttrs need{draws.Uniform(0, 90), draws.Uniform(0, 7000),
+                          draws.Uniform(0, 60000), mask};
+      const Slot modulus = static_cast<Slot>(draws.Uniform(1, 5));
       const auto accept = [&](Slot s) {
         return modulus == 1 || s % modulus == 0;
       };
       std::vector<Slot> offered;
       const Slot got =
-          index.FindFirst(roots[tree], min_primary, need, [&](Slot s) {
+          m.index.FindFirst(m.roots[tree], min_primary, need, [&](Slot s) {
             offered.push_back(s);
             return accept(s);
           });
       const std::vector<Slot> want =
-          BruteOffers(model, tree, min_primary, need, accept);
+          BruteOffers(m.model, tree, min_primary, need, accept);
       ++queries;
       found_non_nil += got != FitIndex::kNil;
-      ASSERT_EQ(got, BruteFindFirst(model, tree, min_primary, need, accept))
+      ASSERT_EQ(got, BruteFindFirst(m.model, tree, min_primary, need, accept))
           << phase << " tree " << tree << " min " << min_primary;
       ASSERT_EQ(offered, want) << phase << " tree " << tree;
     }
     for (Slot s = 0; s < kSlots; s += 7) {
-      ASSERT_EQ(index.Contains(s), model[s].tree >= 0) << phase;
-      if (model[s].tree >= 0) {
-        ASSERT_EQ(index.KeyOf(s), model[s].key) << phase;
-        ASSERT_EQ(index.AttrsOf(s), model[s].attrs) << phase;
+      ASSERT_EQ(m.index.Contains(s), m.model[s].tree >= 0) << phase;
+      if (m.model[s].tree >= 0) {
+        ASSERT_EQ(m.index.KeyOf(s), m.model[s].key) << phase;
+        ASSERT_EQ(m.index.AttrsOf(s), m.model[s].attrs) << phase;
       }
     }
   };
@@ -527,22 +531,21 @@ TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
     for (Slot s = 0; s < kSlots; ++s) {
       if (s % 3 == 0) insert(s, 0, static_cast<std::int64_t>(s));
       if (s % 3 == 1) insert(s, 1, static_cast<std::int64_t>(kSlots - s));
-      if (s % 3 == 2) insert(s, 2, uniform(0, 3000));
+      if (s % 3 == 2) insert(s, 2, draws.Uniform(0, 3000));
       if (s % 500 == 0) check("bulk insert");
     }
     check("after bulk insert");
     // Churn: moves between trees under new keys, attribute changes.
     for (int op = 0; op < 20000; ++op) {
-      const Slot slot = static_cast<Slot>(uniform(0, kSlots - 1));
-      const int kind = static_cast<int>(uniform(0, 3));
-      if (kind == 0 && model[slot].tree >= 0) {
-        model[slot].attrs = random_attrs();
-        index.SetAttrs(roots[model[slot].tree], slot, model[slot].attrs);
-      } else if (model[slot].tree >= 0) {
-        erase(slot);
+      const Slot slot = static_cast<Slot>(draws.Uniform(0, kSlots - 1));
+      const int kind = static_cast<int>(draws.Uniform(0, 3));
+      if (kind == 0 && m.model[slot].tree >= 0) {
+        m.SetAttrs(slot, draws.Attrs());
+      } else if (m.model[slot].tree >= 0) {
+        m.Erase(slot);
       } else {
-        insert(slot, static_cast<int>(uniform(0, kTrees - 1)),
-               uniform(0, 3000));
+        insert(slot, static_cast<int>(draws.Uniform(0, kTrees - 1)),
+               draws.Uniform(0, 3000));
       }
       if (op % 1000 == 0) check("churn");
     }
@@ -551,10 +554,10 @@ TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
     // to a few entries per tree, then everything.
     std::vector<Slot> order;
     for (Slot s = 0; s < kSlots; ++s) {
-      if (model[s].tree >= 0) order.push_back(s);
+      if (m.model[s].tree >= 0) order.push_back(s);
     }
     std::sort(order.begin(), order.end(),
-              [&](Slot a, Slot b) { return model[a].key < model[b].key; });
+              [&](Slot a, Slot b) { return m.model[a].key < m.model[b].key; });
     std::shuffle(order.begin() + static_cast<std::ptrdiff_t>(order.size() / 2),
                  order.end(), draws.engine());
     std::size_t front = 0;
@@ -571,13 +574,13 @@ TEST(FitIndexRandomTest, LargeTreesMatchBruteForceModel) {
         order.pop_back();
         if (order.size() < back) back = order.size();
       }
-      if (model[slot].tree < 0) continue;
-      erase(slot);
+      if (m.model[slot].tree < 0) continue;
+      m.Erase(slot);
       if (k % 700 == 0) check("bulk erase");
     }
     check("a few left");
     for (Slot s = 0; s < kSlots; ++s) {
-      if (model[s].tree >= 0) erase(s);
+      if (m.model[s].tree >= 0) m.Erase(s);
     }
     check("empty");
   }
