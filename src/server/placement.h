@@ -43,7 +43,9 @@ class Placement {
 
   // The request of `task` (the scheduler's, the history's, a move's).
   ledger::PlacementRequest RequestFor(const store::TaskRow& task) const;
-  // Places `request` as described above.
+  // Places `request` as described above. On a GPU in MIG mode the ledger
+  // charges the slice as its partition (the allocation's mig_profile and
+  // mig_start).
   ledger::PlacementResult Place(ledger::PlacementRequest request);
   // The tier a slice on `gpu` gets, or a grant of whole GPUs starting
   // there.
