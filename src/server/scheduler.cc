@@ -125,7 +125,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
 
   const std::uint64_t generation = queue_.generation();
   const store::Millis now = clock_->NowMillis();
-  const std::vector<TaskRow> batch = pending_.Due(
+  std::vector<TaskRow> batch = pending_.Due(
       generation, now, options_.retry_interval_ms, options_.bind_batch);
   if (batch.empty()) return 0;
   if (more != nullptr) {
@@ -139,10 +139,12 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
   MutexLock lock(mu_);
-  for (const TaskRow& task : batch) {
+  for (TaskRow& due : batch) {
     Decision d;
-    d.task_id = task.id;
-    d.updated = task;
+    d.task_id = due.id;
+    d.updated = std::move(due);  // the copy Due() made is the row to write
+    // The task as read: each branch below reads it before changing it.
+    const TaskRow& task = d.updated;
     const ledger::PlacementRequest request = placement_.RequestFor(task);
     placement_.Learn(task, request);  // once: ids only grow
     ledger::PlacementResult result = placement_.Place(request);
