@@ -19,6 +19,9 @@ ASAN_FLAGS := -DCMAKE_C_COMPILER=$(ASAN_CC) -DCMAKE_CXX_COMPILER=$(ASAN_CXX) \
     -DHF_BUILD_CONSOLE=OFF
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?=
+# Tests run side by side, one per core (they take their own ports and
+# temporary directories; many spend their time waiting on processes).
+TEST_JOBS ?= $(shell nproc)
 
 .PHONY: all deps configure build run demo test test-tsan test-asan test-fuzz \
         asan-configure fuzz bench format format-check tidy clean soak \
@@ -43,7 +46,7 @@ demo: build
 	$(BUILD)/src/demo/hf-demo --cluster configs/demo-cluster.json
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure --timeout 1200
+	cd $(BUILD) && ctest --output-on-failure --timeout 1200 -j $(TEST_JOBS)
 	@$(MAKE) --no-print-directory test-tsan
 	@$(MAKE) --no-print-directory test-fuzz
 
@@ -67,13 +70,14 @@ asan-configure: deps
 # The core (ledger, scheduler) tests under ASan + UBSan (label "core").
 test-asan: asan-configure
 	@cmake --build $(ASAN_BUILD) --target core_tests
-	cd $(ASAN_BUILD) && ctest --output-on-failure -L core --timeout 1800
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L core --timeout 1800 \
+	    -j $(TEST_JOBS)
 
 # Each fuzz target over its seed corpus plus a few seconds of mutations
 # (label "fuzz"; part of `make test`).
 test-fuzz: asan-configure
 	@cmake --build $(ASAN_BUILD) --target fuzz_targets
-	cd $(ASAN_BUILD) && ctest --output-on-failure -L fuzz
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L fuzz -j $(TEST_JOBS)
 
 # Every fuzz target (or FUZZ_TARGETS) for FUZZ_SECONDS each; a finding's
 # reproducer is kept in build-asan/fuzz-findings/ and fails the run.
