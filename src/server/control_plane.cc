@@ -454,21 +454,6 @@ std::string ControlPlane::GpuUuid(RowId node_id, int index) {
                         /*read_store=*/!recovered_.load());
 }
 
-store::SliceRequestRow ControlPlane::MigCommandFor(const store::SliceRow& slice,
-                                                   std::string action,
-                                                   int gpu_index, Millis now) {
-  store::SliceRequestRow cmd;
-  cmd.node_id = slice.node_id;
-  cmd.slice_id = slice.id;
-  cmd.task_id = slice.task_id;
-  cmd.action = std::move(action);
-  cmd.gpu_index = gpu_index;
-  cmd.gpu_uuid = GpuUuid(slice.node_id, gpu_index);
-  cmd.created_at = now;
-  cmd.deadline_at = now + options_.mig_command_deadline_ms;
-  return cmd;
-}
-
 // --------------------------------------------------------------- identity
 
 StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {

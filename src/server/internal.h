@@ -26,6 +26,10 @@ std::string Sha256Hex(std::string_view data);
 // Tenant, group and node names: [a-z0-9][a-z0-9._-]{0,62}.
 Status ValidateName(std::string_view name, std::string_view field);
 Status RequireAdmin(const struct Caller& caller);
+// The agent endpoints: a node token (or an admin); one bound to a node
+// acts for that node only (RequireAgentFor).
+Status RequireAgent(const struct Caller& caller);
+Status RequireAgentFor(const struct Caller& caller, const std::string& node);
 
 // A history entry describing `slice` (op, slice/task/tenant/node, GPUs,
 // quantities); the caller fills `at`, `actor` and `reason`.

@@ -92,7 +92,7 @@ MUTATIONS = [
     dict(
         name="late-create-kept",
         hole="5: a stuck create releases its slice; a late success is kept, never destroyed",
-        file="src/server/gc.cc",
+        file="src/server/mig_channel.cc",
         old="""      if (s.state == store::SliceState::kAllocated) {
         s.state = store::SliceState::kReleasing;
         HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
@@ -106,7 +106,7 @@ MUTATIONS = [
       }
       if (s.state == store::SliceState::kReleased) continue;
       store::SliceRequestRow destroy =""",
-        file2="src/server/nodes.cc",
+        file2="src/server/mig_channel.cc",
         old2="""          (late || s.state != store::SliceState::kAllocated)) {""",
         new2="""          s.state == store::SliceState::kReleasing) {""",
         tests=["ScenarioTest.AStuckMigCreate*"],
@@ -115,7 +115,7 @@ MUTATIONS = [
     dict(
         name="stuck-create-waits",
         hole="6: a gold task whose create is stuck waits `scheduled` for ever",
-        file="src/server/gc.cc",
+        file="src/server/mig_channel.cc",
         old="""      if (row.action != "create") continue;  // a destroy is offered again""",
         new="""      continue;""",
         tests=["ScenarioTest.AStuckMigCreate*", "ControlPlaneTest.StuckMigCommandsAreMarked"],
@@ -167,7 +167,7 @@ MUTATIONS = [
     dict(
         name="claims-not-reoffered",
         hole="15: a claimed create whose agent never heard of it is not offered again",
-        file="src/server/nodes.cc",
+        file="src/server/mig_channel.cc",
         old="""         {store::SliceRequestState::kClaimed, store::SliceRequestState::kStuck,
           store::SliceRequestState::kPending}) {""",
         new="""         {store::SliceRequestState::kPending}) {""",
