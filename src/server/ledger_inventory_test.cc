@@ -10,32 +10,23 @@
 
 #include "scheduler/policy/best_fit.h"
 #include "server/inventory.h"
+#include "server/ledger_test_base.h"
 
 namespace hf::server {
 namespace {
 
-class InventoryTest : public ::testing::Test {
+class InventoryTest : public LedgerTestBase {
  protected:
   void SetUp() override {
-    auto ledger = ledger::Ledger::Create();
-    ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
-    ledger_ = std::move(*ledger);
-    inventory_ = std::make_unique<Inventory>(*ledger_, names_, queue_);
+    LedgerTestBase::SetUp();
+    if (HasFatalFailure()) return;
     node_.id = 7;
     node_.name = "n1";
   }
 
   static store::GpuRow Card(int index, const std::string& uuid,
                             std::int64_t memory = 81920) {
-    store::GpuRow g;
-    g.node_id = 7;
-    g.index = index;
-    g.uuid = uuid;
-    g.vendor = "nvidia";
-    g.model = "NVIDIA A100-SXM4-80GB";
-    g.memory_mib = memory;
-    g.cc_major = 8;
-    return g;
+    return A100(7, index, uuid, memory);
   }
 
   wire::NodeReport Report(const std::vector<store::GpuRow>& gpus) const {
@@ -77,10 +68,6 @@ class InventoryTest : public ::testing::Test {
     return inventory_->KeyOf(placed.allocation.gpus.front()).index;
   }
 
-  std::unique_ptr<ledger::Ledger> ledger_;
-  Names names_{nullptr};
-  SchedulerQueue queue_{60'000};
-  std::unique_ptr<Inventory> inventory_;
   store::NodeRow node_;
   scheduler::BestFitPolicy policy_;
 };

@@ -11,29 +11,22 @@
 
 #include "scheduler/policy/best_fit.h"
 #include "server/inventory.h"
+#include "server/ledger_test_base.h"
 
 namespace hf::server {
 namespace {
 
-class LedgerTenancyTest : public ::testing::Test {
+class LedgerTenancyTest : public LedgerTestBase {
  protected:
   void SetUp() override {
-    auto ledger = ledger::Ledger::Create();
-    ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
-    ledger_ = std::move(*ledger);
-    inventory_ = std::make_unique<Inventory>(*ledger_, names_, queue_);
+    LedgerTestBase::SetUp();
+    if (HasFatalFailure()) return;
     tenancy_ = std::make_unique<LedgerTenancy>(*ledger_, queue_, clock_);
     store::NodeRow node;
     node.id = 7;
     node.name = "n1";
-    store::GpuRow gpu;  // one GPU: a second tenant there must share it
-    gpu.node_id = 7;
-    gpu.uuid = "GPU-a";
-    gpu.vendor = "nvidia";
-    gpu.model = "NVIDIA A100-SXM4-80GB";
-    gpu.memory_mib = 81920;
-    gpu.cc_major = 8;
-    ASSERT_TRUE(inventory_->SyncGpu(node, gpu).ok());
+    // One GPU: a second tenant there must share it.
+    ASSERT_TRUE(inventory_->SyncGpu(node, A100(7, 0, "GPU-a")).ok());
     for (store::RowId t : {1, 2}) {
       store::TenantRow row;
       row.id = t;
@@ -65,10 +58,6 @@ class LedgerTenancyTest : public ::testing::Test {
   }
 
   FakeClock clock_{1'000};
-  std::unique_ptr<ledger::Ledger> ledger_;
-  Names names_{nullptr};
-  SchedulerQueue queue_{60'000};
-  std::unique_ptr<Inventory> inventory_;
   std::unique_ptr<LedgerTenancy> tenancy_;
   scheduler::BestFitPolicy policy_;
 };

@@ -8,29 +8,21 @@
 #include <memory>
 
 #include "scheduler/policy/best_fit.h"
+#include "server/ledger_test_base.h"
 
 namespace hf::server {
 namespace {
 
-class PlacementTest : public ::testing::Test {
+class PlacementTest : public LedgerTestBase {
  protected:
   void SetUp() override {
-    auto ledger = ledger::Ledger::Create();
-    ASSERT_TRUE(ledger.ok()) << ledger.status().ToString();
-    ledger_ = std::move(*ledger);
-    inventory_ = std::make_unique<Inventory>(*ledger_, names_, queue_);
+    LedgerTestBase::SetUp();
+    if (HasFatalFailure()) return;
     tenancy_ = std::make_unique<LedgerTenancy>(*ledger_, queue_, wall_);
     node_.id = 7;
     node_.name = "n1";
     for (int i = 0; i < 2; ++i) {
-      store::GpuRow g;
-      g.node_id = 7;
-      g.index = i;
-      g.uuid = i == 0 ? "GPU-a" : "GPU-b";
-      g.vendor = "nvidia";
-      g.model = "NVIDIA A100-SXM4-80GB";
-      g.memory_mib = 81920;
-      g.cc_major = 8;
+      store::GpuRow g = A100(7, i, i == 0 ? "GPU-a" : "GPU-b");
       g.mps_capable = true;
       ASSERT_TRUE(inventory_->SyncGpu(node_, g).ok());
     }
@@ -70,11 +62,7 @@ class PlacementTest : public ::testing::Test {
 
   FakeClock wall_{1'000};
   FakeClock mono_{50};
-  std::unique_ptr<ledger::Ledger> ledger_;
-  Names names_{nullptr};
-  SchedulerQueue queue_{60'000};
   MigBook mig_;
-  std::unique_ptr<Inventory> inventory_;
   std::unique_ptr<LedgerTenancy> tenancy_;
   store::NodeRow node_;
   scheduler::BestFitPolicy best_fit_;
