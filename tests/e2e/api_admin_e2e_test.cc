@@ -8,9 +8,11 @@
 // One server is shared by the suite; each test makes its own tenants.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "tests/e2e/server_harness.h"
 
@@ -448,6 +450,37 @@ TEST_F(AdminApiTest, SharingApprovals) {
   EXPECT_TRUE(
       IsApiError(http().Delete("/api/v1/sharing-approvals/999999", admin()),
                  404, "not_found"));
+}
+
+// The whole server: an operator's slice shares another tenant's GPU only
+// while their approval is in force; once it has expired the same request
+// is refused, whether or not anything else has noticed the expiry yet.
+TEST_F(AdminApiTest, AnOperatorSliceSharesAGpuOnlyUnderAnApprovalInForce) {
+  const std::string a = api_->NewTenant("opsh-a");
+  const std::string b = api_->NewTenant("opsh-b");
+  SimNode node(*api_, UniqueName("opsh"), {SimGpu{}});
+  ASSERT_TRUE(node.Register());
+  const auto reserve = [&](const std::string& tenant) {
+    return http().Post("/api/v1/slices",
+                       {{"tenant", tenant},
+                        {"node_id", node.name()},
+                        {"gpu_memory_mb", 1024},
+                        {"gpu_compute_ratio", 0.05},
+                        {"reason", "sharing check"}},
+                       admin());
+  };
+  ASSERT_TRUE(HasStatus(reserve(a), 201));
+  EXPECT_TRUE(IsApiError(reserve(b), 409, "conflict"));  // no approval yet
+  ASSERT_TRUE(HasStatus(http().Post("/api/v1/sharing-approvals",
+                                    {{"tenant_a", a},
+                                     {"tenant_b", b},
+                                     {"reason", "pairing"},
+                                     {"ttl_s", 3}},
+                                    admin()),
+                        201));
+  ASSERT_TRUE(HasStatus(reserve(b), 201));
+  std::this_thread::sleep_for(std::chrono::milliseconds(3'100));
+  EXPECT_TRUE(IsApiError(reserve(b), 409, "conflict"));
 }
 
 TEST_F(AdminApiTest, TenantAdminManagesItsOwnTenantsTokensOnly) {
