@@ -604,14 +604,9 @@ ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
     out.refused = "the target GPU is gone";
     return out;
   }
-  // The ledger re-checks the target like any placement.
-  ledger::PlacementRequest r;
-  r.tenant = TenantId(want->task.tenant_id);
-  r.kind = ledger::RequestKind::kSlice;
-  r.memory_mib = want->task.memory_mib;
-  if (want->task.compute_percent)
-    r.compute_percent = *want->task.compute_percent;
-  r.allowed_models = inventory_.AllowedModels(want->task.gpu_type);
+  // The ledger re-checks the target like any placement (a movable task is
+  // a slice task: its request is a slice's).
+  ledger::PlacementRequest r = placement_.RequestFor(want->task);
   r.pinned_node = lnode->second;
   r.pinned_gpu = lgpu->second;
   ledger::PlacementResult placed = placement_.Place(r);
