@@ -522,6 +522,12 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   Status WriteReleasing(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
       override HF_EXCLUDES(mu_);
+  // The same, for the server's own release paths (GC, task states, MIG
+  // commands): `fn` may run again on a rerun (with `released` emptied);
+  // returns how many slices were released.
+  StatusOr<int> WriteReleases(
+      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
+      HF_EXCLUDES(mu_);
 
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).

@@ -59,23 +59,19 @@ StatusOr<int> ControlPlane::RunGcOnce() {
 
   int released_count = 0;
   if (!candidates.empty()) {
-    std::vector<RowId> released;
-    // Written without mu_; the releases reach the ledger after the commit.
-    ReaderLock gate(write_gate_);
-    HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-      released.clear();
+    // Only what is free now counts (a partition still to be destroyed
+    // keeps its slice releasing).
+    auto released = WriteReleases([&](Txn& txn,
+                                      std::vector<RowId>& freed) -> Status {
       for (const Candidate& c : candidates) {
         auto slice = txn.GetSlice(c.slice_id);
         if (!slice.ok()) continue;
-        HF_RETURN_IF_ERROR(ReleaseInTxn(txn, *slice, "gc", c.reason, released));
+        HF_RETURN_IF_ERROR(ReleaseInTxn(txn, *slice, "gc", c.reason, freed));
       }
       return Status::Ok();
-    }));
-    // Only what is free now counts (a partition still to be destroyed
-    // keeps its slice releasing).
-    released_count = static_cast<int>(released.size());
-    MutexLock lock(mu_);
-    ApplyReleasesLocked(released);
+    });
+    if (!released.ok()) return released.status();
+    released_count = *released;
   }
   auto lost = ReleaseOnLostNodes();
   if (!lost.ok()) return lost.status();
@@ -92,12 +88,9 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
   }
   if (silent.empty()) return 0;
   const Millis now = clock_->NowMillis();
-  std::vector<RowId> released;
   bool requeued = false;
-  // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    released.clear();
+  auto written = WriteReleases([&](Txn& txn,
+                                   std::vector<RowId>& released) -> Status {
     requeued = false;
     for (const auto& [node_id, silence] : silent) {
       auto node = txn.GetNode(node_id);
@@ -158,11 +151,10 @@ StatusOr<int> ControlPlane::ReleaseOnLostNodes() {
       }
     }
     return Status::Ok();
-  }));
-  MutexLock lock(mu_);
-  ApplyReleasesLocked(released);
+  });
+  if (!written.ok()) return written.status();
   if (requeued) queue_.RequestResync();
-  return static_cast<int>(released.size());
+  return *written;
 }
 
 void ControlPlane::GcLoop() {

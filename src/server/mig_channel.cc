@@ -308,76 +308,79 @@ Status ControlPlane::MarkStuckCommands() {
   // MIG commands past their deadline: the hardware state is unknown.
   const Millis now = clock_->NowMillis();
   bool requeued = false;
-  std::vector<RowId> released;
-  // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    requeued = false;
-    released.clear();
-    std::vector<store::SliceRequestRow> due;
-    HF_RETURN_IF_ERROR(ForEachOpenSliceRequest(
-        txn, {}, [&](store::SliceRequestRow& row) -> Status {
-          if (row.deadline_at != 0 && row.deadline_at <= now) {
-            due.push_back(row);
+  // Written as every release is (write_gate_ shared), though nothing is
+  // freed here: a stuck create's slice stays charged, releasing, until its
+  // destroy is reported.
+  auto written = WriteReleases(
+      [&](Txn& txn, [[maybe_unused]] std::vector<RowId>& released) -> Status {
+        requeued = false;
+        std::vector<store::SliceRequestRow> due;
+        HF_RETURN_IF_ERROR(ForEachOpenSliceRequest(
+            txn, {}, [&](store::SliceRequestRow& row) -> Status {
+              if (row.deadline_at != 0 && row.deadline_at <= now) {
+                due.push_back(row);
+              }
+              return Status::Ok();
+            }));
+        for (store::SliceRequestRow& row : due) {
+          row.state = store::SliceRequestState::kStuck;
+          row.error =
+              "HARDWARE STATE UNKNOWN: no result from the agent before the "
+              "deadline; check the GPU's MIG instances by hand";
+          row.finished_at = now;
+          HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
+          if (row.action != "create") continue;  // a destroy is offered again
+          // A create that may or may not have happened: its task is bound
+          // again elsewhere, and the slice stays charged until the node says
+          // what it holds for it (a cleanup destroy; a late result is handled
+          // by ReportSliceRequest).
+          auto slice = txn.GetSlice(row.slice_id);
+          if (!slice.ok()) continue;
+          SliceRow s = *slice;
+          if (s.state == store::SliceState::kReleased) continue;
+          if (s.state == store::SliceState::kAllocated) {
+            s.state = store::SliceState::kReleasing;
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
           }
-          return Status::Ok();
-        }));
-    for (store::SliceRequestRow& row : due) {
-      row.state = store::SliceRequestState::kStuck;
-      row.error =
-          "HARDWARE STATE UNKNOWN: no result from the agent before the "
-          "deadline; check the GPU's MIG instances by hand";
-      row.finished_at = now;
-      HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(row));
-      if (row.action != "create") continue;  // a destroy is offered again
-      // A create that may or may not have happened: its task is bound
-      // again elsewhere, and the slice stays charged until the node says
-      // what it holds for it (a cleanup destroy; a late result is handled
-      // by ReportSliceRequest).
-      auto slice = txn.GetSlice(row.slice_id);
-      if (!slice.ok()) continue;
-      SliceRow s = *slice;
-      if (s.state == store::SliceState::kReleased) continue;
-      if (s.state == store::SliceState::kAllocated) {
-        s.state = store::SliceState::kReleasing;
-        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-      }
-      store::SliceRequestRow destroy =
-          MigCommandFor(s, "destroy", row.gpu_index, now);
-      destroy.gpu_uuid = row.gpu_uuid;  // the card the create was sent to
-      destroy.profile = row.profile;
-      destroy.device_id = s.mig_device_id;  // empty: whatever the create made
-      HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
-      store::HistoryRow h = HistoryFor(s, "release_requested");
-      h.at = now;
-      h.actor = "gc";
-      h.reason = "MIG create command " + std::to_string(row.id) +
-                 " got no result before its deadline (HARDWARE STATE "
-                 "UNKNOWN): the slice stays charged until the node cleans up";
-      HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
-      if (!s.task_id) continue;
-      auto t = txn.GetTask(*s.task_id);
-      if (!t.ok() || t->slice_id != s.id || t->state != TaskState::kScheduled) {
-        continue;
-      }
-      TaskRow task = *t;
-      if (task.cancel_requested) {
-        // It never started (gold waits for its device): cancelled now.
-        task.state = TaskState::kCancelled;
-        task.message = "cancelled; its MIG partition was never confirmed";
-      } else {
-        UnbindTask(task,
-                   "its MIG partition was not confirmed before the deadline; "
-                   "waiting to be bound again");
-        requeued = true;
-      }
-      task.updated_at = now;
-      HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
-    }
-    return Status::Ok();
-  }));
-  MutexLock lock(mu_);
-  ApplyReleasesLocked(released);
+          store::SliceRequestRow destroy =
+              MigCommandFor(s, "destroy", row.gpu_index, now);
+          destroy.gpu_uuid = row.gpu_uuid;  // the card the create was sent to
+          destroy.profile = row.profile;
+          destroy.device_id =
+              s.mig_device_id;  // empty: whatever the create made
+          HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
+          store::HistoryRow h = HistoryFor(s, "release_requested");
+          h.at = now;
+          h.actor = "gc";
+          h.reason =
+              "MIG create command " + std::to_string(row.id) +
+              " got no result before its deadline (HARDWARE STATE "
+              "UNKNOWN): the slice stays charged until the node cleans up";
+          HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+          if (!s.task_id) continue;
+          auto t = txn.GetTask(*s.task_id);
+          if (!t.ok() || t->slice_id != s.id ||
+              t->state != TaskState::kScheduled) {
+            continue;
+          }
+          TaskRow task = *t;
+          if (task.cancel_requested) {
+            // It never started (gold waits for its device): cancelled now.
+            task.state = TaskState::kCancelled;
+            task.message = "cancelled; its MIG partition was never confirmed";
+          } else {
+            UnbindTask(
+                task,
+                "its MIG partition was not confirmed before the deadline; "
+                "waiting to be bound again");
+            requeued = true;
+          }
+          task.updated_at = now;
+          HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+        }
+        return Status::Ok();
+      });
+  if (!written.ok()) return written.status();
   if (requeued) queue_.RequestResync();
   return Status::Ok();
 }

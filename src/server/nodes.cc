@@ -729,13 +729,10 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   auto row = NodeForAgent(caller, node);
   if (!row.ok()) return row.status();
   int accepted = 0;
-  std::vector<RowId> released;
   bool requeued = false;
-  // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  auto written = WriteReleases([&](Txn& txn,
+                                   std::vector<RowId>& released) -> Status {
     accepted = 0;
-    released.clear();
     requeued = false;
     for (std::size_t i = 0; i < states.size(); ++i) {
       const TaskStateReport& r = states[i];
@@ -809,9 +806,8 @@ StatusOr<int> ControlPlane::ReportTaskStates(
       ++accepted;
     }
     return Status::Ok();
-  }));
-  MutexLock lock(mu_);
-  ApplyReleasesLocked(released);
+  });
+  if (!written.ok()) return written.status();
   if (requeued) queue_.RequestResync();
   return accepted;
 }

@@ -137,6 +137,11 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
 
 Status ControlPlane::WriteReleasing(
     const std::function<Status(Txn&, std::vector<RowId>&)>& fn) {
+  return WriteReleases(fn).status();
+}
+
+StatusOr<int> ControlPlane::WriteReleases(
+    const std::function<Status(Txn&, std::vector<RowId>&)>& fn) {
   std::vector<RowId> released;
   // Written without mu_; the releases reach the ledger after the commit.
   ReaderLock gate(write_gate_);
@@ -146,7 +151,7 @@ Status ControlPlane::WriteReleasing(
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
-  return Status::Ok();
+  return static_cast<int>(released.size());
 }
 
 }  // namespace hf::server

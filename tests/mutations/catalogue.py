@@ -93,19 +93,19 @@ MUTATIONS = [
         name="late-create-kept",
         hole="5: a stuck create releases its slice; a late success is kept, never destroyed",
         file="src/server/mig_channel.cc",
-        old="""      if (s.state == store::SliceState::kAllocated) {
-        s.state = store::SliceState::kReleasing;
-        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-      }
-      store::SliceRequestRow destroy =""",
-        new="""      if (s.state == store::SliceState::kAllocated) {
-        s.state = store::SliceState::kReleased;
-        s.released_at = now;
-        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-        released.push_back(s.id);
-      }
-      if (s.state == store::SliceState::kReleased) continue;
-      store::SliceRequestRow destroy =""",
+        old="""          if (s.state == store::SliceState::kAllocated) {
+            s.state = store::SliceState::kReleasing;
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+          }
+          store::SliceRequestRow destroy =""",
+        new="""          if (s.state == store::SliceState::kAllocated) {
+            s.state = store::SliceState::kReleased;
+            s.released_at = now;
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+            released.push_back(s.id);
+          }
+          if (s.state == store::SliceState::kReleased) continue;
+          store::SliceRequestRow destroy =""",
         file2="src/server/mig_channel.cc",
         old2="""          (late || s.state != store::SliceState::kAllocated)) {""",
         new2="""          s.state == store::SliceState::kReleasing) {""",
@@ -159,7 +159,7 @@ MUTATIONS = [
         name="gc-counts-candidates",
         hole="9: GC counts the slices it meant to release",
         file="src/server/gc.cc",
-        old="""    released_count = static_cast<int>(released.size());""",
+        old="""    released_count = *released;""",
         new="""    released_count = static_cast<int>(candidates.size());""",
         tests=["ControlPlaneTest.GcCountsOnlyWhatItReallyReleased"],
         simulation=False,
