@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -88,6 +89,12 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       fence_(fence),
       ledger_(std::move(ledger)),
       beats_(options_.heartbeat_write_every_ms),
+      mig_channel_(store, clock, monotonic_, options_.mig_command_deadline_ms,
+                   telemetry_.get(), this),
+      releases_(clock, &mig_channel_, telemetry_.get()),
+      gc_(store, clock, monotonic_,
+          GcOptions{options_.gc_min_age_ms, options_.node_lost_ms}, &beats_,
+          &mig_channel_, &releases_, this),
       names_(store),
       identity_(store, clock, &names_),
       tenancy_(
@@ -100,8 +107,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       queue_(options_.resync_interval_ms),
       inventory_(*ledger_, names_, queue_),
       ledger_tenancy_(*ledger_, queue_, *clock),
-      placement_(*ledger_, inventory_, ledger_tenancy_, mig_, *monotonic_,
-                 std::move(policy), options_.policy_for_testing) {}
+      placement_(*ledger_, inventory_, ledger_tenancy_, mig_channel_.book(),
+                 *monotonic_, std::move(policy), options_.policy_for_testing) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -161,6 +168,43 @@ Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
   }));
 }
 
+// A release reaches the ledger only after its write committed
+// (Releases::ReleaseInTxn lists what is free), so the ledger never holds
+// less than the store.
+void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
+  if (released.empty()) return;
+  for (RowId id : released) {
+    Status s = ledger_->Release(SliceId(static_cast<std::uint64_t>(id)));
+    if (!s.ok() && s.code() != StatusCode::kNotFound) {
+      spdlog::error("ledger release of slice {} failed: {}", id, s.ToString());
+    }
+  }
+  usage_.Forget(released);
+  for (RowId id : released) telemetry_->SliceReleased(id);
+  queue_.CapacityFreed();
+}
+
+Status ControlPlane::WriteReleasing(
+    const std::function<Status(Txn&, std::vector<RowId>&)>& fn) {
+  return WriteReleases(fn).status();
+}
+
+StatusOr<int> ControlPlane::WriteReleases(
+    const std::function<Status(Txn&, std::vector<RowId>&)>& fn,
+    const std::function<void()>& committed) {
+  std::vector<RowId> released;
+  // Written without mu_; the releases reach the ledger after the commit.
+  ReaderLock gate(write_gate_);
+  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    released.clear();
+    return fn(txn, released);
+  }));
+  if (committed) committed();
+  MutexLock lock(mu_);
+  ApplyReleasesLocked(released);
+  return static_cast<int>(released.size());
+}
+
 void ControlPlane::Start() {
   MutexLock lock(run_mu_);
   if (started_) return;
@@ -179,6 +223,21 @@ void ControlPlane::Stop() {
   if (gc_thread_.joinable()) gc_thread_.join();
   if (defrag_thread_.joinable()) defrag_thread_.join();
   started_ = false;
+}
+
+StatusOr<int> ControlPlane::RunGcOnce() { return gc_.RunOnce(); }
+
+void ControlPlane::GcLoop() {
+  for (;;) {
+    if (!queue_.Sleep(std::chrono::milliseconds(options_.gc_interval_ms)))
+      return;
+    auto released = gc_.RunOnce();
+    if (!released.ok()) {
+      spdlog::error("gc: {}", released.status().ToString());
+    } else if (*released > 0) {
+      spdlog::info("gc: released {} orphaned slices", *released);
+    }
+  }
 }
 
 Status ControlPlane::EnsureDefaultTenant() {
@@ -264,7 +323,7 @@ Status ControlPlane::Recover() {
     return Status::Ok();
   }));
 
-  mig_.LoadNoted(orphans_text);
+  mig_channel_.book().LoadNoted(orphans_text);
   MutexLock lock(mu_);
   names_.SetAll(groups, tenants, nodes);
   for (const GroupRow& g : groups) {
@@ -452,6 +511,16 @@ std::string ControlPlane::GpuUuid(RowId node_id, int index) {
   // is (see Names::GpuUuid).
   return names_.GpuUuid(GpuKey{node_id, index},
                         /*read_store=*/!recovered_.load());
+}
+
+StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
+    const Caller& caller, const std::string& node) {
+  return mig_channel_.Claim(caller, node);
+}
+
+StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
+    const Caller& caller, RowId id, const MigResult& result) {
+  return mig_channel_.Report(caller, id, result);
 }
 
 // --------------------------------------------------------------- identity

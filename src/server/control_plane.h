@@ -42,16 +42,18 @@
 #include "ledger/placement_policy.h"
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
+#include "server/gc.h"
 #include "server/identity.h"
 #include "server/inventory.h"
 #include "server/leadership.h"
 #include "server/ledger_tenancy.h"
-#include "server/mig_book.h"
+#include "server/mig_channel.h"
 #include "server/names.h"
 #include "server/node_beats.h"
 #include "server/page.h"
 #include "server/pending_tasks.h"
 #include "server/placement.h"
+#include "server/releases.h"
 #include "server/scheduler_queue.h"
 #include "server/slice_env.h"
 #include "server/slice_usage.h"
@@ -240,7 +242,10 @@ struct NodeView {
   bool hook_available = false;
 };
 
-class ControlPlane : private TenancyLedger, private TaskHost {
+class ControlPlane : private TenancyLedger,
+                     private TaskHost,
+                     private MigChannelHost,
+                     private GcHost {
  public:
   // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
   // the ledger from the store (restart recovery) before returning, unless
@@ -443,14 +448,7 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   std::string TenantName(RowId id);
   std::string NodeName(RowId id);
   std::string GroupName(RowId id);
-  std::string GpuUuid(RowId node_id, int index);
-  // A MIG command (`create` or `destroy`) for `slice` and its task, on the
-  // slice's node's GPU at `gpu_index` (the card the ledger holds there),
-  // due within mig_command_deadline_ms of `now`; the caller sets the
-  // profile and what else its action needs.
-  store::SliceRequestRow MigCommandFor(const store::SliceRow& slice,
-                                       std::string action, int gpu_index,
-                                       store::Millis now);
+  std::string GpuUuid(RowId node_id, int index) override;
 
   const ControlPlaneOptions& options() const { return options_; }
   store::Store* store() const { return store_; }
@@ -473,7 +471,7 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // store_->Write for leader work: fenced when there is a fence (see
   // Create); Unavailable without running `fn` when this instance may not
   // act.
-  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn);
+  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) override;
 
   Status Recover();  // REQUIRES: called once, before any other use
   // Reads the recent task history into the policy's target workload (the
@@ -503,17 +501,13 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   ledger::Allocation AllocationFromRow(const store::SliceRow& row) const
       HF_REQUIRES(mu_);
 
-  // Releases `slice` in the store (inside `txn`) and appends history; the
-  // caller applies `ApplyReleasesLocked` after the commit (store only: no
-  // lock needed, the caller holds `write_gate_` shared).
-  Status ReleaseInTxn(store::Txn& txn, store::SliceRow& slice,
-                      const std::string& actor, const std::string& reason,
-                      std::vector<RowId>& released);
   void ApplyReleasesLocked(const std::vector<RowId>& released) HF_REQUIRES(mu_);
   Status ReleaseTaskSliceInTxn(store::Txn& txn, const store::TaskRow& task,
                                const std::string& actor,
                                const std::string& reason,
-                               std::vector<RowId>& released) override;
+                               std::vector<RowId>& released) override {
+    return releases_.ReleaseTaskSliceInTxn(txn, task, actor, reason, released);
+  }
   // TaskHost (Tasks): the rest of its part.
   bool Scheduling() const override { return recovered_.load(); }
   void TaskQueued(const store::TaskRow& task) override { queue_.Created(task); }
@@ -524,20 +518,23 @@ class ControlPlane : private TenancyLedger, private TaskHost {
       override HF_EXCLUDES(mu_);
   // The same, for the server's own release paths (GC, task states, MIG
   // commands): `fn` may run again on a rerun (with `released` emptied);
-  // returns how many slices were released.
+  // `committed` (when set) runs after the commit, before the ledger learns
+  // the releases; returns how many slices were released.
+  StatusOr<int> WriteReleases(
+      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
+      const std::function<void()>& committed) override HF_EXCLUDES(mu_);
   StatusOr<int> WriteReleases(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      HF_EXCLUDES(mu_);
+      override HF_EXCLUDES(mu_) {
+    return WriteReleases(fn, nullptr);
+  }
+  // MigChannelHost and GcHost: the rest of their parts.
+  void TasksRequeued() override { queue_.RequestResync(); }
 
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
-                            const store::TaskRow& task);
-
-  // GC's parts: the tasks lost nodes were asked to stop (returns the
-  // slices released), and MIG commands past their deadline.
-  StatusOr<int> ReleaseOnLostNodes();
-  Status MarkStuckCommands();
+                            const store::TaskRow& task) override;
 
   // What the store holds for the tasks a heartbeat reports running, in one
   // read without mu_ (the common case: every task has its slice, nothing
@@ -553,11 +550,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
       HF_EXCLUDES(mu_);
   Status Compensate(const store::NodeRow& node, const RunningTask& report,
                     const store::TaskRow& task) HF_EXCLUDES(mu_);
-  // Records MIG devices a heartbeat reports that no live slice owns (and
-  // no MIG command in flight is about to own) as MIG_PARTITION_ORPHANED in
-  // the history, once per device (MigBook). Takes no mu_.
-  Status NoteOrphanedMigDevices(const store::NodeRow& node,
-                                const NodeReport& report);
   // The hook part of a heartbeat (see Heartbeat), for the running tasks
   // with their live slices (ReadRunning). Takes no mu_.
   Status NoteHookReports(
@@ -566,7 +558,7 @@ class ControlPlane : private TenancyLedger, private TaskHost {
       HeartbeatReply& reply);
 
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
-                                        const std::string& node);
+                                        const std::string& node) override;
 
   void SchedulerLoop();
   void GcLoop();
@@ -598,7 +590,7 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // true when the task was bound to the target.
   StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                RowId slice, bool rebind,
-                               std::vector<RowId>& released);
+                               std::vector<RowId>& released) override;
 
   store::Store* const store_;
   const Clock* const clock_;
@@ -606,6 +598,7 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   SteadyClock steady_;
   const Clock* const monotonic_;   // options_.monotonic_clock or &steady_
   const WriteFence* const fence_;  // null: the only instance
+  const std::unique_ptr<Telemetry> telemetry_ = std::make_unique<Telemetry>();
   // The ledger holds the store's state (recovered): a follower's is empty,
   // and a follower queues no created task for a scheduler it does not run.
   std::atomic<bool> recovered_{false};
@@ -625,9 +618,16 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // GPU rows reach the ledger in commit order without mu_ held across the
   // write. Taken before write_gate_ and mu_.
   std::array<Mutex, 64> register_mu_;
-  // The MIG partitions the agents report, the orphaned ones, and the MIG
-  // GPUs that take no new gold slice. Its own lock (order: mu_, then it).
-  MigBook mig_;
+  // The MIG command channel, with the partitions the agents report, the
+  // orphaned ones, and the MIG GPUs that take no new gold slice (its
+  // MigBook: its own lock; order: mu_, then it). Calls this
+  // (MigChannelHost) without holding a lock.
+  MigChannel mig_channel_;
+  // How a slice's release is written (no state of its own).
+  Releases releases_;
+  // Orphaned slices, lost nodes, stuck MIG commands (no state of its own;
+  // calls this, as GcHost, without holding a lock).
+  Gc gc_;
   // The hook usage reported per live slice (rendered without mu_). Its own
   // lock (order: mu_, then it).
   SliceUsage usage_;
@@ -662,8 +662,6 @@ class ControlPlane : private TenancyLedger, private TaskHost {
   // The tasks waiting to be bound, and when each is due to be tried again.
   // Its own lock, a leaf; the bind pass is its only writer.
   PendingTasks pending_;
-
-  const std::unique_ptr<Telemetry> telemetry_ = std::make_unique<Telemetry>();
 
   std::thread scheduler_thread_;
   std::thread gc_thread_;

@@ -558,7 +558,7 @@ Status ControlPlane::AdvancePlan(RowId id) {
     HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
     if (qos.level == scheduler::QosLevel::kGold) {
       store::SliceRequestRow cmd =
-          MigCommandFor(target, "create", to_index, now);
+          mig_channel_.CommandFor(target, "create", to_index, now);
       cmd.task_id = task.id;  // the target is the task's once it lands
       cmd.profile = a.mig_profile;
       cmd.mig_start = a.mig_start;
@@ -646,11 +646,11 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
   if (!rebind || target.state != store::SliceState::kAllocated) {
     // The task ended (or was cancelled) while it moved: the reservation
     // goes back; the task keeps its end.
-    HF_RETURN_IF_ERROR(ReleaseInTxn(txn, target, "defrag",
-                                    "defrag plan " + std::to_string(plan_id) +
-                                        ": task " + std::to_string(task.id) +
-                                        " ended while it moved",
-                                    released));
+    HF_RETURN_IF_ERROR(releases_.ReleaseInTxn(
+        txn, target, "defrag",
+        "defrag plan " + std::to_string(plan_id) + ": task " +
+            std::to_string(task.id) + " ended while it moved",
+        released));
     if (m != nullptr) {
       (*m)["state"] = "skipped";
       (*m)["message"] = "the task ended while it moved";

@@ -1,11 +1,8 @@
-// ControlPlane: the MIG command channel (docs/CONTRACT.md section 8). A
-// gold slice's partition is created and destroyed by its node's agent: the
-// server writes a command (`create` when a slice is bound, `destroy` when
-// it is released), the agent claims its node's commands and reports each
-// result; a command with no result before its deadline is marked stuck
-// (HARDWARE STATE UNKNOWN), and a heartbeat's partitions no slice owns are
-// recorded as orphaned. Every write here runs without mu_ (write_gate_
-// shared); releases reach the ledger after the commit.
+// MigChannel (mig_channel.h): commands built, claimed, reported and marked
+// stuck; orphaned partitions noted. Every write here runs through the host:
+// releases reach the ledger after the commit.
+#include "server/mig_channel.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,38 +10,38 @@
 #include <string>
 #include <vector>
 
-#include "server/control_plane.h"
 #include "server/internal.h"
 
 namespace hf::server {
 
 using store::Millis;
 using store::NodeRow;
+using store::RowId;
 using store::SliceRow;
 using store::TaskRow;
 using store::TaskState;
 using store::Txn;
 
-store::SliceRequestRow ControlPlane::MigCommandFor(const store::SliceRow& slice,
-                                                   std::string action,
-                                                   int gpu_index, Millis now) {
+store::SliceRequestRow MigChannel::CommandFor(const store::SliceRow& slice,
+                                              std::string action, int gpu_index,
+                                              Millis now) {
   store::SliceRequestRow cmd;
   cmd.node_id = slice.node_id;
   cmd.slice_id = slice.id;
   cmd.task_id = slice.task_id;
   cmd.action = std::move(action);
   cmd.gpu_index = gpu_index;
-  cmd.gpu_uuid = GpuUuid(slice.node_id, gpu_index);
+  cmd.gpu_uuid = host_->GpuUuid(slice.node_id, gpu_index);
   cmd.created_at = now;
-  cmd.deadline_at = now + options_.mig_command_deadline_ms;
+  cmd.deadline_at = now + deadline_ms_;
   return cmd;
 }
 
-Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
-                                            const NodeReport& report) {
+Status MigChannel::NoteOrphans(const NodeRow& node,
+                               const wire::NodeReport& report) {
   // What is on each MIG GPU now, as the agent reports it.
   std::map<int, std::vector<std::string>> reported;
-  for (const GpuReport& g : report.gpus) {
+  for (const wire::GpuReport& g : report.gpus) {
     if (g.mig_devices) reported[g.index] = *g.mig_devices;
   }
   if (reported.empty()) return Status::Ok();
@@ -71,13 +68,13 @@ Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
     return Status::Ok();
   }));
   const MigBook::Noted noted =
-      mig_.NoteReport(node.id, reported, owned, creating);
+      book_.NoteReport(node.id, reported, owned, creating);
   if (!noted.noted) return Status::Ok();
   const auto& fresh = noted.fresh;
   // Two heartbeats at once write what each saw: the set is noted again by
   // the next report that changes it.
   const Millis now = clock_->NowMillis();
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(host_->LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [index, device] : fresh) {
       store::HistoryRow h;
       h.op = "mig_orphaned";
@@ -101,13 +98,13 @@ Status ControlPlane::NoteOrphanedMigDevices(const NodeRow& node,
   return Status::Ok();
 }
 
-StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
+StatusOr<std::vector<store::SliceRequestRow>> MigChannel::Claim(
     const Caller& caller, const std::string& node) {
-  auto row = NodeForAgent(caller, node);
+  auto row = host_->NodeForAgent(caller, node);
   if (!row.ok()) return row.status();
   constexpr std::size_t kMaxOffered = 100;
   std::vector<store::SliceRequestRow> out;
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(host_->LeaderWrite([&](Txn& txn) -> Status {
     out.clear();
     const Millis now = clock_->NowMillis();
     // Commands this node claimed and has not reported are offered again:
@@ -145,173 +142,177 @@ StatusOr<std::vector<store::SliceRequestRow>> ControlPlane::ClaimSliceRequests(
   return out;
 }
 
-StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
-    const Caller& caller, RowId id, const MigResult& result) {
+StatusOr<store::SliceRequestRow> MigChannel::Report(
+    const Caller& caller, RowId id, const wire::MigResult& result) {
   HF_RETURN_IF_ERROR(RequireAgent(caller));
   store::SliceRequestRow out;
-  std::vector<RowId> released;
   bool requeue = false;
   bool repeated = false;
   std::optional<GpuKey> full;  // the card had no room for the partition
-  // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    released.clear();
-    requeue = false;
-    repeated = false;
-    full.reset();
-    auto r = txn.GetSliceRequest(id);
-    if (!r.ok())
-      return Status::NotFound("no slice request " + std::to_string(id));
-    store::SliceRequestRow cmd = *r;
-    if (caller.node) {
-      auto node = txn.GetNode(cmd.node_id);
-      if (!node.ok()) return node.status();
-      HF_RETURN_IF_ERROR(RequireAgentFor(caller, node->name));
-    }
-    if (cmd.state == store::SliceRequestState::kDone ||
-        cmd.state == store::SliceRequestState::kFailed) {
-      out = cmd;  // repeated report: idempotent
-      repeated = true;
-      return Status::Ok();
-    }
-    // A result after the deadline (the command is marked stuck): the
-    // hardware state is known again. A late create's task has moved on, so
-    // a partition it made is destroyed below; a late destroy counts.
-    const bool late = cmd.state == store::SliceRequestState::kStuck;
-    const Millis now = clock_->NowMillis();
-    cmd.finished_at = now;
-    auto slice = txn.GetSlice(cmd.slice_id);
-    if (!slice.ok()) return slice.status();
-    SliceRow s = *slice;
-    store::HistoryRow h = HistoryFor(s, "mig_" + cmd.action);
-    h.at = now;
-    h.actor = caller.Actor();
-    if (cmd.action == "create") {
-      if (result.ok && !result.device_id.empty() &&
-          (late || s.state != store::SliceState::kAllocated)) {
-        // Released while the partition was being created, or created after
-        // the deadline: destroy it now (never an orphan).
-        cmd.state = store::SliceRequestState::kDone;
-        cmd.device_id = result.device_id.substr(0, 256);
-        s.mig_device_id = cmd.device_id;
-        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-        store::SliceRequestRow destroy =
-            MigCommandFor(s, "destroy", cmd.gpu_index, now);
-        destroy.gpu_uuid = cmd.gpu_uuid;  // the card the create was sent to
-        destroy.profile = cmd.profile;
-        destroy.device_id = cmd.device_id;
-        HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
-        if (s.state == store::SliceState::kAllocated) {
-          s.state = store::SliceState::kReleasing;
-          HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+  // The releases reach the ledger after the commit; a card found full is
+  // marked before they do, so no bind pass they wake places gold there.
+  auto written = host_->WriteReleases(
+      [&](Txn& txn, std::vector<RowId>& released) -> Status {
+        requeue = false;
+        repeated = false;
+        full.reset();
+        auto r = txn.GetSliceRequest(id);
+        if (!r.ok())
+          return Status::NotFound("no slice request " + std::to_string(id));
+        store::SliceRequestRow cmd = *r;
+        if (caller.node) {
+          auto node = txn.GetNode(cmd.node_id);
+          if (!node.ok()) return node.status();
+          HF_RETURN_IF_ERROR(RequireAgentFor(caller, node->name));
         }
-        h.reason = "MIG partition " + cmd.device_id +
-                   (late ? " created after the command's deadline"
-                         : " created after its slice was released") +
-                   "; destroying it";
-      } else if (result.ok && !result.device_id.empty()) {
-        cmd.state = store::SliceRequestState::kDone;
-        cmd.device_id = result.device_id.substr(0, 256);
-        s.mig_device_id = cmd.device_id;
-        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-        if (s.task_id) {
-          auto t = txn.GetTask(*s.task_id);
-          if (t.ok() && t->slice_id == s.id) {
-            TaskRow task = *t;
-            task.labels["heteroflow.mig_device_id"] = cmd.device_id;
-            ApplySliceEnv(SliceEnvFor(s, task), task.env);
-            task.updated_at = now;
-            HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+        if (cmd.state == store::SliceRequestState::kDone ||
+            cmd.state == store::SliceRequestState::kFailed) {
+          out = cmd;  // repeated report: idempotent
+          repeated = true;
+          return Status::Ok();
+        }
+        // A result after the deadline (the command is marked stuck): the
+        // hardware state is known again. A late create's task has moved on, so
+        // a partition it made is destroyed below; a late destroy counts.
+        const bool late = cmd.state == store::SliceRequestState::kStuck;
+        const Millis now = clock_->NowMillis();
+        cmd.finished_at = now;
+        auto slice = txn.GetSlice(cmd.slice_id);
+        if (!slice.ok()) return slice.status();
+        SliceRow s = *slice;
+        store::HistoryRow h = HistoryFor(s, "mig_" + cmd.action);
+        h.at = now;
+        h.actor = caller.Actor();
+        if (cmd.action == "create") {
+          if (result.ok && !result.device_id.empty() &&
+              (late || s.state != store::SliceState::kAllocated)) {
+            // Released while the partition was being created, or created after
+            // the deadline: destroy it now (never an orphan).
+            cmd.state = store::SliceRequestState::kDone;
+            cmd.device_id = result.device_id.substr(0, 256);
+            s.mig_device_id = cmd.device_id;
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+            store::SliceRequestRow destroy =
+                CommandFor(s, "destroy", cmd.gpu_index, now);
+            destroy.gpu_uuid = cmd.gpu_uuid;  // the card the create was sent to
+            destroy.profile = cmd.profile;
+            destroy.device_id = cmd.device_id;
+            HF_RETURN_IF_ERROR(txn.InsertSliceRequest(destroy).status());
+            if (s.state == store::SliceState::kAllocated) {
+              s.state = store::SliceState::kReleasing;
+              HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+            }
+            h.reason = "MIG partition " + cmd.device_id +
+                       (late ? " created after the command's deadline"
+                             : " created after its slice was released") +
+                       "; destroying it";
+          } else if (result.ok && !result.device_id.empty()) {
+            cmd.state = store::SliceRequestState::kDone;
+            cmd.device_id = result.device_id.substr(0, 256);
+            s.mig_device_id = cmd.device_id;
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+            if (s.task_id) {
+              auto t = txn.GetTask(*s.task_id);
+              if (t.ok() && t->slice_id == s.id) {
+                TaskRow task = *t;
+                task.labels["heteroflow.mig_device_id"] = cmd.device_id;
+                ApplySliceEnv(host_->SliceEnvFor(s, task), task.env);
+                task.updated_at = now;
+                HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+              }
+            }
+            h.reason = "MIG partition " + cmd.device_id + " created";
+          } else if (late) {
+            // Nothing was made; the cleanup destroy GC wrote releases the
+            // slice.
+            cmd.state = store::SliceRequestState::kFailed;
+            cmd.error = (result.error.empty() ? std::string("MIG create failed")
+                                              : result.error) +
+                        " (reported after the deadline)";
+            h.op = "mig_create_failed";
+            h.reason = cmd.error;
+          } else {
+            // Roll the bind back: release the slice, strip the env, the task
+            // goes back to pending and is retried.
+            cmd.state = store::SliceRequestState::kFailed;
+            cmd.error =
+                result.error.empty() ? "MIG create failed" : result.error;
+            if (cmd.error.find("RESOURCE_EXHAUSTED") != std::string::npos) {
+              // No room on the card as it really is: no more gold there until
+              // its partitions change (Placement::Blocked).
+              full = GpuKey{cmd.node_id, cmd.gpu_index};
+            }
+            s.state = store::SliceState::kReleased;
+            s.released_at = now;
+            HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+            released.push_back(s.id);
+            if (s.task_id) {
+              auto t = txn.GetTask(*s.task_id);
+              if (t.ok() && t->slice_id == s.id &&
+                  t->state == TaskState::kScheduled) {
+                TaskRow task = *t;
+                auto node_row = txn.GetNode(cmd.node_id);
+                UnbindTask(task, "MIG partition create failed on node " +
+                                     (node_row.ok() ? node_row->name : "?") +
+                                     " GPU " + std::to_string(cmd.gpu_index) +
+                                     ": " + cmd.error);
+                task.updated_at = now;
+                HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
+                requeue = true;
+              }
+            }
+            h.op = "release";
+            h.reason = "MIG create failed: " + cmd.error;
+          }
+        } else {  // destroy
+          if (result.ok) {
+            cmd.state = store::SliceRequestState::kDone;
+            if (s.state != store::SliceState::kReleased) {
+              s.state = store::SliceState::kReleased;
+              s.released_at = now;
+              HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
+              released.push_back(s.id);
+            }
+            h.op = "release";
+            h.reason = "MIG partition destroyed";
+          } else {
+            cmd.state = store::SliceRequestState::kFailed;
+            cmd.error = (result.orphaned ? "MIG_PARTITION_ORPHANED: " : "") +
+                        (result.error.empty() ? std::string("destroy failed")
+                                              : result.error);
+            h.op = result.orphaned ? "mig_orphaned" : "mig_destroy_failed";
+            h.reason = cmd.error + " (the slice stays accounted)";
           }
         }
-        h.reason = "MIG partition " + cmd.device_id + " created";
-      } else if (late) {
-        // Nothing was made; the cleanup destroy GC wrote releases the slice.
-        cmd.state = store::SliceRequestState::kFailed;
-        cmd.error = (result.error.empty() ? std::string("MIG create failed")
-                                          : result.error) +
-                    " (reported after the deadline)";
-        h.op = "mig_create_failed";
-        h.reason = cmd.error;
-      } else {
-        // Roll the bind back: release the slice, strip the env, the task
-        // goes back to pending and is retried.
-        cmd.state = store::SliceRequestState::kFailed;
-        cmd.error = result.error.empty() ? "MIG create failed" : result.error;
-        if (cmd.error.find("RESOURCE_EXHAUSTED") != std::string::npos) {
-          // No room on the card as it really is: no more gold there until
-          // its partitions change (Placement::Blocked).
-          full = GpuKey{cmd.node_id, cmd.gpu_index};
+        HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(cmd));
+        HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
+        out = cmd;
+        return Status::Ok();
+      },
+      [&] {
+        if (full) {
+          book_.MarkFull(*full, monotonic_->NowMillis() + kMigFullMillis);
         }
-        s.state = store::SliceState::kReleased;
-        s.released_at = now;
-        HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-        released.push_back(s.id);
-        if (s.task_id) {
-          auto t = txn.GetTask(*s.task_id);
-          if (t.ok() && t->slice_id == s.id &&
-              t->state == TaskState::kScheduled) {
-            TaskRow task = *t;
-            auto node_row = txn.GetNode(cmd.node_id);
-            UnbindTask(task, "MIG partition create failed on node " +
-                                 (node_row.ok() ? node_row->name : "?") +
-                                 " GPU " + std::to_string(cmd.gpu_index) +
-                                 ": " + cmd.error);
-            task.updated_at = now;
-            HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
-            requeue = true;
-          }
-        }
-        h.op = "release";
-        h.reason = "MIG create failed: " + cmd.error;
-      }
-    } else {  // destroy
-      if (result.ok) {
-        cmd.state = store::SliceRequestState::kDone;
-        if (s.state != store::SliceState::kReleased) {
-          s.state = store::SliceState::kReleased;
-          s.released_at = now;
-          HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
-          released.push_back(s.id);
-        }
-        h.op = "release";
-        h.reason = "MIG partition destroyed";
-      } else {
-        cmd.state = store::SliceRequestState::kFailed;
-        cmd.error = (result.orphaned ? "MIG_PARTITION_ORPHANED: " : "") +
-                    (result.error.empty() ? std::string("destroy failed")
-                                          : result.error);
-        h.op = result.orphaned ? "mig_orphaned" : "mig_destroy_failed";
-        h.reason = cmd.error + " (the slice stays accounted)";
-      }
-    }
-    HF_RETURN_IF_ERROR(txn.UpdateSliceRequest(cmd));
-    HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
-    out = cmd;
-    return Status::Ok();
-  }));
-  if (full) mig_.MarkFull(*full, monotonic_->NowMillis() + kMigFullMillis);
-  MutexLock lock(mu_);
-  ApplyReleasesLocked(released);
+      });
+  if (!written.ok()) return written.status();
   if (!repeated && out.finished_at) {
     telemetry_->MigCommandFinished(
         out.action,
         out.state == store::SliceRequestState::kFailed ? "failed" : "done",
         static_cast<double>(*out.finished_at - out.created_at) / 1e3);
   }
-  if (requeue) queue_.RequestResync();
+  if (requeue) host_->TasksRequeued();
   return out;
 }
 
-Status ControlPlane::MarkStuckCommands() {
+Status MigChannel::MarkStuck() {
   // MIG commands past their deadline: the hardware state is unknown.
   const Millis now = clock_->NowMillis();
   bool requeued = false;
   // Written as every release is (write_gate_ shared), though nothing is
   // freed here: a stuck create's slice stays charged, releasing, until its
   // destroy is reported.
-  auto written = WriteReleases(
+  auto written = host_->WriteReleases(
       [&](Txn& txn, [[maybe_unused]] std::vector<RowId>& released) -> Status {
         requeued = false;
         std::vector<store::SliceRequestRow> due;
@@ -343,7 +344,7 @@ Status ControlPlane::MarkStuckCommands() {
             HF_RETURN_IF_ERROR(txn.UpdateSlice(s));
           }
           store::SliceRequestRow destroy =
-              MigCommandFor(s, "destroy", row.gpu_index, now);
+              CommandFor(s, "destroy", row.gpu_index, now);
           destroy.gpu_uuid = row.gpu_uuid;  // the card the create was sent to
           destroy.profile = row.profile;
           destroy.device_id =
@@ -379,9 +380,10 @@ Status ControlPlane::MarkStuckCommands() {
           HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
         }
         return Status::Ok();
-      });
+      },
+      nullptr);
   if (!written.ok()) return written.status();
-  if (requeued) queue_.RequestResync();
+  if (requeued) host_->TasksRequeued();
   return Status::Ok();
 }
 

@@ -341,7 +341,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     }
   }
   if (any_mig) {
-    const Status orphans = NoteOrphanedMigDevices(*stored, report);
+    const Status orphans = mig_channel_.NoteOrphans(*stored, report);
     if (!orphans.ok()) {
       spdlog::warn("MIG orphan check on {}: {}", stored->name,
                    orphans.ToString());
@@ -771,7 +771,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
           rebind = s.state == store::SliceState::kReleasing &&
                    !task.cancel_requested && r.state == TaskState::kCancelled;
           s.state = store::SliceState::kAllocated;  // the node confirmed
-          HF_RETURN_IF_ERROR(ReleaseInTxn(
+          HF_RETURN_IF_ERROR(releases_.ReleaseInTxn(
               txn, s, "agent:" + node,
               "task " + std::string(store::TaskStateName(r.state)) +
                   (rebind ? " (its slice was deleted)" : ""),

@@ -1,13 +1,9 @@
-// ControlPlane: releasing slices (docs/CONTRACT.md section 5). A release is
-// written in the store first (a gold slice with a partition waits, as
-// `releasing`, for the agent to destroy it); the ledger learns it after the
-// commit (ApplyReleasesLocked), so it never holds less than the store.
-#include <spdlog/spdlog.h>
+// Releases (releases.h): a slice's release written in the store.
+#include "server/releases.h"
 
 #include <string>
 #include <vector>
 
-#include "server/control_plane.h"
 #include "server/internal.h"
 
 namespace hf::server {
@@ -40,10 +36,10 @@ StatusOr<std::string> CreatedMigProfile(Txn& txn,
 
 }  // namespace
 
-Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
-                                  const std::string& actor,
-                                  const std::string& reason,
-                                  std::vector<RowId>& released) {
+Status Releases::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
+                              const std::string& actor,
+                              const std::string& reason,
+                              std::vector<store::RowId>& released) {
   if (slice.state != store::SliceState::kAllocated) return Status::Ok();
   telemetry_->NoteReleasePath(slice.id, ReleasePath(actor, reason));
   const store::Millis now = clock_->NowMillis();
@@ -89,7 +85,7 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
     // stays accounted (releasing) until the destroy command succeeds.
     slice.state = store::SliceState::kReleasing;
     HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
-    store::SliceRequestRow cmd = MigCommandFor(
+    store::SliceRequestRow cmd = mig_->CommandFor(
         slice, "destroy", slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0],
         now);
     auto profile = CreatedMigProfile(txn, slice);
@@ -109,10 +105,10 @@ Status ControlPlane::ReleaseInTxn(Txn& txn, store::SliceRow& slice,
   return Status::Ok();
 }
 
-Status ControlPlane::ReleaseTaskSliceInTxn(Txn& txn, const TaskRow& task,
-                                           const std::string& actor,
-                                           const std::string& reason,
-                                           std::vector<RowId>& released) {
+Status Releases::ReleaseTaskSliceInTxn(Txn& txn, const TaskRow& task,
+                                       const std::string& actor,
+                                       const std::string& reason,
+                                       std::vector<store::RowId>& released) {
   if (!task.slice_id) return Status::Ok();
   auto slice = txn.GetSlice(*task.slice_id);
   if (!slice.ok()) {
@@ -120,38 +116,6 @@ Status ControlPlane::ReleaseTaskSliceInTxn(Txn& txn, const TaskRow& task,
                                                           : slice.status();
   }
   return ReleaseInTxn(txn, *slice, actor, reason, released);
-}
-
-void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
-  if (released.empty()) return;
-  for (RowId id : released) {
-    Status s = ledger_->Release(SliceId(static_cast<std::uint64_t>(id)));
-    if (!s.ok() && s.code() != StatusCode::kNotFound) {
-      spdlog::error("ledger release of slice {} failed: {}", id, s.ToString());
-    }
-  }
-  usage_.Forget(released);
-  for (RowId id : released) telemetry_->SliceReleased(id);
-  queue_.CapacityFreed();
-}
-
-Status ControlPlane::WriteReleasing(
-    const std::function<Status(Txn&, std::vector<RowId>&)>& fn) {
-  return WriteReleases(fn).status();
-}
-
-StatusOr<int> ControlPlane::WriteReleases(
-    const std::function<Status(Txn&, std::vector<RowId>&)>& fn) {
-  std::vector<RowId> released;
-  // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-    released.clear();
-    return fn(txn, released);
-  }));
-  MutexLock lock(mu_);
-  ApplyReleasesLocked(released);
-  return static_cast<int>(released.size());
 }
 
 }  // namespace hf::server

@@ -172,7 +172,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.created_at = now;
       if (qos.level == scheduler::QosLevel::kGold && !slice.whole) {
         store::SliceRequestRow cmd =
-            MigCommandFor(slice, "create", slice.gpu_indices[0], now);
+            mig_channel_.CommandFor(slice, "create", slice.gpu_indices[0], now);
         cmd.profile = a.mig_profile;
         cmd.mig_start = a.mig_start;
         d.mig_create = cmd;

@@ -404,7 +404,7 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
                  "it, then the task is bound again)";
       return txn.AppendHistory(h).status();
     }
-    return ReleaseInTxn(txn, out, caller.Actor(), why, released);
+    return releases_.ReleaseInTxn(txn, out, caller.Actor(), why, released);
   }));
   MutexLock lock(mu_);
   ApplyReleasesLocked(released);
