@@ -163,6 +163,19 @@ class HookProofTest : public ::testing::Test {
   }
 
   // /bin/sleep with exactly `env`; killed at the end of the test.
+  // Whether `pid` maps a file whose path contains `name`, within 5 s.
+  static bool WaitForMapped(pid_t pid, const std::string& name) {
+    for (int i = 0; i < 5000; ++i) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+      std::string line;
+      while (std::getline(in, line)) {
+        if (line.find(name) != std::string::npos) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+
   pid_t Spawn(const std::vector<std::string>& env) {
     return SpawnArgv({"/bin/sleep", "60"}, env);
   }
@@ -381,6 +394,8 @@ TEST_F(HookProofTest, AProcessThatLoadedTheHookButDidNotAttachIsToldApart) {
   std::vector<std::string> env = TaskEnv();
   env.push_back(std::string("LD_PRELOAD=") + HF_HOOK_PATH);
   const pid_t loaded = Spawn(env);  // sleep never calls the driver
+  // The exec is done, but the loader may not have mapped the hook yet.
+  ASSERT_TRUE(WaitForMapped(loaded, "libhfhook.so"));
   UseNvml({{loaded, 10}});
   StartAgent();
   ASSERT_TRUE(agent_->RunOnce().ok());
