@@ -17,32 +17,32 @@ using store::TenantRow;
 // ------------------------------------------- what the ledger learns (Tenancy)
 
 Status ControlPlane::GroupCreated(const GroupRow& group) {
-  MutexLock lock(mu_);
-  HF_RETURN_IF_ERROR(ledger_tenancy_.DefineGroup(group.id));
+  MutexLock lock(core_.mu());
+  HF_RETURN_IF_ERROR(core_.tenancy().DefineGroup(group.id));
   names_.SetGroup(group.id, group.name);
   return Status::Ok();
 }
 
 Status ControlPlane::TenantChanged(const TenantRow& tenant) {
-  MutexLock lock(mu_);
+  MutexLock lock(core_.mu());
   names_.SetTenant(tenant.id, tenant.name);
-  return ledger_tenancy_.SyncTenant(tenant);
+  return core_.tenancy().SyncTenant(tenant);
 }
 
 Status ControlPlane::GroupDeleted(RowId group,
                                   const std::vector<RowId>& members) {
-  MutexLock lock(mu_);
-  return ledger_tenancy_.RemoveGroup(group, members);
+  MutexLock lock(core_.mu());
+  return core_.tenancy().RemoveGroup(group, members);
 }
 
 Status ControlPlane::ApprovalGranted(const ApprovalRow& approval) {
-  MutexLock lock(mu_);
-  return ledger_tenancy_.Apply(approval);
+  MutexLock lock(core_.mu());
+  return core_.tenancy().Apply(approval);
 }
 
 Status ControlPlane::ApprovalRevoked(RowId approval) {
-  MutexLock lock(mu_);
-  return ledger_tenancy_.Withdraw(approval);
+  MutexLock lock(core_.mu());
+  return core_.tenancy().Withdraw(approval);
 }
 
 // ------------------------------------------------------------- the API

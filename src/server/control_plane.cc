@@ -87,7 +87,6 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       monotonic_(options_.monotonic_clock != nullptr ? options_.monotonic_clock
                                                      : &steady_),
       fence_(fence),
-      ledger_(std::move(ledger)),
       beats_(options_.heartbeat_write_every_ms),
       mig_channel_(store, clock, monotonic_, options_.mig_command_deadline_ms,
                    telemetry_.get(), this),
@@ -105,10 +104,12 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
           this),
       tasks_(store, clock, &tenancy_, this),
       queue_(options_.resync_interval_ms),
-      inventory_(*ledger_, names_, queue_),
-      ledger_tenancy_(*ledger_, queue_, *clock),
-      placement_(*ledger_, inventory_, ledger_tenancy_, mig_channel_.book(),
-                 *monotonic_, std::move(policy), options_.policy_for_testing) {}
+      core_(std::move(ledger), names_, queue_, mig_channel_.book(), *clock,
+            *monotonic_, std::move(policy), options_.policy_for_testing),
+      scheduler_(
+          store, clock,
+          SchedulerOptions{options_.bind_batch, options_.retry_interval_ms},
+          &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -174,7 +175,7 @@ Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
 void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
   if (released.empty()) return;
   for (RowId id : released) {
-    Status s = ledger_->Release(SliceId(static_cast<std::uint64_t>(id)));
+    Status s = core_.ledger().Release(SliceId(static_cast<std::uint64_t>(id)));
     if (!s.ok() && s.code() != StatusCode::kNotFound) {
       spdlog::error("ledger release of slice {} failed: {}", id, s.ToString());
     }
@@ -194,13 +195,13 @@ StatusOr<int> ControlPlane::WriteReleases(
     const std::function<void()>& committed) {
   std::vector<RowId> released;
   // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
+  ReaderLock gate(core_.write_gate());
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
     return fn(txn, released);
   }));
   if (committed) committed();
-  MutexLock lock(mu_);
+  MutexLock lock(core_.mu());
   ApplyReleasesLocked(released);
   return static_cast<int>(released.size());
 }
@@ -210,7 +211,7 @@ void ControlPlane::Start() {
   if (started_) return;
   started_ = true;
   queue_.Resume();
-  scheduler_thread_ = std::thread([this] { SchedulerLoop(); });
+  scheduler_thread_ = std::thread([this] { scheduler_.Run(); });
   gc_thread_ = std::thread([this] { GcLoop(); });
   defrag_thread_ = std::thread([this] { DefragLoop(); });
 }
@@ -223,6 +224,29 @@ void ControlPlane::Stop() {
   if (gc_thread_.joinable()) gc_thread_.join();
   if (defrag_thread_.joinable()) defrag_thread_.join();
   started_ = false;
+}
+
+SliceEnvInput ControlPlane::SliceEnvFor(const store::SliceRow& slice,
+                                        const TaskRow& task) {
+  SliceEnvInput in;
+  in.slice_id = slice.id;
+  in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
+  std::string uuids;
+  std::string vendor = "nvidia";
+  for (const GpuIdentity& gpu : names_.Gpus(slice.node_id, slice.gpu_indices)) {
+    if (!uuids.empty()) uuids += ",";
+    uuids += gpu.uuid;
+    vendor = gpu.vendor;
+  }
+  in.gpu_uuids = uuids;
+  in.vendor = vendor;
+  in.qos_level = slice.qos_level;
+  in.whole = slice.whole;
+  in.memory_mib = slice.memory_mib;
+  in.compute_percent = slice.compute_defaulted ? 0 : slice.compute_percent;
+  in.compute_mode = task.gpu_compute_mode;
+  in.mig_device_id = slice.mig_device_id;
+  return in;
 }
 
 StatusOr<int> ControlPlane::RunGcOnce() { return gc_.RunOnce(); }
@@ -257,8 +281,8 @@ Status ControlPlane::EnsureDefaultTenant() {
 // whose tenant is gone belongs to its task's tenant, else `default`); the
 // slice-id counter moves past the highest id ever stored.
 Status ControlPlane::LearnHistoryLocked() {
-  if (placement_.learner() == nullptr) return Status::Ok();
-  placement_.ForgetLearned();
+  if (core_.placement().learner() == nullptr) return Status::Ok();
+  core_.placement().ForgetLearned();
   // Older tasks weigh under 2^-8 of the newest: not worth reading.
   const auto window = static_cast<RowId>(
       std::ceil(8 * std::max(1.0, options_.learned.half_life_tasks)));
@@ -275,15 +299,15 @@ Status ControlPlane::LearnHistoryLocked() {
     f.after_id = newest > window ? newest - window : 0;
     f.limit = 1000;
     return ForEachTask(txn, f, [&](TaskRow& task) -> Status {
-      mu_.AssertHeld();  // the caller holds it while the store runs this
-      placement_.Learn(task, placement_.RequestFor(task));
+      core_.mu().AssertHeld();  // the caller holds it while the store runs this
+      core_.placement().Learn(task, core_.placement().RequestFor(task));
       ++read;
       return Status::Ok();
     });
   }));
-  placement_.LearnedThrough(newest);
+  core_.placement().LearnedThrough(newest);
   spdlog::info("placement: {} learned its target workload from {} tasks",
-               placement_.policy().name(), read);
+               core_.placement().policy().name(), read);
   return Status::Ok();
 }
 
@@ -324,32 +348,32 @@ Status ControlPlane::Recover() {
   }));
 
   mig_channel_.book().LoadNoted(orphans_text);
-  MutexLock lock(mu_);
+  MutexLock lock(core_.mu());
   names_.SetAll(groups, tenants, nodes);
   for (const GroupRow& g : groups) {
-    HF_RETURN_IF_ERROR(ledger_tenancy_.DefineGroup(g.id));
+    HF_RETURN_IF_ERROR(core_.tenancy().DefineGroup(g.id));
   }
   for (const TenantRow& t : tenants) {
-    HF_RETURN_IF_ERROR(ledger_tenancy_.SyncTenant(t));
+    HF_RETURN_IF_ERROR(core_.tenancy().SyncTenant(t));
   }
   std::map<RowId, const store::NodeRow*> node_by_id;
   for (const store::NodeRow& n : nodes) {
     node_by_id[n.id] = &n;
     beats_.Seen(n.id, monotonic_->NowMillis());  // silence counts from now
-    auto id = inventory_.SyncNode(n);
+    auto id = core_.inventory().SyncNode(n);
     if (!id.ok()) return id.status();
   }
   for (const store::GpuRow& g : gpus) {
     auto it = node_by_id.find(g.node_id);
     if (it == node_by_id.end()) continue;
-    HF_RETURN_IF_ERROR(inventory_.SyncGpu(*it->second, g));
+    HF_RETURN_IF_ERROR(core_.inventory().SyncGpu(*it->second, g));
   }
-  ledger_->AdvanceSliceIdPast(
+  core_.ledger().AdvanceSliceIdPast(
       SliceId(static_cast<std::uint64_t>(max_slice_id)));
   // Every approval counts while the slices are restored (slices placed
   // under one that has since expired or been revoked are still live); then
   // only those in force stay.
-  HF_RETURN_IF_ERROR(ledger_tenancy_.BeginRestore(approvals));
+  HF_RETURN_IF_ERROR(core_.tenancy().BeginRestore(approvals));
 
   // Live slices, page by page.
   int restored = 0;
@@ -402,7 +426,7 @@ Status ControlPlane::Recover() {
       }
       // The slice exists: a tenancy that has changed since it was placed
       // does not unmake it (the GPU then takes no new slice of either).
-      auto restored_alloc = ledger_->Restore(
+      auto restored_alloc = core_.ledger().Restore(
           AllocationFromRow(slice),
           ledger::Ledger::RestoreOptions{.check_tenancy = false});
       if (restored_alloc.ok()) {
@@ -434,7 +458,7 @@ Status ControlPlane::Recover() {
       }
     }
   }
-  HF_RETURN_IF_ERROR(ledger_tenancy_.EndRestore(approvals));
+  HF_RETURN_IF_ERROR(core_.tenancy().EndRestore(approvals));
   if (restored > 0 || failed > 0) {
     spdlog::info("recovery: {} live slices restored, {} refused", restored,
                  failed);
@@ -462,7 +486,7 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
     keys.push_back(key);
     gpus += (gpus.empty() ? "" : ", ") + std::to_string(index);
   }
-  HF_RETURN_IF_ERROR(inventory_.FenceUnrestored(slice.id, keys));
+  HF_RETURN_IF_ERROR(core_.inventory().FenceUnrestored(slice.id, keys));
   const std::string reason =
       "recovery could not restore slice " + std::to_string(slice.id) + " (" +
       why + "): GPU(s) " + gpus + " of node " + std::to_string(slice.node_id) +
@@ -479,15 +503,14 @@ Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
   });
 }
 
-ledger::Allocation ControlPlane::AllocationFromRow(
-    const store::SliceRow& row) const {
+ledger::Allocation ControlPlane::AllocationFromRow(const store::SliceRow& row) {
   ledger::Allocation a;
   a.id = SliceId(static_cast<std::uint64_t>(row.id));
   a.tenant = TenantId(row.tenant_id);
   a.kind =
       row.whole ? ledger::RequestKind::kWholeGpus : ledger::RequestKind::kSlice;
   for (int index : row.gpu_indices) {
-    auto gpu = inventory_.Gpu(row.node_id, index);
+    auto gpu = core_.inventory().Gpu(row.node_id, index);
     a.gpus.push_back(gpu.ok() ? *gpu : GpuId());
   }
   a.memory_mib = row.memory_mib;

@@ -4,15 +4,16 @@
 // the store. The HTTP layer (src/api) parses requests into the structs
 // below and renders what these methods return; it holds no state.
 //
-// Ordering rule: every change to the ledger is mirrored in the store, and
-// the ledger is only changed while `mu_` is held. The ledger never holds
-// less than the store: a placement is reserved in the ledger (under `mu_`)
-// before the store write that records it, and undone if that write fails;
-// a release is applied to the ledger only after its write has committed.
+// Ordering rule (GuardedLedger, guarded_ledger.h): every change to the
+// ledger is mirrored in the store, and the ledger is only changed while its
+// lock (core_.mu(), `mu_` in the comments here) is held. The ledger never
+// holds less than the store: a placement is reserved in the ledger before
+// the store write that records it, and undone if that write fails; a
+// release is applied to the ledger only after its write has committed.
 // The write itself runs without `mu_` (placements and heartbeats go on
-// meanwhile), inside `write_gate_` held shared; whoever must see the ledger
-// equal to the live slices in the store (CheckLedgerMatchesStore) holds the
-// gate alone. A restart rebuilds the ledger from the store alone.
+// meanwhile), inside the ledger's write gate held shared; whoever must see
+// the ledger equal to the live slices in the store (CheckLedgerMatchesStore)
+// holds the gate alone. A restart rebuilds the ledger from the store alone.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -43,6 +44,7 @@
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
 #include "server/gc.h"
+#include "server/guarded_ledger.h"
 #include "server/identity.h"
 #include "server/inventory.h"
 #include "server/leadership.h"
@@ -54,6 +56,7 @@
 #include "server/pending_tasks.h"
 #include "server/placement.h"
 #include "server/releases.h"
+#include "server/scheduler.h"
 #include "server/scheduler_queue.h"
 #include "server/slice_env.h"
 #include "server/slice_usage.h"
@@ -245,7 +248,8 @@ struct NodeView {
 class ControlPlane : private TenancyLedger,
                      private TaskHost,
                      private MigChannelHost,
-                     private GcHost {
+                     private GcHost,
+                     private SchedulerHost {
  public:
   // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
   // the ledger from the store (restart recovery) before returning, unless
@@ -430,13 +434,17 @@ class ControlPlane : private TenancyLedger,
   // --- background work, also callable directly (tests, benchmarks) ---
   // Binds up to one batch of pending tasks; returns how many were bound.
   // `more` (optional) is set when the batch was full: call again at once.
-  StatusOr<int> BindPendingOnce(bool* more = nullptr);
+  StatusOr<int> BindPendingOnce(bool* more = nullptr) {
+    return scheduler_.BindPendingOnce(more);
+  }
   // One turn of the scheduler loop: the periodic rescan of pending tasks in
   // the store when it is due (ControlPlaneOptions::resync_interval_ms),
   // then one bind pass. The loop thread calls it; so does the whole-system
   // simulation, which drives the control plane on its own clock instead of
   // Start()ing its threads.
-  StatusOr<int> SchedulerPass(bool* more = nullptr);
+  StatusOr<int> SchedulerPass(bool* more = nullptr) {
+    return scheduler_.Pass(more);
+  }
   // Releases orphaned slices and marks stuck MIG commands; returns the
   // number of slices released.
   StatusOr<int> RunGcOnce();
@@ -476,7 +484,7 @@ class ControlPlane : private TenancyLedger,
   Status Recover();  // REQUIRES: called once, before any other use
   // Reads the recent task history into the policy's target workload (the
   // learned hf-frag; nothing for other policies). REQUIRES: mu_ held.
-  Status LearnHistoryLocked() HF_REQUIRES(mu_);
+  Status LearnHistoryLocked() HF_REQUIRES(core_.mu());
   // Stores the in-memory usage of `slices` where it changed enough since
   // it was last stored (leader only; LeaderWrite).
   Status PersistHookUsage(const std::vector<RowId>& slices);
@@ -488,20 +496,22 @@ class ControlPlane : private TenancyLedger,
   // until an operator deletes the slice. Logged and recorded in the history
   // (`recovery_refused`). REQUIRES: mu_ held.
   Status FenceUnrestoredLocked(const store::SliceRow& slice,
-                               const std::string& why) HF_REQUIRES(mu_);
+                               const std::string& why) HF_REQUIRES(core_.mu());
   // TenancyLedger: a tenancy change committed (Tenancy); each takes mu_.
-  Status GroupCreated(const store::GroupRow& group) override HF_EXCLUDES(mu_);
+  Status GroupCreated(const store::GroupRow& group) override
+      HF_EXCLUDES(core_.mu());
   Status TenantChanged(const store::TenantRow& tenant) override
-      HF_EXCLUDES(mu_);
+      HF_EXCLUDES(core_.mu());
   Status GroupDeleted(RowId group, const std::vector<RowId>& members) override
-      HF_EXCLUDES(mu_);
+      HF_EXCLUDES(core_.mu());
   Status ApprovalGranted(const store::ApprovalRow& approval) override
-      HF_EXCLUDES(mu_);
-  Status ApprovalRevoked(RowId approval) override HF_EXCLUDES(mu_);
-  ledger::Allocation AllocationFromRow(const store::SliceRow& row) const
-      HF_REQUIRES(mu_);
+      HF_EXCLUDES(core_.mu());
+  Status ApprovalRevoked(RowId approval) override HF_EXCLUDES(core_.mu());
+  ledger::Allocation AllocationFromRow(const store::SliceRow& row)
+      HF_REQUIRES(core_.mu());
 
-  void ApplyReleasesLocked(const std::vector<RowId>& released) HF_REQUIRES(mu_);
+  void ApplyReleasesLocked(const std::vector<RowId>& released)
+      HF_REQUIRES(core_.mu());
   Status ReleaseTaskSliceInTxn(store::Txn& txn, const store::TaskRow& task,
                                const std::string& actor,
                                const std::string& reason,
@@ -515,17 +525,17 @@ class ControlPlane : private TenancyLedger,
   // (write_gate_ shared, mu_ only to apply them).
   Status WriteReleasing(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      override HF_EXCLUDES(mu_);
+      override HF_EXCLUDES(core_.mu());
   // The same, for the server's own release paths (GC, task states, MIG
   // commands): `fn` may run again on a rerun (with `released` emptied);
   // `committed` (when set) runs after the commit, before the ledger learns
   // the releases; returns how many slices were released.
   StatusOr<int> WriteReleases(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
-      const std::function<void()>& committed) override HF_EXCLUDES(mu_);
+      const std::function<void()>& committed) override HF_EXCLUDES(core_.mu());
   StatusOr<int> WriteReleases(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      override HF_EXCLUDES(mu_) {
+      override HF_EXCLUDES(core_.mu()) {
     return WriteReleases(fn, nullptr);
   }
   // MigChannelHost and GcHost: the rest of their parts.
@@ -547,9 +557,9 @@ class ControlPlane : private TenancyLedger,
   };
   StatusOr<RunningRead> ReadRunning(const store::NodeRow& node,
                                     const std::vector<RunningTask>& tasks)
-      HF_EXCLUDES(mu_);
+      HF_EXCLUDES(core_.mu());
   Status Compensate(const store::NodeRow& node, const RunningTask& report,
-                    const store::TaskRow& task) HF_EXCLUDES(mu_);
+                    const store::TaskRow& task) HF_EXCLUDES(core_.mu());
   // The hook part of a heartbeat (see Heartbeat), for the running tasks
   // with their live slices (ReadRunning). Takes no mu_.
   Status NoteHookReports(
@@ -560,16 +570,15 @@ class ControlPlane : private TenancyLedger,
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                         const std::string& node) override;
 
-  void SchedulerLoop();
   void GcLoop();
   void DefragLoop();
   // Defragmentation internals (server/defrag.cc).
-  std::string ClusterFingerprintLocked() HF_REQUIRES(mu_);
+  std::string ClusterFingerprintLocked() HF_REQUIRES(core_.mu());
   StatusOr<nlohmann::json> LoadPlanInTxn(store::Txn& txn, RowId id);
   Status SavePlanInTxn(store::Txn& txn, const nlohmann::json& plan);
   // One step of an applying plan: a pending move's target is reserved
   // (ReserveTarget, under mu_), then the move written without mu_.
-  Status AdvancePlan(RowId id) HF_EXCLUDES(mu_);
+  Status AdvancePlan(RowId id) HF_EXCLUDES(core_.mu());
   // What a pending move reserves for: its task (as read before the write)
   // and its target GPU.
   struct MoveTarget {
@@ -583,7 +592,7 @@ class ControlPlane : private TenancyLedger,
     std::string refused;  // why nothing was reserved (empty: reserved)
   };
   ReservedTarget ReserveTarget(const std::optional<MoveTarget>& want)
-      HF_EXCLUDES(mu_);
+      HF_EXCLUDES(core_.mu());
   // ReportTaskStates: `task` (stopped on its node) has a move in flight
   // whose source was `slice`: it is bound to the move's reserved target
   // (`rebind`), or the reservation is released (the task ended). Returns
@@ -603,13 +612,7 @@ class ControlPlane : private TenancyLedger,
   // and a follower queues no created task for a scheduler it does not run.
   std::atomic<bool> recovered_{false};
 
-  // Shared by every write that changes the store and then the ledger (or
-  // the ledger, the store, and the ledger again); held alone to see both
-  // settled. Taken before `mu_`, never while holding it.
-  SharedMutex write_gate_;
-  Mutex resize_mu_;  // one ResizeSlice at a time (taken before write_gate_)
-  Mutex mu_;         // guards the ledger mirror below and every ledger change
-  std::unique_ptr<ledger::Ledger> ledger_;
+  Mutex resize_mu_;  // one ResizeSlice at a time (taken before write_gate)
   // When each node last registered or heartbeat (monotonic_ ms; a node
   // not heard from since this server started counts from its start), and
   // the report last applied for it. Its own lock (order: mu_, then it).
@@ -649,19 +652,17 @@ class ControlPlane : private TenancyLedger,
   // elsewhere, a rescan), the capacity generation, and the threads' stop
   // signal. Its own lock, a leaf.
   SchedulerQueue queue_;
-  // The ledger's mirror of the store's inventory: node and GPU ids, hooks,
-  // models per vendor, fenced GPUs. Changes the ledger, so under mu_.
-  Inventory inventory_ HF_GUARDED_BY(mu_);
-  // The ledger's side of tenancy: tenants' groups and the sharing
-  // approvals in force. Changes the ledger, so under mu_.
-  LedgerTenancy ledger_tenancy_ HF_GUARDED_BY(mu_);
-  // How every placement asks the ledger: requests, the policy (and what
-  // it learns), approvals and blocked MIG GPUs first, tiers. Under mu_.
-  Placement placement_ HF_GUARDED_BY(mu_);
-  Mutex bind_mu_;  // one bind pass at a time (taken before write_gate_)
-  // The tasks waiting to be bound, and when each is due to be tried again.
-  // Its own lock, a leaf; the bind pass is its only writer.
-  PendingTasks pending_;
+  // The ledger with its inventory mirror, its side of tenancy and how
+  // placements ask it, behind its lock (core_.mu(), "mu_" in the comments
+  // here) and its write gate (core_.write_gate(): shared by every write
+  // that changes the store and then the ledger, or the ledger, the store
+  // and the ledger again; held alone to see both settled; taken before
+  // mu_, never while holding it).
+  GuardedLedger core_;
+  // The bind pass and its loop, with the tasks waiting to be bound (its
+  // own lock, taken before the write gate); calls this, as
+  // SchedulerHost, holding no lock or mu_ only.
+  Scheduler scheduler_;
 
   std::thread scheduler_thread_;
   std::thread gc_thread_;

@@ -96,12 +96,12 @@ std::string ControlPlane::ClusterFingerprintLocked() {
   // Every live allocation and every GPU's health and capacity: a plan is
   // valid only on the cluster it was computed on.
   std::ostringstream out;
-  for (const ledger::Allocation& a : ledger_->Allocations()) {
+  for (const ledger::Allocation& a : core_.ledger().Allocations()) {
     out << a.id.value() << ':' << a.memory_mib << ':' << a.compute_percent;
     for (GpuId g : a.gpus) out << ':' << g.value();
     out << ';';
   }
-  ledger_->Read([&](const ledger::ClusterView& view) {
+  core_.ledger().Read([&](const ledger::ClusterView& view) {
     for (std::size_t i = 0; i < view.gpu_slot_count(); ++i) {
       const ledger::GpuRecord& g = view.gpu(GpuId(i));
       if (!g.live) continue;
@@ -160,13 +160,13 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
   // The plan is computed on the ledger (under mu_) and written without it.
   json out;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(core_.mu());
     scheduler::DefragRequest dr;
     dr.max_moves = request.max_moves;
     dr.goal_memory_mib = request.goal_memory_mib;
     if (node_row) {
-      auto it = inventory_.nodes().find(*node_row);
-      if (it == inventory_.nodes().end()) {
+      auto it = core_.inventory().nodes().find(*node_row);
+      if (it == core_.inventory().nodes().end()) {
         return Status::InvalidArgument(
             "node '" + *request.node + "' has no GPUs known", "node_id");
       }
@@ -175,20 +175,21 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     for (const Bound& b : bound) {
       scheduler::MovableSlice m;
       m.task_id = static_cast<std::uint64_t>(b.task.id);
-      m.request = placement_.RequestFor(b.task);  // a slice task's
+      m.request = core_.placement().RequestFor(b.task);  // a slice task's
       dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
     // What every placement leaves out: approvals past their expiry, MIG
     // GPUs that take no new partition, fenced GPUs.
-    for (GpuId gpu : placement_.PrepareTargets()) {
+    for (GpuId gpu : core_.placement().PrepareTargets()) {
       dr.excluded_targets.push_back(gpu);
     }
-    auto plan = scheduler::PlanDefrag(*ledger_, dr, placement_.policy());
+    auto plan =
+        scheduler::PlanDefrag(core_.ledger(), dr, core_.placement().policy());
     if (!plan.ok()) return plan.status();
 
     auto where = [&](NodeId node, GpuId gpu) {
-      mu_.AssertHeld();  // runs here, under mu_
-      const GpuKey& key = inventory_.KeyOf(gpu);
+      core_.mu().AssertHeld();  // runs here, under mu_
+      const GpuKey& key = core_.inventory().KeyOf(gpu);
       (void)node;
       return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
     };
@@ -293,7 +294,7 @@ StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   std::string fingerprint;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(core_.mu());
     fingerprint = ClusterFingerprintLocked();
   }
   json out;
@@ -447,7 +448,7 @@ Status ControlPlane::AdvancePlan(RowId id) {
            want->task.gpu_type == task.gpu_type;
   };
   bool used = false;
-  ReaderLock gate(write_gate_);
+  ReaderLock gate(core_.write_gate());
   Status written = LeaderWrite([&](Txn& txn) -> Status {
     used = false;
     auto loaded = LoadPlanInTxn(txn, id);
@@ -586,8 +587,8 @@ Status ControlPlane::AdvancePlan(RowId id) {
     return SavePlanInTxn(txn, plan);
   });
   if (reservation.allocation && (!written.ok() || !used)) {
-    MutexLock lock(mu_);
-    (void)ledger_->Release(reservation.allocation->id);
+    MutexLock lock(core_.mu());
+    (void)core_.ledger().Release(reservation.allocation->id);
     queue_.CapacityFreed();
   }
   return written;
@@ -597,25 +598,27 @@ ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
     const std::optional<MoveTarget>& want) {
   ReservedTarget out;
   if (!want) return out;
-  MutexLock lock(mu_);
-  auto lnode = inventory_.nodes().find(want->node_row);
-  auto lgpu = inventory_.gpus().find(GpuKey{want->node_row, want->gpu_index});
-  if (lnode == inventory_.nodes().end() || lgpu == inventory_.gpus().end()) {
+  MutexLock lock(core_.mu());
+  auto lnode = core_.inventory().nodes().find(want->node_row);
+  auto lgpu =
+      core_.inventory().gpus().find(GpuKey{want->node_row, want->gpu_index});
+  if (lnode == core_.inventory().nodes().end() ||
+      lgpu == core_.inventory().gpus().end()) {
     out.refused = "the target GPU is gone";
     return out;
   }
   // The ledger re-checks the target like any placement (a movable task is
   // a slice task: its request is a slice's).
-  ledger::PlacementRequest r = placement_.RequestFor(want->task);
+  ledger::PlacementRequest r = core_.placement().RequestFor(want->task);
   r.pinned_node = lnode->second;
   r.pinned_gpu = lgpu->second;
-  ledger::PlacementResult placed = placement_.Place(r);
+  ledger::PlacementResult placed = core_.placement().Place(r);
   if (!placed.placed()) {
     out.refused = "the target no longer takes it: " + placed.message;
     return out;
   }
   out.allocation = placed.allocation;
-  out.qos = placement_.QosFor(placed.allocation.gpus.front());
+  out.qos = core_.placement().QosFor(placed.allocation.gpus.front());
   return out;
 }
 
@@ -729,10 +732,10 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
   };
   std::vector<NodeRoom> fragmented;
   {
-    MutexLock lock(mu_);
-    ledger_->Read([&](const ledger::ClusterView& view) {
-      mu_.AssertHeld();  // runs here, under mu_
-      for (const auto& [row, node] : inventory_.nodes()) {
+    MutexLock lock(core_.mu());
+    core_.ledger().Read([&](const ledger::ClusterView& view) {
+      core_.mu().AssertHeld();  // runs here, under mu_
+      for (const auto& [row, node] : core_.inventory().nodes()) {
         scheduler::RoomSummary room = scheduler::MeasureRoom(view, node);
         if (room.fragmentation >= options_.defrag_auto_threshold) {
           fragmented.push_back({NodeName(row), std::move(room)});

@@ -27,15 +27,15 @@ metrics::Families ControlPlane::CollectMetrics() {
   std::vector<std::pair<RowId, store::Millis>> seen;
   const store::Millis mono_now = monotonic_->NowMillis();
   {
-    MutexLock lock(mu_);
-    ledger_->Read([&](const ledger::ClusterView& view) {
-      mu_.AssertHeld();  // runs here, under mu_
+    MutexLock lock(core_.mu());
+    core_.ledger().Read([&](const ledger::ClusterView& view) {
+      core_.mu().AssertHeld();  // runs here, under mu_
       const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
       gpus.reserve(view.gpu_slot_count());
       for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
         const GpuId id(slot);
         if (!view.HasGpu(id)) continue;
-        const GpuKey* key = inventory_.FindKey(id);
+        const GpuKey* key = core_.inventory().FindKey(id);
         if (key == nullptr) continue;
         const ledger::GpuRecord& g = view.gpu(id);
         Gpu out_gpu;

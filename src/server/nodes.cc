@@ -138,12 +138,12 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   std::set<int> occupied;
   std::vector<GpuKey> fenced;
   if (node_row) {
-    MutexLock lock(mu_);
-    occupied = inventory_.Occupied(*node_row);
-    fenced = inventory_.FenceRegistration(*node_row, report);
+    MutexLock lock(core_.mu());
+    occupied = core_.inventory().Occupied(*node_row);
+    fenced = core_.inventory().FenceRegistration(*node_row, report);
   }
   std::optional<ReportNumber> newer_applied;
-  ReaderLock gate(write_gate_);
+  ReaderLock gate(core_.write_gate());
   const Status written = LeaderWrite([&](Txn& txn) -> Status {
     gpus.clear();
     newer_applied.reset();
@@ -231,15 +231,15 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     }
     return Status::Ok();
   });
-  MutexLock lock(mu_);
-  inventory_.EndRegistration(fenced);
+  MutexLock lock(core_.mu());
+  core_.inventory().EndRegistration(fenced);
   HF_RETURN_IF_ERROR(written);
   if (newer_applied) return AppliedNodeReport{stored, newer_applied};
   names_.SetNode(stored.id, stored.name);
-  inventory_.SetHook(stored.id, report.hook_available);
+  core_.inventory().SetHook(stored.id, report.hook_available);
   for (const GpuRow& g : gpus)
-    HF_RETURN_IF_ERROR(inventory_.SyncGpu(stored, g));
-  auto node_id = inventory_.SyncNode(stored);
+    HF_RETURN_IF_ERROR(core_.inventory().SyncGpu(stored, g));
+  auto node_id = core_.inventory().SyncNode(stored);
   if (!node_id.ok()) return node_id.status();
   // Applied in full: a heartbeat that repeats it is answered from memory.
   beats_.Applied(report, stored, now, monotonic_->NowMillis());
@@ -382,9 +382,10 @@ Status ControlPlane::NoteHookReports(
     // Only while the ledger holds the slice (SliceUsage::Record). Whether
     // the last report named no unhooked process.
     const SliceId in_ledger(static_cast<std::uint64_t>(slice.id));
-    const bool was_hooked = usage_.Record(
-        slice.id, HookUsage{*t->hook, t->task_id, now},
-        [&] { return ledger_->GetAllocation(in_ledger).has_value(); });
+    const bool was_hooked =
+        usage_.Record(slice.id, HookUsage{*t->hook, t->task_id, now}, [&] {
+          return core_.unlocked_ledger().GetAllocation(in_ledger).has_value();
+        });
     if (!hook_enforceable) continue;
     const bool listed =
         std::ranges::find(slice.enforcement, "hook") != slice.enforcement.end();
@@ -565,15 +566,15 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   }
   // Reserved in the ledger under mu_, written without it (checking again
   // that the task still has no live slice), undone under it if not written.
-  ReaderLock gate(write_gate_);
-  MutexLock lock(mu_);
+  ReaderLock gate(core_.write_gate());
+  MutexLock lock(core_.mu());
   ledger::Allocation a;
-  a.id = ledger_->ReserveSliceId();
+  a.id = core_.ledger().ReserveSliceId();
   a.tenant = TenantId(task->tenant_id);
   a.kind = task->gpu_required > 0 ? ledger::RequestKind::kWholeGpus
                                   : ledger::RequestKind::kSlice;
   for (int index : report.gpu_indices) {
-    auto gpu = inventory_.Gpu(node.id, index);
+    auto gpu = core_.inventory().Gpu(node.id, index);
     if (!gpu.ok()) return gpu.status();
     a.gpus.push_back(*gpu);
   }
@@ -587,7 +588,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   const store::Millis now = clock_->NowMillis();
   // The task runs there: the ledger records it even if its tenant may no
   // longer share the GPU (which then takes nothing new of either).
-  auto restored = ledger_->Restore(
+  auto restored = core_.ledger().Restore(
       a, ledger::Ledger::RestoreOptions{.check_tenancy = false});
   if (!restored.ok()) {
     // Recorded in the history so an operator sees the conflict.
@@ -614,7 +615,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   row.node_id = node.id;
   row.whole = restored->kind == ledger::RequestKind::kWholeGpus;
   for (GpuId g : restored->gpus) {
-    row.gpu_indices.push_back(inventory_.KeyOf(g).index);
+    row.gpu_indices.push_back(core_.inventory().KeyOf(g).index);
   }
   row.memory_mib = restored->memory_mib;
   row.compute_percent = restored->compute_percent;
@@ -622,7 +623,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   row.mig_profile = restored->mig_profile;  // charged as its partition
   row.mig_start = restored->mig_start;
   const scheduler::QosDecision qos =
-      placement_.QosFor(restored->gpus.front(), row.whole);
+      core_.placement().QosFor(restored->gpus.front(), row.whole);
   row.qos_level = std::string(scheduler::QosLevelName(qos.level));
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";
@@ -664,7 +665,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   });
   if (!written.ok() || accounted) {
     lock.Lock();
-    (void)ledger_->Release(restored->id);
+    (void)core_.ledger().Release(restored->id);
     queue_.CapacityFreed();
     return written;
   }
@@ -868,9 +869,9 @@ StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
     }
     return Status::Ok();
   }));
-  MutexLock lock(mu_);
+  MutexLock lock(core_.mu());
   for (NodeView& v : out) {
-    v.hook_available = inventory_.Hook(v.node.id);
+    v.hook_available = core_.inventory().Hook(v.node.id);
     // A heartbeat answered from memory since the row was written.
     if (const auto beat = beats_.LastBeatAt(v.node.id);
         beat && *beat > v.node.last_heartbeat_at) {

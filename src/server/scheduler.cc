@@ -1,16 +1,6 @@
-// ControlPlane: the scheduler's bind (docs/CONTRACT.md section 5) and its
-// loop (what it reads comes from SchedulerQueue, scheduler_queue.h).
-//
-// A bind pass takes a batch of pending tasks, places each in the ledger
-// (under mu_), and persists the whole batch in one store transaction: per
-// task a compare-and-set on its version (the claim), the slice, the
-// injected env vars, the history entry and, for gold, the MIG create
-// command. A task whose claim loses (cancelled meanwhile) has its placement
-// undone; if the transaction fails, every placement of the batch is undone
-// and the tasks stay pending. Tasks that do not fit keep a `pending_reason`
-// (rewritten when its class changes, or at most once a minute when only
-// its counts moved) and are retried when capacity frees up (the ledger
-// generation moves) or every retry interval.
+// Scheduler (scheduler.h): the bind pass and its loop.
+#include "server/scheduler.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,12 +10,12 @@
 #include <string_view>
 
 #include "gpu/mig_profiles.h"
-#include "server/control_plane.h"
 #include "server/internal.h"
 
 namespace hf::server {
 
 using store::Millis;
+using store::RowId;
 
 using store::SliceRow;
 using store::TaskRow;
@@ -51,33 +41,10 @@ struct Decision {
 
 }  // namespace
 
-SliceEnvInput ControlPlane::SliceEnvFor(const SliceRow& slice,
-                                        const TaskRow& task) {
-  SliceEnvInput in;
-  in.slice_id = slice.id;
-  in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
-  std::string uuids;
-  std::string vendor = "nvidia";
-  for (const GpuIdentity& gpu : names_.Gpus(slice.node_id, slice.gpu_indices)) {
-    if (!uuids.empty()) uuids += ",";
-    uuids += gpu.uuid;
-    vendor = gpu.vendor;
-  }
-  in.gpu_uuids = uuids;
-  in.vendor = vendor;
-  in.qos_level = slice.qos_level;
-  in.whole = slice.whole;
-  in.memory_mib = slice.memory_mib;
-  in.compute_percent = slice.compute_defaulted ? 0 : slice.compute_percent;
-  in.compute_mode = task.gpu_compute_mode;
-  in.mig_device_id = slice.mig_device_id;
-  return in;
-}
-
-StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
+StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
   MutexLock bind_lock(bind_mu_);
   if (more != nullptr) *more = false;
-  SchedulerQueue::Work work = queue_.Take();
+  SchedulerQueue::Work work = queue_->Take();
   std::vector<TaskRow>& incoming = work.created;
   std::vector<RowId>& created = work.committed;
   const bool resync = work.resync;
@@ -123,7 +90,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
     for (TaskRow& t : rows) pending_.Add(std::move(t));
   }
 
-  const std::uint64_t generation = queue_.generation();
+  const std::uint64_t generation = queue_->generation();
   const store::Millis now = clock_->NowMillis();
   std::vector<TaskRow> batch = pending_.Due(
       generation, now, options_.retry_interval_ms, options_.bind_batch);
@@ -135,29 +102,30 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   // The placements are reserved in the ledger under mu_, written without
   // it (other placements see the reservations meanwhile), and undone under
   // it if the write fails: the ledger never holds less than the store.
-  ReaderLock gate(write_gate_);
+  ReaderLock gate(ledger_->write_gate());
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
-  MutexLock lock(mu_);
+  MutexLock lock(ledger_->mu());
   for (TaskRow& due : batch) {
     Decision d;
     d.task_id = due.id;
     d.updated = std::move(due);  // the copy Due() made is the row to write
     // The task as read: each branch below reads it before changing it.
     const TaskRow& task = d.updated;
-    const ledger::PlacementRequest request = placement_.RequestFor(task);
-    placement_.Learn(task, request);  // once: ids only grow
-    ledger::PlacementResult result = placement_.Place(request);
+    const ledger::PlacementRequest request =
+        ledger_->placement().RequestFor(task);
+    ledger_->placement().Learn(task, request);  // once: ids only grow
+    ledger::PlacementResult result = ledger_->placement().Place(request);
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;
       SliceRow& slice = d.slice;
       slice.id = static_cast<RowId>(a.id.value());
       slice.task_id = task.id;
       slice.tenant_id = task.tenant_id;
-      slice.node_id = inventory_.NodeRowOf(a.node);
+      slice.node_id = ledger_->inventory().NodeRowOf(a.node);
       slice.whole = a.kind == ledger::RequestKind::kWholeGpus;
       for (GpuId g : a.gpus) {
-        slice.gpu_indices.push_back(inventory_.KeyOf(g).index);
+        slice.gpu_indices.push_back(ledger_->inventory().KeyOf(g).index);
       }
       slice.memory_mib = a.memory_mib;
       slice.compute_percent = a.compute_percent;
@@ -165,14 +133,14 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       slice.mig_profile = a.mig_profile;
       slice.mig_start = a.mig_start;
       const scheduler::QosDecision qos =
-          placement_.QosFor(a.gpus.front(), slice.whole);
+          ledger_->placement().QosFor(a.gpus.front(), slice.whole);
       slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
       slice.enforcement = qos.enforcement;
       slice.origin = "scheduler";
       slice.created_at = now;
       if (qos.level == scheduler::QosLevel::kGold && !slice.whole) {
         store::SliceRequestRow cmd =
-            mig_channel_.CommandFor(slice, "create", slice.gpu_indices[0], now);
+            mig_->CommandFor(slice, "create", slice.gpu_indices[0], now);
         cmd.profile = a.mig_profile;
         cmd.mig_start = a.mig_start;
         d.mig_create = cmd;
@@ -186,7 +154,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
       t.message.clear();
       StripBindingLabels(t.labels);
       // Strip every variable of an older slice, inject this one's.
-      ApplySliceEnv(SliceEnvFor(slice, t), t.env);
+      ApplySliceEnv(host_->SliceEnvFor(slice, t), t.env);
       t.updated_at = now;
       d.kind = Decision::kPlaced;
       d.write = true;
@@ -227,7 +195,7 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   }
   lock.Unlock();
 
-  Status written = LeaderWrite([&](Txn& txn) -> Status {
+  Status written = host_->LeaderWrite([&](Txn& txn) -> Status {
     // Each kind of row in one batch call: on PostgreSQL a statement per
     // kind instead of a round trip per row.
     std::vector<Decision*> writing;
@@ -303,37 +271,37 @@ StatusOr<int> ControlPlane::BindPendingOnce(bool* more) {
   }
   if (!undo.empty()) {
     lock.Lock();
-    for (SliceId id : undo) (void)ledger_->Release(id);
+    for (SliceId id : undo) (void)ledger_->ledger().Release(id);
     lock.Unlock();
   }
   telemetry_->SetPending(pending_.ByReasonClass());
-  if (lost_any) queue_.RequestResync();
+  if (lost_any) queue_->RequestResync();
   if (!written.ok()) {
-    queue_.CapacityFreed();  // the undone placements freed capacity again
+    queue_->CapacityFreed();  // the undone placements freed capacity again
     return written.WithContext("persisting a bind batch");
   }
   return bound;
 }
 
-StatusOr<int> ControlPlane::SchedulerPass(bool* more) {
-  queue_.SweepIfDue(clock_->NowMillis());
+StatusOr<int> Scheduler::Pass(bool* more) {
+  queue_->SweepIfDue(clock_->NowMillis());
   auto bound = BindPendingOnce(more);
   if (!bound.ok()) {
     if (more != nullptr) *more = false;
-    queue_.RequestResync();
+    queue_->RequestResync();
   }
   return bound;
 }
 
-void ControlPlane::SchedulerLoop() {
+void Scheduler::Run() {
   std::uint64_t last_generation = 0;
   bool more = false;  // the last pass filled a batch: a backlog remains
   for (;;) {
     // With a backlog the next pass runs at once (stop permitting).
     const auto wait = std::chrono::milliseconds(more ? 0 : 500);
-    if (!queue_.WaitForWork(last_generation, wait)) return;
-    last_generation = queue_.generation();
-    auto bound = SchedulerPass(&more);
+    if (!queue_->WaitForWork(last_generation, wait)) return;
+    last_generation = queue_->generation();
+    auto bound = Pass(&more);
     if (!bound.ok()) {
       spdlog::error("scheduler: {}", bound.status().ToString());
       std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -82,18 +82,19 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
   };
   std::vector<Pending> rows;
   {
-    MutexLock lock(mu_);
+    MutexLock lock(core_.mu());
     if (!only) {
-      stats.policy = std::string(placement_.policy().name());
-      if (const auto* learner = placement_.learner(); learner != nullptr) {
+      stats.policy = std::string(core_.placement().policy().name());
+      if (const auto* learner = core_.placement().learner();
+          learner != nullptr) {
         stats.policy_learns = true;
         stats.policy_cold_start = learner->ColdStart();
         stats.policy_tasks_learned = learner->tasks_observed();
       }
     }
-    std::map<RowId, bool> hooks = inventory_.hooks();
-    ledger_->Read([&](const ledger::ClusterView& view) {
-      mu_.AssertHeld();  // runs here, under mu_
+    std::map<RowId, bool> hooks = core_.inventory().hooks();
+    core_.ledger().Read([&](const ledger::ClusterView& view) {
+      core_.mu().AssertHeld();  // runs here, under mu_
       const MemoryMib cap = MaxSliceMemoryMib(view.largest_gpu_memory_mib());
       std::set<NodeId> nodes;
       for (std::size_t slot = 0; slot < view.gpu_slot_count(); ++slot) {
@@ -107,7 +108,7 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
           if (!mine) continue;
         }
         const ledger::NodeRecord& n = view.node(g.node);
-        const GpuKey* key = inventory_.FindKey(id);
+        const GpuKey* key = core_.inventory().FindKey(id);
         if (key == nullptr) continue;
         Pending p;
         GpuStats& s = p.stats;
@@ -155,11 +156,11 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
     if (only) {
       // Only the caller's own slices count (not even its group's).
       std::map<std::pair<RowId, int>, std::pair<MemoryMib, int>> mine;
-      for (const ledger::Allocation& a : ledger_->Allocations()) {
+      for (const ledger::Allocation& a : core_.ledger().Allocations()) {
         if (a.tenant != *only) continue;
         ++stats.live_slices;
         for (GpuId g : a.gpus) {
-          const GpuKey& k = inventory_.KeyOf(g);
+          const GpuKey& k = core_.inventory().KeyOf(g);
           auto& m = mine[{k.node_id, k.index}];
           m.first += a.kind == ledger::RequestKind::kWholeGpus
                          ? a.memory_mib / static_cast<MemoryMib>(a.gpus.size())
@@ -177,10 +178,10 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         stats.accounted_memory_mib += p.stats.accounted_memory_mib;
       }
     } else {
-      stats.live_slices = static_cast<int>(ledger_->allocation_count());
+      stats.live_slices = static_cast<int>(core_.ledger().allocation_count());
       stats.free_memory_mib =
           stats.total_memory_mib - stats.accounted_memory_mib;
-      stats.pending_tasks = pending_.size();
+      stats.pending_tasks = scheduler_.pending();
     }
   }
   for (Pending& p : rows) {
@@ -259,18 +260,18 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   const store::Millis now = clock_->NowMillis();
   // Reserved in the ledger under mu_, written without it, undone under it
   // if the write fails.
-  ReaderLock gate(write_gate_);
-  MutexLock lock(mu_);
+  ReaderLock gate(core_.write_gate());
+  MutexLock lock(core_.mu());
   ledger::PlacementRequest pr = ledger::PlacementRequest::Slice(
       TenantId(tenant->id), request.memory_mib, request.compute_percent);
   if (node) {
     // The operator's node (and GPU): a filter of the placement pipeline; the
     // ledger's rules and the policy decide the rest.
-    auto ledger_node = inventory_.SyncNode(*node);
+    auto ledger_node = core_.inventory().SyncNode(*node);
     if (!ledger_node.ok()) return ledger_node.status();
     pr.pinned_node = *ledger_node;
     if (request.gpu_index) {
-      auto g = inventory_.Gpu(node->id, *request.gpu_index);
+      auto g = core_.inventory().Gpu(node->id, *request.gpu_index);
       if (!g.ok()) {
         return Status::InvalidArgument("node '" + node->name + "' has no GPU " +
                                            std::to_string(*request.gpu_index),
@@ -281,14 +282,14 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   }
   // As every placement: expired approvals withdrawn first, the MIG GPUs
   // that take no new partition left out.
-  ledger::PlacementResult result = placement_.Place(pr);
+  ledger::PlacementResult result = core_.placement().Place(pr);
   if (!result.placed()) {
     if (result.outcome == ledger::PlacementOutcome::kInvalid) {
       return result.status;
     }
     if (pr.pinned_gpu) {
       std::optional<ledger::RejectReason> why;
-      ledger_->Read([&](const ledger::ClusterView& view) {
+      core_.ledger().Read([&](const ledger::ClusterView& view) {
         why = view.CheckSlice(view.gpu(*pr.pinned_gpu), pr);
       });
       if (why) {
@@ -305,14 +306,14 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   SliceRow slice;
   slice.id = static_cast<RowId>(a.id.value());
   slice.tenant_id = tenant->id;
-  slice.node_id = inventory_.NodeRowOf(a.node);
-  slice.gpu_indices = {inventory_.KeyOf(a.gpus.front()).index};
+  slice.node_id = core_.inventory().NodeRowOf(a.node);
+  slice.gpu_indices = {core_.inventory().KeyOf(a.gpus.front()).index};
   slice.memory_mib = a.memory_mib;
   slice.compute_percent = a.compute_percent;
   slice.compute_defaulted = a.compute_defaulted;
   slice.mig_profile = a.mig_profile;
   slice.mig_start = a.mig_start;
-  const scheduler::QosDecision qos = placement_.QosFor(a.gpus.front());
+  const scheduler::QosDecision qos = core_.placement().QosFor(a.gpus.front());
   slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
   // An operator reservation has no task to enforce anything in.
   slice.enforcement = {};
@@ -330,7 +331,7 @@ StatusOr<SliceRow> ControlPlane::CreateSlice(const Caller& caller,
   });
   if (!written.ok()) {
     lock.Lock();
-    (void)ledger_->Release(a.id);
+    (void)core_.ledger().Release(a.id);
     queue_.CapacityFreed();
     return written;
   }
@@ -354,13 +355,13 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
   // the node's GPU rows too, to lift the fence after the commit.
   bool fenced = false;
   {
-    MutexLock lock(mu_);
-    fenced = inventory_.Unrestored(id);
+    MutexLock lock(core_.mu());
+    fenced = core_.inventory().Unrestored(id);
   }
   std::optional<store::NodeRow> node;
   std::vector<store::GpuRow> gpus;
   // Written without mu_; the releases reach the ledger after the commit.
-  ReaderLock gate(write_gate_);
+  ReaderLock gate(core_.write_gate());
   HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
     released.clear();
     node.reset();
@@ -406,9 +407,9 @@ StatusOr<SliceRow> ControlPlane::DeleteSlice(const Caller& caller, RowId id,
     }
     return releases_.ReleaseInTxn(txn, out, caller.Actor(), why, released);
   }));
-  MutexLock lock(mu_);
+  MutexLock lock(core_.mu());
   ApplyReleasesLocked(released);
-  HF_RETURN_IF_ERROR(inventory_.Unfence(id, node, gpus));
+  HF_RETURN_IF_ERROR(core_.inventory().Unfence(id, node, gpus));
   return out;
 }
 
@@ -466,10 +467,10 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   // Like a placement, a raise takes the capacity first (undone if the write
   // fails); like a release, a lowering gives it back after the commit. The
   // write runs without mu_.
-  ReaderLock gate(write_gate_);
-  MutexLock lock(mu_);
+  ReaderLock gate(core_.write_gate());
+  MutexLock lock(core_.mu());
   if (memory > old) {
-    auto raised = ledger_->ResizeSlice(ledger_id, memory);
+    auto raised = core_.ledger().ResizeSlice(ledger_id, memory);
     if (!raised.ok()) {
       if (raised.status().code() == StatusCode::kFailedPrecondition) {
         return Status::FailedPrecondition("cannot raise " + name + " to " +
@@ -479,7 +480,7 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
       return raised.status();
     }
   } else {
-    auto a = ledger_->GetAllocation(ledger_id);
+    auto a = core_.ledger().GetAllocation(ledger_id);
     if (!a || a->kind != ledger::RequestKind::kSlice) {
       return Status::Internal(name + " is not a slice in the ledger");
     }
@@ -525,11 +526,11 @@ StatusOr<SliceResize> ControlPlane::ResizeSlice(
   });
   lock.Lock();
   if (!written.ok()) {
-    if (memory > old) (void)ledger_->ResizeSlice(ledger_id, old);
+    if (memory > old) (void)core_.ledger().ResizeSlice(ledger_id, old);
     return written;
   }
   if (memory < old) {
-    auto lowered = ledger_->ResizeSlice(ledger_id, memory);
+    auto lowered = core_.ledger().ResizeSlice(ledger_id, memory);
     if (!lowered.ok()) {
       spdlog::error("ledger resize of slice {} failed: {}", id,
                     lowered.status().ToString());
@@ -624,22 +625,22 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
   }));
   std::map<RowId, std::vector<std::pair<GpuKey, SliceTarget>>> found;
   if (!asked.empty()) {
-    MutexLock lock(mu_);
+    MutexLock lock(core_.mu());
     // What every placement withdraws first and leaves out.
-    const std::set<GpuId> skipped = placement_.PrepareTargets();
+    const std::set<GpuId> skipped = core_.placement().PrepareTargets();
     for (Asked& a : asked) {
       if (a.gpu_type)
-        a.request.allowed_models = inventory_.AllowedModels(*a.gpu_type);
+        a.request.allowed_models = core_.inventory().AllowedModels(*a.gpu_type);
       found[a.id];
     }
-    ledger_->Read([&](const ledger::ClusterView& view) {
-      mu_.AssertHeld();  // runs here, under mu_
+    core_.ledger().Read([&](const ledger::ClusterView& view) {
+      core_.mu().AssertHeld();  // runs here, under mu_
       std::vector<ledger::SharingKey> tenant_keys;
       tenant_keys.reserve(asked.size());
       for (const Asked& a : asked) {
         tenant_keys.push_back(view.SharingKeyOf(a.request.tenant));
       }
-      for (const auto& [key, gpu] : inventory_.gpus()) {
+      for (const auto& [key, gpu] : core_.inventory().gpus()) {
         if (skipped.contains(gpu) || !view.HasGpu(gpu)) continue;
         const ledger::GpuRecord& g = view.gpu(gpu);
         for (std::size_t i = 0; i < asked.size(); ++i) {
@@ -694,8 +695,8 @@ StatusOr<Page<store::SliceRequestRow>> ControlPlane::ListSliceRequests(
 }
 
 Status ControlPlane::CheckLedgerMatchesStore() {
-  WriterLock settled(write_gate_);  // no write between store and ledger
-  MutexLock lock(mu_);
+  WriterLock settled(core_.write_gate());  // no write between store and ledger
+  MutexLock lock(core_.mu());
   std::vector<SliceRow> live;
   RowId after = 0;
   for (;;) {
@@ -714,7 +715,7 @@ Status ControlPlane::CheckLedgerMatchesStore() {
     after = page.back().id;
     live.insert(live.end(), page.begin(), page.end());
   }
-  std::vector<ledger::Allocation> allocations = ledger_->Allocations();
+  std::vector<ledger::Allocation> allocations = core_.ledger().Allocations();
   if (allocations.size() != live.size()) {
     return Status::Internal("ledger holds " +
                             std::to_string(allocations.size()) +
@@ -745,7 +746,7 @@ Status ControlPlane::CheckLedgerMatchesStore() {
                               ") and the store (" + show(expected) + ")");
     }
   }
-  return ledger_->CheckInvariants();
+  return core_.ledger().CheckInvariants();
 }
 
 }  // namespace hf::server

@@ -1,0 +1,105 @@
+// Scheduler: the leader's bind pass and its loop (docs/CONTRACT.md section
+// 5). What it reads comes from the SchedulerQueue (tasks created here, ids
+// the store's task feed reported, a rescan); the tasks waiting to be bound
+// are its own (PendingTasks).
+//
+// A bind pass takes a batch of due pending tasks, places each in the
+// ledger (GuardedLedger, under its lock), and persists the whole batch in
+// one store transaction with the lock given up: per task a
+// compare-and-set on its version (the claim), the slice, the injected env,
+// the history entry and, for gold, the MIG create command. A task whose
+// claim loses (cancelled meanwhile) has its placement undone; if the
+// transaction fails, every placement of the batch is undone and the tasks
+// stay pending. Tasks that do not fit keep a `pending_reason` (rewritten
+// when its class changes, or at most once a minute when only its counts
+// moved) and are tried again when capacity frees up (the queue's
+// generation moves) or every retry interval.
+//
+// Thread-safety: one bind pass at a time (bind_mu_, taken before the
+// ledger's write gate); safe from any thread. Calls SchedulerHost holding
+// no lock, or (SliceEnvFor) the ledger's lock only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "server/guarded_ledger.h"
+#include "server/leadership.h"
+#include "server/mig_channel.h"
+#include "server/pending_tasks.h"
+#include "server/scheduler_queue.h"
+#include "server/slice_env.h"
+#include "server/telemetry.h"
+#include "store/store.h"
+
+namespace hf::server {
+
+// What the Scheduler needs of the control plane.
+class SchedulerHost {
+ public:
+  virtual ~SchedulerHost() = default;
+  // Runs `fn` as a leader write (Unavailable where this instance may not
+  // act).
+  virtual Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) = 0;
+  // The env of `slice` bound to `task`; callable under the ledger's lock.
+  virtual SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
+                                    const store::TaskRow& task) = 0;
+};
+
+struct SchedulerOptions {
+  int bind_batch = 512;                    // most tasks bound per commit
+  std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
+};
+
+class Scheduler {
+ public:
+  // Everything passed must outlive the Scheduler; `fence` may be null (the
+  // only instance), else its term is named in each bind's history entry.
+  Scheduler(store::Store* store, const Clock* clock, SchedulerOptions options,
+            GuardedLedger* ledger, SchedulerQueue* queue, MigChannel* mig,
+            Telemetry* telemetry, const WriteFence* fence, SchedulerHost* host)
+      : store_(store),
+        clock_(clock),
+        options_(options),
+        ledger_(ledger),
+        queue_(queue),
+        mig_(mig),
+        telemetry_(telemetry),
+        fence_(fence),
+        host_(host) {}
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Binds up to one batch of pending tasks; returns how many were bound.
+  // `more` (optional) is set when the batch was full: call again at once.
+  StatusOr<int> BindPendingOnce(bool* more = nullptr) HF_EXCLUDES(bind_mu_);
+  // One turn of the loop: the queue's periodic rescan when it is due, then
+  // one bind pass (a failed pass asks for a rescan).
+  StatusOr<int> Pass(bool* more = nullptr);
+  // Runs passes as work arrives (at once while a backlog remains, else
+  // when the queue is woken or every 500 ms) until the queue is stopped.
+  void Run();
+  // How many tasks wait to be bound (as of the last pass).
+  int pending() const { return pending_.size(); }
+
+ private:
+  store::Store* const store_;
+  const Clock* const clock_;
+  const SchedulerOptions options_;
+  GuardedLedger* const ledger_;
+  SchedulerQueue* const queue_;
+  MigChannel* const mig_;
+  Telemetry* const telemetry_;
+  const WriteFence* const fence_;
+  SchedulerHost* const host_;
+  Mutex bind_mu_;  // one bind pass at a time
+  // The tasks waiting to be bound, and when each is due to be tried again.
+  // Its own lock, a leaf; the bind pass is its only writer.
+  PendingTasks pending_;
+};
+
+}  // namespace hf::server
