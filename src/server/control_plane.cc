@@ -1,8 +1,8 @@
-// ControlPlane: construction, restart recovery, the inventory mirror and
-// the admin objects (tenants, groups; tokens and names forward to the
-// Identity and Names units, identity.cc and names.cc). Tasks, slices, nodes
-// and the scheduler live in the sibling files tasks.cc, slices.cc, nodes.cc
-// and scheduler.cc.
+// ControlPlane: construction, lifetime, the release path's ledger side,
+// and the calls it forwards to its units (identity, tenancy, tasks, names,
+// the MIG channel, GC, the scheduler, recovery: each in files of its own).
+// Slices, nodes and defragmentation live in slices.cc, nodes.cc and
+// defrag.cc.
 #include "server/control_plane.h"
 
 #include <openssl/evp.h>
@@ -109,7 +109,13 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       scheduler_(
           store, clock,
           SchedulerOptions{options_.bind_batch, options_.retry_interval_ms},
-          &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this) {}
+          &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this),
+      recovery_(store, clock, monotonic_, &core_, &names_, &beats_,
+                &mig_channel_.book(), telemetry_.get(),
+                options_.learned.half_life_tasks,
+                [this](const std::function<Status(Txn&)>& fn) {
+                  return LeaderWrite(fn);
+                }) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -276,194 +282,8 @@ Status ControlPlane::EnsureDefaultTenant() {
   });
 }
 
-// Restart recovery (docs/CONTRACT.md section 5): the inventory, the tenancy and
-// every live slice go back into the ledger; tenants are normalised (a slice
-// whose tenant is gone belongs to its task's tenant, else `default`); the
-// slice-id counter moves past the highest id ever stored.
-Status ControlPlane::LearnHistoryLocked() {
-  if (core_.placement().learner() == nullptr) return Status::Ok();
-  core_.placement().ForgetLearned();
-  // Older tasks weigh under 2^-8 of the newest: not worth reading.
-  const auto window = static_cast<RowId>(
-      std::ceil(8 * std::max(1.0, options_.learned.half_life_tasks)));
-  RowId newest = 0;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto m = txn.MaxTaskId();
-    if (!m.ok()) return m.status();
-    newest = *m;
-    return Status::Ok();
-  }));
-  std::int64_t read = 0;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    store::TaskFilter f;
-    f.after_id = newest > window ? newest - window : 0;
-    f.limit = 1000;
-    return ForEachTask(txn, f, [&](TaskRow& task) -> Status {
-      core_.mu().AssertHeld();  // the caller holds it while the store runs this
-      core_.placement().Learn(task, core_.placement().RequestFor(task));
-      ++read;
-      return Status::Ok();
-    });
-  }));
-  core_.placement().LearnedThrough(newest);
-  spdlog::info("placement: {} learned its target workload from {} tasks",
-               core_.placement().policy().name(), read);
-  return Status::Ok();
-}
-
 Status ControlPlane::Recover() {
-  // The ledger is rebuilt from the store: every node's next report is
-  // applied in full.
-  beats_.Forget();
-  std::vector<GroupRow> groups;
-  std::vector<TenantRow> tenants;
-  std::vector<store::NodeRow> nodes;
-  std::vector<store::GpuRow> gpus;
-  std::vector<store::ApprovalRow> approvals;
-  RowId max_slice_id = 0;
-  std::string orphans_text;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto ap = txn.ListApprovals();
-    if (!ap.ok()) return ap.status();
-    approvals = std::move(*ap);
-    auto g = txn.ListGroups();
-    if (!g.ok()) return g.status();
-    groups = std::move(*g);
-    auto t = txn.ListTenants();
-    if (!t.ok()) return t.status();
-    tenants = std::move(*t);
-    auto n = txn.ListNodes();
-    if (!n.ok()) return n.status();
-    nodes = std::move(*n);
-    auto gp = txn.ListGpus(std::nullopt);
-    if (!gp.ok()) return gp.status();
-    gpus = std::move(*gp);
-    auto m = txn.MaxSliceId();
-    if (!m.ok()) return m.status();
-    max_slice_id = *m;
-    auto noted = txn.GetMeta(kMigOrphansNotedKey);
-    if (!noted.ok()) return noted.status();
-    orphans_text = noted->value_or("");
-    return Status::Ok();
-  }));
-
-  mig_channel_.book().LoadNoted(orphans_text);
-  MutexLock lock(core_.mu());
-  names_.SetAll(groups, tenants, nodes);
-  for (const GroupRow& g : groups) {
-    HF_RETURN_IF_ERROR(core_.tenancy().DefineGroup(g.id));
-  }
-  for (const TenantRow& t : tenants) {
-    HF_RETURN_IF_ERROR(core_.tenancy().SyncTenant(t));
-  }
-  std::map<RowId, const store::NodeRow*> node_by_id;
-  for (const store::NodeRow& n : nodes) {
-    node_by_id[n.id] = &n;
-    beats_.Seen(n.id, monotonic_->NowMillis());  // silence counts from now
-    auto id = core_.inventory().SyncNode(n);
-    if (!id.ok()) return id.status();
-  }
-  for (const store::GpuRow& g : gpus) {
-    auto it = node_by_id.find(g.node_id);
-    if (it == node_by_id.end()) continue;
-    HF_RETURN_IF_ERROR(core_.inventory().SyncGpu(*it->second, g));
-  }
-  core_.ledger().AdvanceSliceIdPast(
-      SliceId(static_cast<std::uint64_t>(max_slice_id)));
-  // Every approval counts while the slices are restored (slices placed
-  // under one that has since expired or been revoked are still live); then
-  // only those in force stay.
-  HF_RETURN_IF_ERROR(core_.tenancy().BeginRestore(approvals));
-
-  // Live slices, page by page.
-  int restored = 0;
-  int failed = 0;
-  RowId after = 0;
-  const RowId default_tenant = [&] {
-    for (const TenantRow& t : tenants) {
-      if (t.name == kDefaultTenant) return t.id;
-    }
-    return RowId{0};
-  }();
-  for (;;) {
-    std::vector<store::SliceRow> page;
-    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-      store::SliceFilter f;
-      f.live_only = true;
-      f.after_id = after;
-      f.limit = 1000;
-      auto rows = txn.ListSlices(f);
-      if (!rows.ok()) return rows.status();
-      page = std::move(*rows);
-      return Status::Ok();
-    }));
-    if (page.empty()) break;
-    after = page.back().id;
-    for (store::SliceRow& slice : page) {
-      const bool tenant_known = std::any_of(
-          tenants.begin(), tenants.end(),
-          [&](const TenantRow& t) { return t.id == slice.tenant_id; });
-      if (!tenant_known) {
-        RowId owner = default_tenant;
-        if (slice.task_id) {
-          (void)store_->Read([&](Txn& txn) -> Status {
-            auto task = txn.GetTask(*slice.task_id);
-            if (task.ok()) owner = task->tenant_id;
-            return Status::Ok();
-          });
-        }
-        spdlog::warn("recovery: slice {} names unknown tenant {}; now {}",
-                     slice.id, slice.tenant_id, owner);
-        slice.tenant_id = owner;
-        HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-          HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
-          store::HistoryRow h = HistoryFor(slice, "normalise_tenant");
-          h.at = clock_->NowMillis();
-          h.actor = "recovery";
-          h.reason = "slice named a tenant that no longer exists";
-          return txn.AppendHistory(h).status();
-        }));
-      }
-      // The slice exists: a tenancy that has changed since it was placed
-      // does not unmake it (the GPU then takes no new slice of either).
-      auto restored_alloc = core_.ledger().Restore(
-          AllocationFromRow(slice),
-          ledger::Ledger::RestoreOptions{.check_tenancy = false});
-      if (restored_alloc.ok()) {
-        ++restored;
-        if (restored_alloc->mig_profile != slice.mig_profile ||
-            restored_alloc->mig_start != slice.mig_start) {
-          // Recorded without its partition (before the ledger charged
-          // partitions): the store learns the one the ledger gave it.
-          slice.mig_profile = restored_alloc->mig_profile;
-          slice.mig_start = restored_alloc->mig_start;
-          slice.memory_mib = restored_alloc->memory_mib;
-          slice.compute_percent = restored_alloc->compute_percent;
-          slice.compute_defaulted = restored_alloc->compute_defaulted;
-          HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
-            HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
-            store::HistoryRow h = HistoryFor(slice, "charge_partition");
-            h.at = clock_->NowMillis();
-            h.actor = "recovery";
-            h.reason = "charged as the MIG partition " + slice.mig_profile +
-                       " at memory slot " + std::to_string(slice.mig_start);
-            return txn.AppendHistory(h).status();
-          }));
-        }
-        telemetry_->SliceLive(slice);
-      } else {
-        ++failed;
-        HF_RETURN_IF_ERROR(
-            FenceUnrestoredLocked(slice, restored_alloc.status().message()));
-      }
-    }
-  }
-  HF_RETURN_IF_ERROR(core_.tenancy().EndRestore(approvals));
-  if (restored > 0 || failed > 0) {
-    spdlog::info("recovery: {} live slices restored, {} refused", restored,
-                 failed);
-  }
-  HF_RETURN_IF_ERROR(LearnHistoryLocked().WithContext("reading task history"));
+  HF_RETURN_IF_ERROR(recovery_.Run());
   queue_.RequestResync();
   // Tasks created on other instances (followers answer POST /tasks from
   // the store alone) come in through the feed as they commit.
@@ -473,52 +293,6 @@ Status ControlPlane::Recover() {
   task_feed_ = std::move(feed);
   recovered_.store(true);
   return Status::Ok();
-}
-
-// ------------------------------------------------------ inventory mirror
-
-Status ControlPlane::FenceUnrestoredLocked(const store::SliceRow& slice,
-                                           const std::string& why) {
-  std::vector<GpuKey> keys;
-  std::string gpus;
-  for (int index : slice.gpu_indices) {
-    const GpuKey key{slice.node_id, index};
-    keys.push_back(key);
-    gpus += (gpus.empty() ? "" : ", ") + std::to_string(index);
-  }
-  HF_RETURN_IF_ERROR(core_.inventory().FenceUnrestored(slice.id, keys));
-  const std::string reason =
-      "recovery could not restore slice " + std::to_string(slice.id) + " (" +
-      why + "): GPU(s) " + gpus + " of node " + std::to_string(slice.node_id) +
-      " take nothing new until the slice is deleted (DELETE "
-      "/api/v1/slices/" +
-      std::to_string(slice.id) + ")";
-  spdlog::error("{}", reason);
-  return LeaderWrite([&](Txn& txn) -> Status {
-    store::HistoryRow h = HistoryFor(slice, "recovery_refused");
-    h.at = clock_->NowMillis();
-    h.actor = "recovery";
-    h.reason = reason;
-    return txn.AppendHistory(h).status();
-  });
-}
-
-ledger::Allocation ControlPlane::AllocationFromRow(const store::SliceRow& row) {
-  ledger::Allocation a;
-  a.id = SliceId(static_cast<std::uint64_t>(row.id));
-  a.tenant = TenantId(row.tenant_id);
-  a.kind =
-      row.whole ? ledger::RequestKind::kWholeGpus : ledger::RequestKind::kSlice;
-  for (int index : row.gpu_indices) {
-    auto gpu = core_.inventory().Gpu(row.node_id, index);
-    a.gpus.push_back(gpu.ok() ? *gpu : GpuId());
-  }
-  a.memory_mib = row.memory_mib;
-  a.compute_percent = row.compute_percent;
-  a.compute_defaulted = row.compute_defaulted;
-  a.mig_profile = row.mig_profile;
-  a.mig_start = row.mig_start;
-  return a;
 }
 
 // ------------------------------------------------------------------ names

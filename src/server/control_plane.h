@@ -55,6 +55,7 @@
 #include "server/page.h"
 #include "server/pending_tasks.h"
 #include "server/placement.h"
+#include "server/recovery.h"
 #include "server/releases.h"
 #include "server/scheduler.h"
 #include "server/scheduler_queue.h"
@@ -482,21 +483,11 @@ class ControlPlane : private TenancyLedger,
   Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) override;
 
   Status Recover();  // REQUIRES: called once, before any other use
-  // Reads the recent task history into the policy's target workload (the
-  // learned hf-frag; nothing for other policies). REQUIRES: mu_ held.
-  Status LearnHistoryLocked() HF_REQUIRES(core_.mu());
   // Stores the in-memory usage of `slices` where it changed enough since
   // it was last stored (leader only; LeaderWrite).
   Status PersistHookUsage(const std::vector<RowId>& slices);
   Status EnsureDefaultTenant();
 
-  // Restart recovery could not put `slice` back in the ledger (its GPU is
-  // unknown, or restoring it would oversell the GPU): its GPUs are held lost
-  // in the ledger, so nothing new lands where the ledger cannot account,
-  // until an operator deletes the slice. Logged and recorded in the history
-  // (`recovery_refused`). REQUIRES: mu_ held.
-  Status FenceUnrestoredLocked(const store::SliceRow& slice,
-                               const std::string& why) HF_REQUIRES(core_.mu());
   // TenancyLedger: a tenancy change committed (Tenancy); each takes mu_.
   Status GroupCreated(const store::GroupRow& group) override
       HF_EXCLUDES(core_.mu());
@@ -507,8 +498,6 @@ class ControlPlane : private TenancyLedger,
   Status ApprovalGranted(const store::ApprovalRow& approval) override
       HF_EXCLUDES(core_.mu());
   Status ApprovalRevoked(RowId approval) override HF_EXCLUDES(core_.mu());
-  ledger::Allocation AllocationFromRow(const store::SliceRow& row)
-      HF_REQUIRES(core_.mu());
 
   void ApplyReleasesLocked(const std::vector<RowId>& released)
       HF_REQUIRES(core_.mu());
@@ -663,6 +652,9 @@ class ControlPlane : private TenancyLedger,
   // own lock, taken before the write gate); calls this, as
   // SchedulerHost, holding no lock or mu_ only.
   Scheduler scheduler_;
+  // Restart recovery: rebuilds core_ from the store (holds mu_ across its
+  // reads and writes: nothing else runs meanwhile).
+  Recovery recovery_;
 
   std::thread scheduler_thread_;
   std::thread gc_thread_;

@@ -33,6 +33,7 @@
 #include "server/names.h"
 #include "server/placement.h"
 #include "server/scheduler_queue.h"
+#include "store/store.h"
 
 namespace hf::server {
 
@@ -65,6 +66,10 @@ class GuardedLedger {
   Inventory& inventory() HF_REQUIRES(mu_) { return inventory_; }
   LedgerTenancy& tenancy() HF_REQUIRES(mu_) { return tenancy_; }
   Placement& placement() HF_REQUIRES(mu_) { return placement_; }
+
+  // The allocation the ledger holds for stored slice `row` (its GPUs
+  // through the inventory mirror; an unknown one is GpuId()).
+  ledger::Allocation AllocationOf(const store::SliceRow& row) HF_REQUIRES(mu_);
 
  private:
   SharedMutex write_gate_;

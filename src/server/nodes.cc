@@ -1,7 +1,7 @@
 // ControlPlane: the agent side (docs/CONTRACT.md sections 3, 5, 8):
 // registration and heartbeats (capabilities and health taken afresh every
 // time), the compensation path, assignments and task-state reports (the
-// MIG command channel: mig_channel.cc).
+// MIG command channel: MigChannel, mig_channel.h).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>

@@ -723,7 +723,7 @@ Status ControlPlane::CheckLedgerMatchesStore() {
                             std::to_string(live.size()) + " live slices");
   }
   for (std::size_t i = 0; i < live.size(); ++i) {
-    ledger::Allocation expected = AllocationFromRow(live[i]);
+    ledger::Allocation expected = core_.AllocationOf(live[i]);
     ledger::Allocation actual = allocations[i];
     expected.node = actual.node;  // rows name the node by store id
     if (actual.kind == ledger::RequestKind::kWholeGpus) {

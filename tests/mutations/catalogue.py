@@ -51,7 +51,7 @@ MUTATIONS = [
     dict(
         name="recovery-checks-tenancy",
         hole="3 (found): recovery refuses slices whose tenancy changed since",
-        file="src/server/control_plane.cc",
+        file="src/server/recovery.cc",
         old="""          ledger::Ledger::RestoreOptions{.check_tenancy = false});
       if (restored_alloc.ok()) {""",
         new="""          ledger::Ledger::RestoreOptions{.check_tenancy = true});
@@ -62,11 +62,12 @@ MUTATIONS = [
     dict(
         name="recovery-fails-open",
         hole="3: recovery skips a slice it cannot restore and binds on",
-        file="src/server/control_plane.cc",
+        file="src/server/recovery.cc",
         old="""        HF_RETURN_IF_ERROR(
-            FenceUnrestoredLocked(slice, restored_alloc.status().message()));""",
+            FenceUnrestored(slice, restored_alloc.status().message()));""",
         new="""        spdlog::error("recovery: slice {} could not be restored", slice.id);""",
-        tests=["ControlPlaneTest.RecoveryThatCannotRestoreASliceFencesItsGpu"],
+        tests=["ControlPlaneTest.RecoveryThatCannotRestoreASliceFencesItsGpu",
+               "recovery_test/RecoveryTest.ASliceTheLedgerCannotTakeBackFencesItsGpu"],
         simulation=False,
     ),
     dict(
