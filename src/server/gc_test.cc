@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "server/store_test_rows.h"
 #include "store/testing/temp_store.h"
 
 namespace hf::server {
@@ -157,30 +158,9 @@ class GcTest : public ::testing::Test {
     slice.created_at = clock_.NowMillis();
     return slice;
   }
-  SliceRow Slice(RowId id) {
-    SliceRow row;
-    EXPECT_TRUE(store_
-                    ->Read([&](store::Txn& txn) -> Status {
-                      auto r = txn.GetSlice(id);
-                      if (!r.ok()) return r.status();
-                      row = *r;
-                      return Status::Ok();
-                    })
-                    .ok());
-    return row;
-  }
-  TaskRow Task(RowId id) {
-    TaskRow row;
-    EXPECT_TRUE(store_
-                    ->Read([&](store::Txn& txn) -> Status {
-                      auto r = txn.GetTask(id);
-                      if (!r.ok()) return r.status();
-                      row = *r;
-                      return Status::Ok();
-                    })
-                    .ok());
-    return row;
-  }
+  SliceRow Slice(RowId id) { return StoredSlice(*store_, id); }
+
+  TaskRow Task(RowId id) { return StoredTask(*store_, id); }
 
   store::sqlite_testing::TempDir dir_{"hf-gc-test"};
   std::unique_ptr<store::Store> store_;

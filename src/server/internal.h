@@ -92,6 +92,25 @@ inline Status ForEachSlice(store::Txn& txn, store::SliceFilter f,
       f, [&](const store::SliceFilter& g) { return txn.ListSlices(g); }, fn);
 }
 
+// One page of the live slices with ids above `after` (ascending), in a
+// read of its own: empty past the last one.
+inline StatusOr<std::vector<store::SliceRow>> LiveSlicePage(store::Store& store,
+                                                            store::RowId after,
+                                                            int limit = 1000) {
+  std::vector<store::SliceRow> page;
+  HF_RETURN_IF_ERROR(store.Read([&](store::Txn& txn) -> Status {
+    store::SliceFilter f;
+    f.live_only = true;
+    f.after_id = after;
+    f.limit = limit;
+    auto rows = txn.ListSlices(f);
+    if (!rows.ok()) return rows.status();
+    page = std::move(*rows);
+    return Status::Ok();
+  }));
+  return page;
+}
+
 inline Status ForEachTask(store::Txn& txn, store::TaskFilter f,
                           const std::function<Status(store::TaskRow&)>& fn) {
   return ForEachRow<store::TaskRow>(

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "server/internal.h"
+#include "server/store_test_rows.h"
 #include "store/testing/temp_store.h"
 
 namespace hf::server {
@@ -160,33 +161,18 @@ class MigChannelTest : public ::testing::Test {
     return out;
   }
 
-  template <typename Row>
-  Row Read(const std::function<StatusOr<Row>(store::Txn&)>& get) {
-    Row row;
-    Status s = store_->Read([&](store::Txn& txn) -> Status {
-      auto r = get(txn);
-      if (!r.ok()) return r.status();
-      row = *r;
-      return Status::Ok();
-    });
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    return row;
-  }
-  SliceRow Slice(RowId id) {
-    return Read<SliceRow>([&](store::Txn& txn) { return txn.GetSlice(id); });
-  }
-  TaskRow Task(RowId id) {
-    return Read<TaskRow>([&](store::Txn& txn) { return txn.GetTask(id); });
-  }
+  SliceRow Slice(RowId id) { return StoredSlice(*store_, id); }
+  TaskRow Task(RowId id) { return StoredTask(*store_, id); }
   std::vector<store::HistoryRow> History() {
-    return Read<std::vector<store::HistoryRow>>([](store::Txn& txn) {
-      store::HistoryFilter f;
-      f.limit = 1000;
-      return txn.ListHistory(f);
-    });
+    return ReadRow<std::vector<store::HistoryRow>>(*store_,
+                                                   [](store::Txn& txn) {
+                                                     store::HistoryFilter f;
+                                                     f.limit = 1000;
+                                                     return txn.ListHistory(f);
+                                                   });
   }
   std::vector<SliceRequestRow> Commands() {
-    return Read<std::vector<SliceRequestRow>>([](store::Txn& txn) {
+    return ReadRow<std::vector<SliceRequestRow>>(*store_, [](store::Txn& txn) {
       store::SliceRequestFilter f;
       f.limit = 1000;
       return txn.ListSliceRequests(f);

@@ -126,17 +126,9 @@ Status Recovery::Run() {
     return RowId{0};
   }();
   for (;;) {
-    std::vector<store::SliceRow> page;
-    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-      store::SliceFilter f;
-      f.live_only = true;
-      f.after_id = after;
-      f.limit = 1000;
-      auto rows = txn.ListSlices(f);
-      if (!rows.ok()) return rows.status();
-      page = std::move(*rows);
-      return Status::Ok();
-    }));
+    auto read = LiveSlicePage(*store_, after);
+    if (!read.ok()) return read.status();
+    std::vector<store::SliceRow>& page = *read;
     if (page.empty()) break;
     after = page.back().id;
     for (store::SliceRow& slice : page) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "server/ledger_test_base.h"
+#include "server/store_test_rows.h"
 #include "store/testing/temp_store.h"
 
 namespace hf::server {
@@ -135,18 +136,8 @@ class SchedulerTest : public LedgerTestBase {
     queue_.Created(task);
     return task.id;
   }
-  TaskRow Task(RowId id) {
-    TaskRow row;
-    EXPECT_TRUE(store_
-                    ->Read([&](store::Txn& txn) -> Status {
-                      auto r = txn.GetTask(id);
-                      if (!r.ok()) return r.status();
-                      row = *r;
-                      return Status::Ok();
-                    })
-                    .ok());
-    return row;
-  }
+  TaskRow Task(RowId id) { return StoredTask(*store_, id); }
+
   std::size_t Allocations() {
     MutexLock lock(core_->mu());
     return core_->ledger().allocation_count();

@@ -700,20 +700,11 @@ Status ControlPlane::CheckLedgerMatchesStore() {
   std::vector<SliceRow> live;
   RowId after = 0;
   for (;;) {
-    std::vector<SliceRow> page;
-    HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-      store::SliceFilter f;
-      f.live_only = true;
-      f.after_id = after;
-      f.limit = 1000;
-      auto rows = txn.ListSlices(f);
-      if (!rows.ok()) return rows.status();
-      page = std::move(*rows);
-      return Status::Ok();
-    }));
-    if (page.empty()) break;
-    after = page.back().id;
-    live.insert(live.end(), page.begin(), page.end());
+    auto page = LiveSlicePage(*store_, after);
+    if (!page.ok()) return page.status();
+    if (page->empty()) break;
+    after = page->back().id;
+    live.insert(live.end(), page->begin(), page->end());
   }
   std::vector<ledger::Allocation> allocations = core_.ledger().Allocations();
   if (allocations.size() != live.size()) {
