@@ -520,10 +520,11 @@ class ControlPlane : private TenancyLedger,
       const std::function<void()>& committed) override HF_EXCLUDES(core_.mu());
   StatusOr<int> WriteReleases(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      override HF_EXCLUDES(core_.mu()) {
+      HF_EXCLUDES(core_.mu()) {
     return WriteReleases(fn, nullptr);
   }
-  // MigChannelHost and GcHost: the rest of their parts.
+  // MigChannelHost and GcHost (WriteReleases above is both's): the rest
+  // of their parts.
   void TasksRequeued() override { queue_.RequestResync(); }
 
   // Builds the env input of `slice`, bound to `task` (whose

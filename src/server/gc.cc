@@ -63,8 +63,8 @@ StatusOr<int> Gc::ReleaseOrphans() {
   if (candidates.empty()) return 0;
   // Only what is free now counts (a partition still to be destroyed keeps
   // its slice releasing).
-  auto released =
-      host_->WriteReleases([&](Txn& txn, std::vector<RowId>& freed) -> Status {
+  auto released = host_->WriteReleases(
+      [&](Txn& txn, std::vector<RowId>& freed) -> Status {
         for (const Candidate& c : candidates) {
           auto slice = txn.GetSlice(c.slice_id);
           if (!slice.ok()) continue;
@@ -72,7 +72,8 @@ StatusOr<int> Gc::ReleaseOrphans() {
               releases_->ReleaseInTxn(txn, *slice, "gc", c.reason, freed));
         }
         return Status::Ok();
-      });
+      },
+      nullptr);
   if (!released.ok()) return released.status();
   return *released;
 }
@@ -152,7 +153,8 @@ StatusOr<int> Gc::ReleaseOnLostNodes() {
           }
         }
         return Status::Ok();
-      });
+      },
+      nullptr);
   if (!written.ok()) return written.status();
   if (requeued) host_->TasksRequeued();
   return *written;

@@ -32,12 +32,11 @@ namespace hf::server {
 class GcHost {
  public:
   virtual ~GcHost() = default;
-  // A leader write that releases slices: `fn` lists them in its second
-  // argument (it may run again on a rerun, with the list emptied); the
-  // ledger learns them after the commit. Returns how many were released.
+  // A leader write that releases slices, as MigChannelHost::WriteReleases
+  // (Gc passes no `committed`).
   virtual StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<store::RowId>&)>&
-          fn) = 0;
+      const std::function<Status(store::Txn&, std::vector<store::RowId>&)>& fn,
+      const std::function<void()>& committed) = 0;
   // Inside such a write: `task`, stopped, had a defragmentation move in
   // flight from `slice`; it lands on the move's target when `rebind` (true
   // returned), or the move's reservation is given back.

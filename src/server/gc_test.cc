@@ -32,21 +32,10 @@ class RecordingHost : public GcHost, public MigChannelHost {
   explicit RecordingHost(store::Store* store) : store_(store) {}
 
   StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      override {
-    return WriteReleases(fn, nullptr);
-  }
-  StatusOr<int> WriteReleases(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
       const std::function<void()>& committed) override {
-    std::vector<RowId> released;
-    HF_RETURN_IF_ERROR(store_->Write([&](store::Txn& txn) -> Status {
-      released.clear();
-      return fn(txn, released);
-    }));
-    if (committed) committed();
-    applied.insert(applied.end(), released.begin(), released.end());
-    return static_cast<int>(released.size());
+    return WriteReleasesForTest(*store_, fn, committed,
+                                [&](RowId id) { applied.push_back(id); });
   }
   StatusOr<bool> LandMoveInTxn(store::Txn& /*txn*/, TaskRow& task, RowId slice,
                                bool rebind,

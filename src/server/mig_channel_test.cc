@@ -38,19 +38,12 @@ class RecordingHost : public MigChannelHost {
   StatusOr<int> WriteReleases(
       const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
       const std::function<void()>& committed) override {
-    std::vector<RowId> released;
-    HF_RETURN_IF_ERROR(store_->Write([&](store::Txn& txn) -> Status {
-      released.clear();
-      return fn(txn, released);
-    }));
-    if (committed) committed();
-    // The ledger learns the releases now: what placement would see then.
-    for (RowId id : released) {
+    // What placement would see as the ledger learns each release.
+    return WriteReleasesForTest(*store_, fn, committed, [&](RowId id) {
       applied.push_back(id);
       blocked_when_applied.push_back(
           channel_->book().Blocked(GpuKey{node_id, 0}, /*now=*/0));
-    }
-    return static_cast<int>(released.size());
+    });
   }
   std::string GpuUuid(RowId node, int index) override {
     return "GPU-" + std::to_string(node) + "-" + std::to_string(index);
