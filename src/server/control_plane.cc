@@ -1,8 +1,9 @@
 // ControlPlane: construction, lifetime, the release path's ledger side,
 // and the calls it forwards to its units (identity, tenancy, tasks, names,
-// the MIG channel, GC, the scheduler, recovery: each in files of its own).
-// Slices, nodes and defragmentation live in slices.cc, nodes.cc and
-// defrag.cc.
+// nodes, the MIG channel, GC, the scheduler, recovery: each in files of
+// its own), for which it is the LeaderWriter.
+// The slices API and the agent's side of its tasks live in slices.cc and
+// agent_tasks.cc.
 #include "server/control_plane.h"
 
 #include <openssl/evp.h>
@@ -89,33 +90,35 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       fence_(fence),
       beats_(options_.heartbeat_write_every_ms),
       mig_channel_(store, clock, monotonic_, options_.mig_command_deadline_ms,
-                   telemetry_.get(), this),
+                   telemetry_.get(), this, this),
       releases_(clock, &mig_channel_, telemetry_.get()),
       gc_(store, clock, monotonic_,
           GcOptions{options_.gc_min_age_ms, options_.node_lost_ms}, &beats_,
-          &mig_channel_, &releases_, this),
+          &mig_channel_, &releases_, this, this),
       names_(store),
       identity_(store, clock, &names_),
-      tenancy_(
-          store, clock,
-          [this](const std::function<Status(Txn&)>& fn) {
-            return LeaderWrite(fn);
-          },
-          this),
-      tasks_(store, clock, &tenancy_, this),
+      tenancy_(store, clock, this, this),
+      tasks_(store, clock, &tenancy_, this, this),
       queue_(options_.resync_interval_ms),
       core_(std::move(ledger), names_, queue_, mig_channel_.book(), *clock,
             *monotonic_, std::move(policy), options_.policy_for_testing),
       scheduler_(
           store, clock,
           SchedulerOptions{options_.bind_batch, options_.retry_interval_ms},
-          &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this),
+          &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this, this),
+      nodes_(store, clock, monotonic_,
+             NodesOptions{options_.default_compute_percent}, &core_, &beats_,
+             &usage_, &names_, &queue_, &mig_channel_, telemetry_.get(), fence,
+             this),
+      defrag_(
+          store, clock, monotonic_,
+          DefragOptions{options_.defrag_tick_ms, options_.defrag_plan_ttl_ms,
+                        options_.defrag_auto, options_.defrag_auto_threshold,
+                        options_.defrag_auto_interval_ms},
+          &core_, &queue_, &mig_channel_, &releases_, &names_, this, this),
       recovery_(store, clock, monotonic_, &core_, &names_, &beats_,
                 &mig_channel_.book(), telemetry_.get(),
-                options_.learned.half_life_tasks,
-                [this](const std::function<Status(Txn&)>& fn) {
-                  return LeaderWrite(fn);
-                }) {}
+                options_.learned.half_life_tasks, this) {}
 
 ControlPlane::~ControlPlane() { Stop(); }
 
@@ -156,7 +159,7 @@ Status ControlPlane::Promote() {
   return Status::Ok();
 }
 
-Status ControlPlane::LeaderWrite(const std::function<Status(Txn&)>& fn) {
+Status ControlPlane::LeaderWrite(const WriteFn& fn) {
   const auto started = std::chrono::steady_clock::now();
   const auto timed = [&](Status s) {
     telemetry_->StoreCommit(std::chrono::duration<double>(
@@ -191,14 +194,8 @@ void ControlPlane::ApplyReleasesLocked(const std::vector<RowId>& released) {
   queue_.CapacityFreed();
 }
 
-Status ControlPlane::WriteReleasing(
-    const std::function<Status(Txn&, std::vector<RowId>&)>& fn) {
-  return WriteReleases(fn).status();
-}
-
 StatusOr<int> ControlPlane::WriteReleases(
-    const std::function<Status(Txn&, std::vector<RowId>&)>& fn,
-    const std::function<void()>& committed) {
+    const ReleasingFn& fn, const std::function<void()>& committed) {
   std::vector<RowId> released;
   // Written without mu_; the releases reach the ledger after the commit.
   ReaderLock gate(core_.write_gate());
@@ -219,7 +216,7 @@ void ControlPlane::Start() {
   queue_.Resume();
   scheduler_thread_ = std::thread([this] { scheduler_.Run(); });
   gc_thread_ = std::thread([this] { GcLoop(); });
-  defrag_thread_ = std::thread([this] { DefragLoop(); });
+  defrag_thread_ = std::thread([this] { defrag_.Run(); });
 }
 
 void ControlPlane::Stop() {

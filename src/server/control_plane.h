@@ -43,13 +43,16 @@
 #include "ledger/placement_policy.h"
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
+#include "server/defrag.h"
 #include "server/gc.h"
 #include "server/guarded_ledger.h"
 #include "server/identity.h"
+#include "server/leader_writer.h"
 #include "server/leadership.h"
 #include "server/mig_channel.h"
 #include "server/names.h"
 #include "server/node_beats.h"
+#include "server/nodes.h"
 #include "server/page.h"
 #include "server/recovery.h"
 #include "server/releases.h"
@@ -156,14 +159,6 @@ struct SliceTarget {
   std::string mig_profile;
 };
 
-// What RegisterNode made of a report.
-struct AppliedNodeReport {
-  store::NodeRow node;
-  // Set when the report was older than the newest applied (nothing of it
-  // was applied): that one's number.
-  std::optional<ReportNumber> newer_applied;
-};
-
 // PATCH /api/v1/slices/{id} (dynamic quota, docs/CONTRACT.md section 13).
 struct SliceResizeRequest {
   std::int64_t memory_mib = 0;
@@ -228,25 +223,13 @@ struct SliceStats {
   std::int64_t policy_tasks_learned = 0;
 };
 
-// A validated POST /api/v1/defrag/plans.
-struct DefragPlanCreate {
-  std::optional<std::string> node;  // the API's node_id (a node name)
-  std::optional<std::int64_t> goal_memory_mib;
-  int max_moves = 8;
-  bool automatic = false;  // proposed by automatic mode, not a person
-};
-
-struct NodeView {
-  store::NodeRow node;
-  std::vector<store::GpuRow> gpus;
-  bool hook_available = false;
-};
-
-class ControlPlane : private TenancyLedger,
+class ControlPlane : private LeaderWriter,
+                     private TenancyLedger,
                      private TaskHost,
                      private MigChannelHost,
                      private GcHost,
-                     private SchedulerHost {
+                     private SchedulerHost,
+                     private DefragHost {
  public:
   // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
   // the ledger from the store (restart recovery) before returning, unless
@@ -373,41 +356,43 @@ class ControlPlane : private TenancyLedger,
   StatusOr<Page<store::SliceRequestRow>> ListSliceRequests(
       const Caller& caller, const store::SliceRequestFilter& f);
 
-  // --- defragmentation plans (admin; docs/CONTRACT.md section 10,
-  // server/defrag.cc) Plans are JSON documents in the API's shape (docs/API.md,
-  // "Defragmentation"), stored durably with their moves' states.
-  // Computes a plan on a snapshot of the ledger; never applies it.
+  // --- defragmentation plans (admin; docs/CONTRACT.md section 10; Defrag,
+  // server/defrag.h) ---
   StatusOr<nlohmann::json> ProposeDefrag(const Caller& caller,
-                                         const DefragPlanCreate& request);
-  // Starts applying a proposed plan, move by move (DefragTickOnce).
-  // FailedPrecondition (409) when the cluster no longer matches the plan's
-  // snapshot or the plan is too old: the plan becomes `expired`.
-  StatusOr<nlohmann::json> ApplyDefrag(const Caller& caller, RowId id);
-  // A proposed plan is cancelled at once; an applying one after the move
-  // in flight (if any) has landed its task on the target.
-  StatusOr<nlohmann::json> CancelDefrag(const Caller& caller, RowId id);
-  StatusOr<std::vector<nlohmann::json>> ListDefrag(const Caller& caller);
-  StatusOr<nlohmann::json> GetDefrag(const Caller& caller, RowId id);
+                                         const DefragPlanCreate& request) {
+    return defrag_.Propose(caller, request);
+  }
+  StatusOr<nlohmann::json> ApplyDefrag(const Caller& caller, RowId id) {
+    return defrag_.Apply(caller, id);
+  }
+  StatusOr<nlohmann::json> CancelDefrag(const Caller& caller, RowId id) {
+    return defrag_.Cancel(caller, id);
+  }
+  StatusOr<std::vector<nlohmann::json>> ListDefrag(const Caller& caller) {
+    return defrag_.List(caller);
+  }
+  StatusOr<nlohmann::json> GetDefrag(const Caller& caller, RowId id) {
+    return defrag_.Get(caller, id);
+  }
   // Advances every applying plan by at most one step; the defrag thread
-  // calls it every defrag_tick_ms.
-  Status DefragTickOnce();
+  // does every defrag_tick_ms.
+  Status DefragTickOnce() { return defrag_.TickOnce(); }
   // Automatic mode's pass (ControlPlaneOptions::defrag_auto): proposes and
   // applies at most one plan for a pending task. Returns the plan's id, or
   // 0 when none was needed or found.
-  StatusOr<RowId> DefragAutoOnce();
+  StatusOr<RowId> DefragAutoOnce() { return defrag_.AutoOnce(); }
 
-  // --- nodes and agents ---
-  // Takes the node's capabilities and GPUs from the report, unless an
-  // equal or newer numbered report was applied already.
+  // --- nodes and agents (registration, heartbeats, node views: Nodes,
+  // server/nodes.h; assignments, task states, logs: server/agent_tasks.cc)
   StatusOr<AppliedNodeReport> RegisterNode(const Caller& caller,
-                                           const NodeReport& report);
-  // Also records the hook reports of the tasks (the first report of an
-  // attached hook adds "hook" to the slice's enforcement, with a
-  // `hook_attached` history entry) and returns the quotas the tasks' hook
-  // regions must hold.
+                                           const NodeReport& report) {
+    return nodes_.Register(caller, report);
+  }
   StatusOr<HeartbeatReply> Heartbeat(const Caller& caller,
                                      const NodeReport& report,
-                                     const std::vector<RunningTask>& tasks);
+                                     const std::vector<RunningTask>& tasks) {
+    return nodes_.Heartbeat(caller, report, tasks);
+  }
   StatusOr<Assignments> GetAssignments(const Caller& caller,
                                        const std::string& node);
   StatusOr<int> ReportTaskStates(const Caller& caller, const std::string& node,
@@ -425,8 +410,12 @@ class ControlPlane : private TenancyLedger,
                                        const std::string& node, RowId task_id,
                                        std::int64_t offset,
                                        std::string_view data);
-  StatusOr<std::vector<NodeView>> ListNodes(const Caller& caller);
-  StatusOr<NodeView> GetNode(const Caller& caller, const std::string& name);
+  StatusOr<std::vector<NodeView>> ListNodes(const Caller& caller) {
+    return nodes_.List(caller);
+  }
+  StatusOr<NodeView> GetNode(const Caller& caller, const std::string& name) {
+    return nodes_.Get(caller, name);
+  }
 
   // --- background work, also callable directly (tests, benchmarks) ---
   // Binds up to one batch of pending tasks; returns how many were bound.
@@ -473,15 +462,19 @@ class ControlPlane : private TenancyLedger,
                std::unique_ptr<ledger::Ledger> ledger,
                scheduler::MadePolicy policy, const WriteFence* fence);
 
-  // store_->Write for leader work: fenced when there is a fence (see
-  // Create); Unavailable without running `fn` when this instance may not
-  // act.
-  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) override;
+  // LeaderWriter, for every unit: store_->Write, fenced when there is a
+  // fence (see Create); Unavailable without running `fn` when this
+  // instance may not act.
+  Status LeaderWrite(const WriteFn& fn) override;
+  // A releasing write: written with the write gate shared and without
+  // mu_; the releases reach the ledger (under mu_) after the commit and
+  // after `committed`.
+  StatusOr<int> WriteReleases(const ReleasingFn& fn,
+                              const std::function<void()>& committed) override
+      HF_EXCLUDES(core_.mu());
+  using LeaderWriter::WriteReleases;
 
   Status Recover();  // REQUIRES: called once, before any other use
-  // Stores the in-memory usage of `slices` where it changed enough since
-  // it was last stored (leader only; LeaderWrite).
-  Status PersistHookUsage(const std::vector<RowId>& slices);
   Status EnsureDefaultTenant();
 
   // TenancyLedger: a tenancy change committed (Tenancy); each takes mu_.
@@ -506,25 +499,7 @@ class ControlPlane : private TenancyLedger,
   // TaskHost (Tasks): the rest of its part.
   bool Scheduling() const override { return recovered_.load(); }
   void TaskQueued(const store::TaskRow& task) override { queue_.Created(task); }
-  // A leader write whose releases reach the ledger after its commit
-  // (write_gate_ shared, mu_ only to apply them).
-  Status WriteReleasing(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      override HF_EXCLUDES(core_.mu());
-  // The same, for the server's own release paths (GC, task states, MIG
-  // commands): `fn` may run again on a rerun (with `released` emptied);
-  // `committed` (when set) runs after the commit, before the ledger learns
-  // the releases; returns how many slices were released.
-  StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
-      const std::function<void()>& committed) override HF_EXCLUDES(core_.mu());
-  StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      HF_EXCLUDES(core_.mu()) {
-    return WriteReleases(fn, nullptr);
-  }
-  // MigChannelHost and GcHost (WriteReleases above is both's): the rest
-  // of their parts.
+  // MigChannelHost and GcHost.
   void TasksRequeued() override { queue_.RequestResync(); }
 
   // Builds the env input of `slice`, bound to `task` (whose
@@ -532,60 +507,19 @@ class ControlPlane : private TenancyLedger,
   SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
                             const store::TaskRow& task) override;
 
-  // What the store holds for the tasks a heartbeat reports running, in one
-  // read without mu_ (the common case: every task has its slice, nothing
-  // else happens): the ones with no live slice, for the compensation (each
-  // gets its slice: Compensate), and the ones of this node with their live
-  // slice, for the hook reports.
-  struct RunningRead {
-    std::vector<store::TaskRow> without_slice;
-    std::vector<std::pair<const RunningTask*, store::SliceRow>> live;
-  };
-  StatusOr<RunningRead> ReadRunning(const store::NodeRow& node,
-                                    const std::vector<RunningTask>& tasks)
-      HF_EXCLUDES(core_.mu());
-  Status Compensate(const store::NodeRow& node, const RunningTask& report,
-                    const store::TaskRow& task) HF_EXCLUDES(core_.mu());
-  // The hook part of a heartbeat (see Heartbeat), for the running tasks
-  // with their live slices (ReadRunning). Takes no mu_.
-  Status NoteHookReports(
-      const store::NodeRow& node,
-      const std::vector<std::pair<const RunningTask*, store::SliceRow>>& live,
-      HeartbeatReply& reply);
-
+  // MigChannelHost.
   StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
-                                        const std::string& node) override;
+                                        const std::string& node) override {
+    return nodes_.NodeForAgent(caller, node);
+  }
 
   void GcLoop();
-  void DefragLoop();
-  // Defragmentation internals (server/defrag.cc).
-  std::string ClusterFingerprintLocked() HF_REQUIRES(core_.mu());
-  StatusOr<nlohmann::json> LoadPlanInTxn(store::Txn& txn, RowId id);
-  Status SavePlanInTxn(store::Txn& txn, const nlohmann::json& plan);
-  // One step of an applying plan: a pending move's target is reserved
-  // (ReserveTarget, under mu_), then the move written without mu_.
-  Status AdvancePlan(RowId id) HF_EXCLUDES(core_.mu());
-  // What a pending move reserves for: its task (as read before the write)
-  // and its target GPU.
-  struct MoveTarget {
-    store::TaskRow task;
-    RowId node_row = 0;
-    int gpu_index = 0;
-  };
-  struct ReservedTarget {
-    std::optional<ledger::Allocation> allocation;  // reserved in the ledger
-    scheduler::QosDecision qos;                    // of the target GPU
-    std::string refused;  // why nothing was reserved (empty: reserved)
-  };
-  ReservedTarget ReserveTarget(const std::optional<MoveTarget>& want)
-      HF_EXCLUDES(core_.mu());
-  // ReportTaskStates: `task` (stopped on its node) has a move in flight
-  // whose source was `slice`: it is bound to the move's reserved target
-  // (`rebind`), or the reservation is released (the task ended). Returns
-  // true when the task was bound to the target.
+  // GcHost, and the task-state reports (agent_tasks.cc).
   StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                RowId slice, bool rebind,
-                               std::vector<RowId>& released) override;
+                               std::vector<RowId>& released) override {
+    return defrag_.LandMoveInTxn(txn, task, slice, rebind, released);
+  }
 
   store::Store* const store_;
   const Clock* const clock_;
@@ -603,10 +537,6 @@ class ControlPlane : private TenancyLedger,
   // not heard from since this server started counts from its start), and
   // the report last applied for it. Its own lock (order: mu_, then it).
   NodeBeats beats_;
-  // One registration of a node at a time (by the hash of its name), so its
-  // GPU rows reach the ledger in commit order without mu_ held across the
-  // write. Taken before write_gate_ and mu_.
-  std::array<Mutex, 64> register_mu_;
   // The MIG command channel, with the partitions the agents report, the
   // orphaned ones, and the MIG GPUs that take no new gold slice (its
   // MigBook: its own lock; order: mu_, then it). Calls this
@@ -649,6 +579,13 @@ class ControlPlane : private TenancyLedger,
   // own lock, taken before the write gate); calls this, as
   // SchedulerHost, holding no lock or mu_ only.
   Scheduler scheduler_;
+  // Registration and heartbeats, the compensation path, the hook's
+  // reports (one registration of a node at a time: its lock, taken before
+  // the write gate).
+  Nodes nodes_;
+  // Defragmentation plans and automatic mode (no state of its own: the
+  // store holds the plans; reserves under mu_, writes without it).
+  Defrag defrag_;
   // Restart recovery: rebuilds core_ from the store (holds mu_ across its
   // reads and writes: nothing else runs meanwhile).
   Recovery recovery_;

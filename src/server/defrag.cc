@@ -1,27 +1,6 @@
-// Defragmentation plans (docs/CONTRACT.md section 10): proposed on a snapshot
-// of the ledger by the pure planner (scheduler/defrag.h), stored durably,
-// applied move by move.
-//
-// A plan and its moves are one JSON document in the store's meta table
-// ("defrag_plan/<id>"), written in the same transaction as every slice and
-// task change of a step, so a crash leaves the plan's record and the
-// cluster in step. A move goes through these states, each step one commit:
-//   pending  -> moving: the target is reserved (a slice pinned to the
-//               target GPU, charged by the ledger, owned by no task yet)
-//               and the source slice is marked releasing, so the source
-//               node stops the task (it is in its `cancel` list);
-//   moving   -> moved: the node reports the task stopped
-//               (ReportTaskStates -> LandMoveInTxn): the source slice is
-//               released and the task bound to the reserved slice with a
-//               fresh env, `scheduled` for the target node to start;
-//   moved    -> done: the task runs on the target (or ended there).
-// A task is thus always bound to exactly one slice (its source or its
-// target) and is never released without a place: a task that ends on its
-// own while it moves gives its reservation back (move `skipped`). A gold
-// (MIG) slice is a partition: the reservation writes the target's MIG
-// create command, the source's release its destroy command (the MIG
-// channel), and the task starts when its new partition exists.
-#include "scheduler/defrag.h"
+// Defrag (defrag.h): defragmentation plans proposed, stored, applied move
+// by move; automatic mode.
+#include "server/defrag.h"
 
 #include <spdlog/spdlog.h>
 
@@ -32,13 +11,14 @@
 #include <set>
 #include <sstream>
 
-#include "server/control_plane.h"
+#include "scheduler/defrag.h"
 #include "server/internal.h"
 
 namespace hf::server {
 
 using nlohmann::json;
 using store::Millis;
+using store::RowId;
 using store::SliceRow;
 using store::TaskRow;
 using store::Txn;
@@ -77,9 +57,7 @@ StatusOr<json> ParseJson(const std::string& text) {
   return j;
 }
 
-}  // namespace
-
-StatusOr<json> ControlPlane::LoadPlanInTxn(Txn& txn, RowId id) {
+StatusOr<json> LoadPlanInTxn(Txn& txn, RowId id) {
   auto text = txn.GetMeta(PlanKey(id));
   if (!text.ok()) return text.status();
   if (!text->has_value() || (*text)->empty()) {
@@ -88,20 +66,22 @@ StatusOr<json> ControlPlane::LoadPlanInTxn(Txn& txn, RowId id) {
   return ParseJson(**text);
 }
 
-Status ControlPlane::SavePlanInTxn(Txn& txn, const json& plan) {
+Status SavePlanInTxn(Txn& txn, const json& plan) {
   return txn.SetMeta(PlanKey(plan["id"].get<RowId>()), plan.dump());
 }
 
-std::string ControlPlane::ClusterFingerprintLocked() {
+}  // namespace
+
+std::string Defrag::ClusterFingerprintLocked() {
   // Every live allocation and every GPU's health and capacity: a plan is
   // valid only on the cluster it was computed on.
   std::ostringstream out;
-  for (const ledger::Allocation& a : core_.ledger().Allocations()) {
+  for (const ledger::Allocation& a : ledger_->ledger().Allocations()) {
     out << a.id.value() << ':' << a.memory_mib << ':' << a.compute_percent;
     for (GpuId g : a.gpus) out << ':' << g.value();
     out << ';';
   }
-  core_.ledger().Read([&](const ledger::ClusterView& view) {
+  ledger_->ledger().Read([&](const ledger::ClusterView& view) {
     for (std::size_t i = 0; i < view.gpu_slot_count(); ++i) {
       const ledger::GpuRecord& g = view.gpu(GpuId(i));
       if (!g.live) continue;
@@ -112,8 +92,8 @@ std::string ControlPlane::ClusterFingerprintLocked() {
   return Sha256Hex(out.str());
 }
 
-StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
-                                           const DefragPlanCreate& request) {
+StatusOr<json> Defrag::Propose(const Caller& caller,
+                               const DefragPlanCreate& request) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   if (request.max_moves < 1 || request.max_moves > 64) {
     return Status::InvalidArgument("must be 1..64", "max_moves");
@@ -160,13 +140,13 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
   // The plan is computed on the ledger (under mu_) and written without it.
   json out;
   {
-    MutexLock lock(core_.mu());
+    MutexLock lock(ledger_->mu());
     scheduler::DefragRequest dr;
     dr.max_moves = request.max_moves;
     dr.goal_memory_mib = request.goal_memory_mib;
     if (node_row) {
-      auto it = core_.inventory().nodes().find(*node_row);
-      if (it == core_.inventory().nodes().end()) {
+      auto it = ledger_->inventory().nodes().find(*node_row);
+      if (it == ledger_->inventory().nodes().end()) {
         return Status::InvalidArgument(
             "node '" + *request.node + "' has no GPUs known", "node_id");
       }
@@ -175,23 +155,24 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     for (const Bound& b : bound) {
       scheduler::MovableSlice m;
       m.task_id = static_cast<std::uint64_t>(b.task.id);
-      m.request = core_.placement().RequestFor(b.task);  // a slice task's
+      m.request = ledger_->placement().RequestFor(b.task);  // a slice task's
       dr.movable[SliceId(static_cast<std::uint64_t>(b.slice.id))] = m;
     }
     // What every placement leaves out: approvals past their expiry, MIG
     // GPUs that take no new partition, fenced GPUs.
-    for (GpuId gpu : core_.placement().PrepareTargets()) {
+    for (GpuId gpu : ledger_->placement().PrepareTargets()) {
       dr.excluded_targets.push_back(gpu);
     }
-    auto plan =
-        scheduler::PlanDefrag(core_.ledger(), dr, core_.placement().policy());
+    auto plan = scheduler::PlanDefrag(ledger_->ledger(), dr,
+                                      ledger_->placement().policy());
     if (!plan.ok()) return plan.status();
 
     auto where = [&](NodeId node, GpuId gpu) {
-      core_.mu().AssertHeld();  // runs here, under mu_
-      const GpuKey& key = core_.inventory().KeyOf(gpu);
+      ledger_->mu().AssertHeld();  // runs here, under mu_
+      const GpuKey& key = ledger_->inventory().KeyOf(gpu);
       (void)node;
-      return json{{"node_id", NodeName(key.node_id)}, {"gpu_index", key.index}};
+      return json{{"node_id", names_->Node(key.node_id)},
+                  {"gpu_index", key.index}};
     };
     auto room = [&](const scheduler::RoomSummary& r) {
       json gpus = json::array();
@@ -218,7 +199,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
             request.automatic ? std::string("defrag-auto") : caller.Actor()},
            {"created_at", now},
            {"updated_at", now},
-           {"expires_at", now + options_.defrag_plan_ttl_ms},
+           {"expires_at", now + options_.plan_ttl_ms},
            {"message", ""},
            {"cancel_requested", false},
            {"snapshot", ClusterFingerprintLocked()},
@@ -236,7 +217,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
     }
     out["moves"] = std::move(moves);
   }
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     auto next = txn.GetMeta(kPlanNextIdKey);
     if (!next.ok()) return next.status();
     RowId id = 1;
@@ -259,7 +240,7 @@ StatusOr<json> ControlPlane::ProposeDefrag(const Caller& caller,
   return Render(out);
 }
 
-StatusOr<json> ControlPlane::GetDefrag(const Caller& caller, RowId id) {
+StatusOr<json> Defrag::Get(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   json out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
@@ -271,7 +252,7 @@ StatusOr<json> ControlPlane::GetDefrag(const Caller& caller, RowId id) {
   return Render(out);
 }
 
-StatusOr<std::vector<json>> ControlPlane::ListDefrag(const Caller& caller) {
+StatusOr<std::vector<json>> Defrag::List(const Caller& caller) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   std::vector<json> out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
@@ -290,16 +271,16 @@ StatusOr<std::vector<json>> ControlPlane::ListDefrag(const Caller& caller) {
   return out;
 }
 
-StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
+StatusOr<json> Defrag::Apply(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   std::string fingerprint;
   {
-    MutexLock lock(core_.mu());
+    MutexLock lock(ledger_->mu());
     fingerprint = ClusterFingerprintLocked();
   }
   json out;
   bool expired = false;
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     expired = false;
     auto plan = LoadPlanInTxn(txn, id);
     if (!plan.ok()) return plan.status();
@@ -340,10 +321,10 @@ StatusOr<json> ControlPlane::ApplyDefrag(const Caller& caller, RowId id) {
   return Render(out);
 }
 
-StatusOr<json> ControlPlane::CancelDefrag(const Caller& caller, RowId id) {
+StatusOr<json> Defrag::Cancel(const Caller& caller, RowId id) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   json out;
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     auto plan = LoadPlanInTxn(txn, id);
     if (!plan.ok()) return plan.status();
     out = std::move(*plan);
@@ -383,10 +364,10 @@ StatusOr<json> ControlPlane::CancelDefrag(const Caller& caller, RowId id) {
   return Render(out);
 }
 
-Status ControlPlane::DefragTickOnce() {
-  std::vector<RowId> applying;
+StatusOr<std::vector<RowId>> Defrag::PlansIn(const std::string& state) {
+  std::vector<RowId> out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    applying.clear();
+    out.clear();
     auto index = txn.GetMeta(kPlanIndexKey);
     if (!index.ok()) return index.status();
     if (!index->has_value()) return Status::Ok();
@@ -394,21 +375,27 @@ Status ControlPlane::DefragTickOnce() {
     if (!ids.ok()) return ids.status();
     for (const json& id : *ids) {
       auto plan = LoadPlanInTxn(txn, id.get<RowId>());
-      if (plan.ok() && (*plan)["state"] == "applying") {
-        applying.push_back(id.get<RowId>());
+      if (plan.ok() && (*plan)["state"] == state) {
+        out.push_back(id.get<RowId>());
       }
     }
     return Status::Ok();
   }));
+  return out;
+}
+
+Status Defrag::TickOnce() {
+  auto applying = PlansIn("applying");
+  if (!applying.ok()) return applying.status();
   Status first = Status::Ok();
-  for (RowId id : applying) {
+  for (RowId id : *applying) {
     Status s = AdvancePlan(id);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
 }
 
-Status ControlPlane::AdvancePlan(RowId id) {
+Status Defrag::AdvancePlan(RowId id) {
   // A pending move's target is reserved in the ledger (under mu_) before
   // the write that records the move, which runs without mu_; the write
   // checks that its move is still the one reserved for, and the
@@ -448,8 +435,8 @@ Status ControlPlane::AdvancePlan(RowId id) {
            want->task.gpu_type == task.gpu_type;
   };
   bool used = false;
-  ReaderLock gate(core_.write_gate());
-  Status written = LeaderWrite([&](Txn& txn) -> Status {
+  ReaderLock gate(ledger_->write_gate());
+  Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
     used = false;
     auto loaded = LoadPlanInTxn(txn, id);
     if (!loaded.ok()) return loaded.status();
@@ -559,7 +546,7 @@ Status ControlPlane::AdvancePlan(RowId id) {
     HF_RETURN_IF_ERROR(txn.AppendHistory(h).status());
     if (qos.level == scheduler::QosLevel::kGold) {
       store::SliceRequestRow cmd =
-          mig_channel_.CommandFor(target, "create", to_index, now);
+          mig_->CommandFor(target, "create", to_index, now);
       cmd.task_id = task.id;  // the target is the task's once it lands
       cmd.profile = a.mig_profile;
       cmd.mig_start = a.mig_start;
@@ -587,44 +574,44 @@ Status ControlPlane::AdvancePlan(RowId id) {
     return SavePlanInTxn(txn, plan);
   });
   if (reservation.allocation && (!written.ok() || !used)) {
-    MutexLock lock(core_.mu());
-    (void)core_.ledger().Release(reservation.allocation->id);
-    queue_.CapacityFreed();
+    MutexLock lock(ledger_->mu());
+    (void)ledger_->ledger().Release(reservation.allocation->id);
+    queue_->CapacityFreed();
   }
   return written;
 }
 
-ControlPlane::ReservedTarget ControlPlane::ReserveTarget(
+Defrag::ReservedTarget Defrag::ReserveTarget(
     const std::optional<MoveTarget>& want) {
   ReservedTarget out;
   if (!want) return out;
-  MutexLock lock(core_.mu());
-  auto lnode = core_.inventory().nodes().find(want->node_row);
+  MutexLock lock(ledger_->mu());
+  auto lnode = ledger_->inventory().nodes().find(want->node_row);
   auto lgpu =
-      core_.inventory().gpus().find(GpuKey{want->node_row, want->gpu_index});
-  if (lnode == core_.inventory().nodes().end() ||
-      lgpu == core_.inventory().gpus().end()) {
+      ledger_->inventory().gpus().find(GpuKey{want->node_row, want->gpu_index});
+  if (lnode == ledger_->inventory().nodes().end() ||
+      lgpu == ledger_->inventory().gpus().end()) {
     out.refused = "the target GPU is gone";
     return out;
   }
   // The ledger re-checks the target like any placement (a movable task is
   // a slice task: its request is a slice's).
-  ledger::PlacementRequest r = core_.placement().RequestFor(want->task);
+  ledger::PlacementRequest r = ledger_->placement().RequestFor(want->task);
   r.pinned_node = lnode->second;
   r.pinned_gpu = lgpu->second;
-  ledger::PlacementResult placed = core_.placement().Place(r);
+  ledger::PlacementResult placed = ledger_->placement().Place(r);
   if (!placed.placed()) {
     out.refused = "the target no longer takes it: " + placed.message;
     return out;
   }
   out.allocation = placed.allocation;
-  out.qos = core_.placement().QosFor(placed.allocation.gpus.front());
+  out.qos = ledger_->placement().QosFor(placed.allocation.gpus.front());
   return out;
 }
 
-StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
-                                           bool rebind,
-                                           std::vector<RowId>& released) {
+StatusOr<bool> Defrag::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
+                                     bool rebind,
+                                     std::vector<RowId>& released) {
   auto marker = txn.GetMeta(TaskMoveKey(task.id));
   if (!marker.ok()) return marker.status();
   if (!marker->has_value() || (*marker)->empty()) return false;
@@ -649,7 +636,7 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
   if (!rebind || target.state != store::SliceState::kAllocated) {
     // The task ended (or was cancelled) while it moved: the reservation
     // goes back; the task keeps its end.
-    HF_RETURN_IF_ERROR(releases_.ReleaseInTxn(
+    HF_RETURN_IF_ERROR(releases_->ReleaseInTxn(
         txn, target, "defrag",
         "defrag plan " + std::to_string(plan_id) + ": task " +
             std::to_string(task.id) + " ended while it moved",
@@ -675,7 +662,7 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
   if (!target.mig_device_id.empty()) {
     task.labels["heteroflow.mig_device_id"] = target.mig_device_id;
   }
-  ApplySliceEnv(SliceEnvFor(target, task), task.env);
+  ApplySliceEnv(host_->SliceEnvFor(target, task), task.env);
   store::HistoryRow h = HistoryFor(target, "defrag_move");
   h.at = now;
   h.actor = "defrag";
@@ -692,23 +679,11 @@ StatusOr<bool> ControlPlane::LandMoveInTxn(Txn& txn, TaskRow& task, RowId slice,
   return true;
 }
 
-StatusOr<RowId> ControlPlane::DefragAutoOnce() {
+StatusOr<RowId> Defrag::AutoOnce() {
   // One plan at a time.
-  bool busy = false;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto index = txn.GetMeta(kPlanIndexKey);
-    if (!index.ok()) return index.status();
-    busy = false;
-    if (!index->has_value()) return Status::Ok();
-    auto ids = ParseJson(**index);
-    if (!ids.ok()) return ids.status();
-    for (const json& id : *ids) {
-      auto plan = LoadPlanInTxn(txn, id.get<RowId>());
-      if (plan.ok() && (*plan)["state"] == "applying") busy = true;
-    }
-    return Status::Ok();
-  }));
-  if (busy) return RowId{0};
+  auto applying = PlansIn("applying");
+  if (!applying.ok()) return applying.status();
+  if (!applying->empty()) return RowId{0};
   std::vector<TaskRow> pending;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
     store::TaskFilter f;
@@ -732,13 +707,13 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
   };
   std::vector<NodeRoom> fragmented;
   {
-    MutexLock lock(core_.mu());
-    core_.ledger().Read([&](const ledger::ClusterView& view) {
-      core_.mu().AssertHeld();  // runs here, under mu_
-      for (const auto& [row, node] : core_.inventory().nodes()) {
+    MutexLock lock(ledger_->mu());
+    ledger_->ledger().Read([&](const ledger::ClusterView& view) {
+      ledger_->mu().AssertHeld();  // runs here, under mu_
+      for (const auto& [row, node] : ledger_->inventory().nodes()) {
         scheduler::RoomSummary room = scheduler::MeasureRoom(view, node);
-        if (room.fragmentation >= options_.defrag_auto_threshold) {
-          fragmented.push_back({NodeName(row), std::move(room)});
+        if (room.fragmentation >= options_.auto_threshold) {
+          fragmented.push_back({names_->Node(row), std::move(room)});
         }
       }
     });
@@ -755,10 +730,10 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
       request.node = n.name;
       request.goal_memory_mib = *task.memory_mib;
       request.automatic = true;
-      auto plan = ProposeDefrag(leader, request);
+      auto plan = Propose(leader, request);
       if (!plan.ok()) continue;
       const RowId id = (*plan)["id"].get<RowId>();
-      auto applied = ApplyDefrag(leader, id);
+      auto applied = Apply(leader, id);
       if (!applied.ok()) return applied.status();
       spdlog::info(
           "defrag: automatic plan {} on node {} for pending task {} ({} MiB)",
@@ -769,17 +744,15 @@ StatusOr<RowId> ControlPlane::DefragAutoOnce() {
   return RowId{0};
 }
 
-void ControlPlane::DefragLoop() {
+void Defrag::Run() {
   Millis last_auto = std::numeric_limits<Millis>::min() / 2;
   for (;;) {
-    if (!queue_.Sleep(std::chrono::milliseconds(options_.defrag_tick_ms)))
-      return;
-    Status s = DefragTickOnce();
+    if (!queue_->Sleep(std::chrono::milliseconds(options_.tick_ms))) return;
+    Status s = TickOnce();
     if (!s.ok()) spdlog::warn("defrag: {}", s.ToString());
     const Millis now = monotonic_->NowMillis();
-    if (options_.defrag_auto &&
-        now - last_auto >= options_.defrag_auto_interval_ms) {
-      auto id = DefragAutoOnce();
+    if (options_.automatic && now - last_auto >= options_.auto_interval_ms) {
+      auto id = AutoOnce();
       if (!id.ok()) {
         spdlog::warn("defrag (automatic): {}", id.status().ToString());
       }

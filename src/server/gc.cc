@@ -63,7 +63,7 @@ StatusOr<int> Gc::ReleaseOrphans() {
   if (candidates.empty()) return 0;
   // Only what is free now counts (a partition still to be destroyed keeps
   // its slice releasing).
-  auto released = host_->WriteReleases(
+  auto released = writer_->WriteReleases(
       [&](Txn& txn, std::vector<RowId>& freed) -> Status {
         for (const Candidate& c : candidates) {
           auto slice = txn.GetSlice(c.slice_id);
@@ -87,7 +87,7 @@ StatusOr<int> Gc::ReleaseOnLostNodes() {
   if (silent.empty()) return 0;
   const Millis now = clock_->NowMillis();
   bool requeued = false;
-  auto written = host_->WriteReleases(
+  auto written = writer_->WriteReleases(
       [&](Txn& txn, std::vector<RowId>& released) -> Status {
         requeued = false;
         for (const auto& [node_id, silence] : silent) {

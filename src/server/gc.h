@@ -7,12 +7,13 @@
 //   end, deleted slices' tasks wait to be bound again, a defragmentation
 //   move lands on its target); its other tasks keep their slices;
 // - the MIG channel's commands past their deadline (MigChannel::MarkStuck).
-// Each part reads the store, writes its releases through the host (the
-// ledger learns them after the commit), and asks for a rescan when tasks
-// went back to pending.
+// Each part reads the store, writes its releases through the LeaderWriter
+// (the ledger learns them after the commit), and asks its host for a
+// rescan when tasks went back to pending.
 //
 // Thread-safety: no state of its own; safe from any thread (the control
-// plane runs one pass at a time). Calls GcHost without holding any lock.
+// plane runs one pass at a time). Calls GcHost and the LeaderWriter
+// without holding any lock.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "server/leader_writer.h"
 #include "server/mig_channel.h"
 #include "server/node_beats.h"
 #include "server/releases.h"
@@ -32,14 +34,10 @@ namespace hf::server {
 class GcHost {
  public:
   virtual ~GcHost() = default;
-  // A leader write that releases slices, as MigChannelHost::WriteReleases
-  // (Gc passes no `committed`).
-  virtual StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<store::RowId>&)>& fn,
-      const std::function<void()>& committed) = 0;
-  // Inside such a write: `task`, stopped, had a defragmentation move in
-  // flight from `slice`; it lands on the move's target when `rebind` (true
-  // returned), or the move's reservation is given back.
+  // Inside a releasing write (LeaderWriter::WriteReleases): `task`, stopped,
+  // had a defragmentation move in flight from `slice`; it lands on the move's
+  // target when `rebind` (true returned), or the move's reservation is given
+  // back.
   virtual StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                        store::RowId slice, bool rebind,
                                        std::vector<store::RowId>& released) = 0;
@@ -58,7 +56,7 @@ class Gc {
   // silence (NodeBeats' clock).
   Gc(store::Store* store, const Clock* clock, const Clock* monotonic,
      GcOptions options, const NodeBeats* beats, MigChannel* mig,
-     Releases* releases, GcHost* host)
+     Releases* releases, LeaderWriter* writer, GcHost* host)
       : store_(store),
         clock_(clock),
         monotonic_(monotonic),
@@ -66,6 +64,7 @@ class Gc {
         beats_(beats),
         mig_(mig),
         releases_(releases),
+        writer_(writer),
         host_(host) {}
 
   Gc(const Gc&) = delete;
@@ -86,6 +85,7 @@ class Gc {
   const NodeBeats* const beats_;
   MigChannel* const mig_;
   Releases* const releases_;
+  LeaderWriter* const writer_;
   GcHost* const host_;
 };
 

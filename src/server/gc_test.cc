@@ -29,14 +29,6 @@ using store::TaskState;
 
 class RecordingHost : public GcHost, public MigChannelHost {
  public:
-  explicit RecordingHost(store::Store* store) : store_(store) {}
-
-  StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
-      const std::function<void()>& committed) override {
-    return WriteReleasesForTest(*store_, fn, committed,
-                                [&](RowId id) { applied.push_back(id); });
-  }
   StatusOr<bool> LandMoveInTxn(store::Txn& /*txn*/, TaskRow& task, RowId slice,
                                bool rebind,
                                std::vector<RowId>& /*released*/) override {
@@ -47,9 +39,6 @@ class RecordingHost : public GcHost, public MigChannelHost {
     return true;
   }
   void TasksRequeued() override { ++requeued; }
-  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) override {
-    return store_->Write(fn);
-  }
   std::string GpuUuid(RowId /*node*/, int /*index*/) override { return ""; }
   SliceEnvInput SliceEnvFor(const SliceRow& /*slice*/,
                             const TaskRow& /*task*/) override {
@@ -65,9 +54,6 @@ class RecordingHost : public GcHost, public MigChannelHost {
   RowId moving_task = 0;  // LandMoveInTxn lands this one
   RowId moved_to = 0;
   int requeued = 0;
-
- private:
-  store::Store* const store_;
 };
 
 class GcTest : public ::testing::Test {
@@ -76,16 +62,18 @@ class GcTest : public ::testing::Test {
     auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(*opened);
-    host_ = std::make_unique<RecordingHost>(store_.get());
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
+    writer_->learned = [this](RowId id) { host_.applied.push_back(id); };
     mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &monotonic_,
-                                        120'000, &telemetry_, host_.get());
+                                        120'000, &telemetry_, writer_.get(),
+                                        &host_);
     releases_ = std::make_unique<Releases>(&clock_, mig_.get(), &telemetry_);
     GcOptions options;
     options.min_age_ms = 60'000;
     options.node_lost_ms = 600'000;
-    gc_ =
-        std::make_unique<Gc>(store_.get(), &clock_, &monotonic_, options,
-                             &beats_, mig_.get(), releases_.get(), host_.get());
+    gc_ = std::make_unique<Gc>(store_.get(), &clock_, &monotonic_, options,
+                               &beats_, mig_.get(), releases_.get(),
+                               writer_.get(), &host_);
     ASSERT_TRUE(store_
                     ->Write([&](store::Txn& txn) -> Status {
                       store::TenantRow tenant;
@@ -157,7 +145,8 @@ class GcTest : public ::testing::Test {
   FakeClock monotonic_{5'000};
   Telemetry telemetry_;
   NodeBeats beats_{15'000};
-  std::unique_ptr<RecordingHost> host_;
+  std::unique_ptr<StoreWriterForTest> writer_;
+  RecordingHost host_;
   std::unique_ptr<MigChannel> mig_;
   std::unique_ptr<Releases> releases_;
   std::unique_ptr<Gc> gc_;
@@ -187,7 +176,7 @@ TEST_F(GcTest, OnlyOldSlicesOfEndedTasksOrOfTasksHoldingAnotherAreOrphans) {
   auto released = gc_->RunOnce();
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(*released, 2);
-  EXPECT_EQ(host_->applied, (std::vector<RowId>{1, 6}));
+  EXPECT_EQ(host_.applied, (std::vector<RowId>{1, 6}));
   for (RowId kept : {2, 3, 4}) {
     EXPECT_EQ(Slice(kept).state, SliceState::kAllocated) << kept;
   }
@@ -196,7 +185,7 @@ TEST_F(GcTest, OnlyOldSlicesOfEndedTasksOrOfTasksHoldingAnotherAreOrphans) {
   auto again = gc_->RunOnce();
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, 0);
-  EXPECT_EQ(host_->applied.size(), 2u);
+  EXPECT_EQ(host_.applied.size(), 2u);
 }
 
 TEST_F(GcTest, ASilentNodesTasksAskedToStopAreTakenAsStopped) {
@@ -215,8 +204,8 @@ TEST_F(GcTest, ASilentNodesTasksAskedToStopAreTakenAsStopped) {
   const RowId elsewhere =
       Bound(alive, TaskState::kRunning, 5, SliceState::kAllocated,
             /*cancel_requested=*/true);
-  host_->moving_task = moving;
-  host_->moved_to = 9;
+  host_.moving_task = moving;
+  host_.moved_to = 9;
 
   monotonic_.Advance(600'000);
   beats_.Seen(alive, monotonic_.NowMillis());
@@ -230,7 +219,7 @@ TEST_F(GcTest, ASilentNodesTasksAskedToStopAreTakenAsStopped) {
   auto released = gc_->RunOnce();
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(*released, 3);
-  std::vector<RowId> applied = host_->applied;
+  std::vector<RowId> applied = host_.applied;
   std::sort(applied.begin(), applied.end());
   EXPECT_EQ(applied, (std::vector<RowId>{1, 2, 4}));
   const TaskRow c = Task(cancelled);
@@ -239,7 +228,7 @@ TEST_F(GcTest, ASilentNodesTasksAskedToStopAreTakenAsStopped) {
   const TaskRow d = Task(deleted);
   EXPECT_EQ(d.state, TaskState::kPending);
   EXPECT_FALSE(d.slice_id.has_value());
-  EXPECT_EQ(host_->requeued, 1);
+  EXPECT_EQ(host_.requeued, 1);
   const TaskRow m = Task(moving);
   EXPECT_EQ(m.state, TaskState::kScheduled);
   EXPECT_EQ(m.slice_id, std::optional<RowId>(9));

@@ -74,7 +74,7 @@ Status MigChannel::NoteOrphans(const NodeRow& node,
   // Two heartbeats at once write what each saw: the set is noted again by
   // the next report that changes it.
   const Millis now = clock_->NowMillis();
-  HF_RETURN_IF_ERROR(host_->LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [index, device] : fresh) {
       store::HistoryRow h;
       h.op = "mig_orphaned";
@@ -104,7 +104,7 @@ StatusOr<std::vector<store::SliceRequestRow>> MigChannel::Claim(
   if (!row.ok()) return row.status();
   constexpr std::size_t kMaxOffered = 100;
   std::vector<store::SliceRequestRow> out;
-  HF_RETURN_IF_ERROR(host_->LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     out.clear();
     const Millis now = clock_->NowMillis();
     // Commands this node claimed and has not reported are offered again:
@@ -151,7 +151,7 @@ StatusOr<store::SliceRequestRow> MigChannel::Report(
   std::optional<GpuKey> full;  // the card had no room for the partition
   // The releases reach the ledger after the commit; a card found full is
   // marked before they do, so no bind pass they wake places gold there.
-  auto written = host_->WriteReleases(
+  auto written = writer_->WriteReleases(
       [&](Txn& txn, std::vector<RowId>& released) -> Status {
         requeue = false;
         repeated = false;
@@ -312,7 +312,7 @@ Status MigChannel::MarkStuck() {
   // Written as every release is (write_gate_ shared), though nothing is
   // freed here: a stuck create's slice stays charged, releasing, until its
   // destroy is reported.
-  auto written = host_->WriteReleases(
+  auto written = writer_->WriteReleases(
       [&](Txn& txn, [[maybe_unused]] std::vector<RowId>& released) -> Status {
         requeued = false;
         std::vector<store::SliceRequestRow> due;

@@ -8,9 +8,9 @@
 // report of their partitions, and which MIG GPUs take no new gold slice
 // because of it (read by placement).
 //
-// Commands are rows in the store. The channel writes through its host:
-// leader writes (fenced where there are several instances), and writes that
-// release slices, which the ledger learns after their commit.
+// Commands are rows in the store, written through the LeaderWriter (fenced
+// where there are several instances; the ledger learns a write's releases
+// after its commit).
 //
 // Thread-safety: safe from any thread. Its only state is the MigBook (its
 // own lock, a leaf); it calls MigChannelHost without holding any lock.
@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/identity.h"
+#include "server/leader_writer.h"
 #include "server/mig_book.h"
 #include "server/slice_env.h"
 #include "server/telemetry.h"
@@ -36,16 +37,6 @@ namespace hf::server {
 class MigChannelHost {
  public:
   virtual ~MigChannelHost() = default;
-  // Runs `fn` as a leader write (Unavailable where this instance may not
-  // act).
-  virtual Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) = 0;
-  // A leader write that releases slices: `fn` lists them in its second
-  // argument (it may run again on a rerun, with the list emptied). After the
-  // commit `committed` runs (when set), then the ledger learns the
-  // releases. Returns how many slices were released.
-  virtual StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<store::RowId>&)>& fn,
-      const std::function<void()>& committed) = 0;
   // The UUID of the card at (`node_id`, `index`); callable inside a write.
   virtual std::string GpuUuid(store::RowId node_id, int index) = 0;
   // The env of `slice` bound to `task`; callable inside a write.
@@ -60,17 +51,19 @@ class MigChannelHost {
 
 class MigChannel {
  public:
-  // `store`, the clocks, `telemetry` and `host` must outlive the channel.
+  // `store`, the clocks, `telemetry`, `writer` and `host` must outlive the
+  // channel.
   // `monotonic` times the MigBook's marks; a command is stuck
   // `command_deadline_ms` after it was written.
   MigChannel(store::Store* store, const Clock* clock, const Clock* monotonic,
              std::int64_t command_deadline_ms, Telemetry* telemetry,
-             MigChannelHost* host)
+             LeaderWriter* writer, MigChannelHost* host)
       : store_(store),
         clock_(clock),
         monotonic_(monotonic),
         deadline_ms_(command_deadline_ms),
         telemetry_(telemetry),
+        writer_(writer),
         host_(host) {}
 
   MigChannel(const MigChannel&) = delete;
@@ -116,6 +109,7 @@ class MigChannel {
   const Clock* const monotonic_;
   const std::int64_t deadline_ms_;
   Telemetry* const telemetry_;
+  LeaderWriter* const writer_;
   MigChannelHost* const host_;
   MigBook book_;
 };

@@ -32,18 +32,11 @@ class RecordingHost : public MigChannelHost {
   explicit RecordingHost(store::Store* store) : store_(store) {}
   void Attach(MigChannel* channel) { channel_ = channel; }
 
-  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) override {
-    return store_->Write(fn);
-  }
-  StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn,
-      const std::function<void()>& committed) override {
-    // What placement would see as the ledger learns each release.
-    return WriteReleasesForTest(*store_, fn, committed, [&](RowId id) {
-      applied.push_back(id);
-      blocked_when_applied.push_back(
-          channel_->book().Blocked(GpuKey{node_id, 0}, /*now=*/0));
-    });
+  // What placement would see as the ledger learns release `id`.
+  void Learned(RowId id) {
+    applied.push_back(id);
+    blocked_when_applied.push_back(
+        channel_->book().Blocked(GpuKey{node_id, 0}, /*now=*/0));
   }
   std::string GpuUuid(RowId node, int index) override {
     return "GPU-" + std::to_string(node) + "-" + std::to_string(index);
@@ -89,9 +82,12 @@ class MigChannelTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(*opened);
     host_ = std::make_unique<RecordingHost>(store_.get());
-    channel_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_,
-                                            /*command_deadline_ms=*/10'000,
-                                            &telemetry_, host_.get());
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
+    writer_->learned = [this](RowId id) { host_->Learned(id); };
+    channel_ =
+        std::make_unique<MigChannel>(store_.get(), &clock_, &clock_,
+                                     /*command_deadline_ms=*/10'000,
+                                     &telemetry_, writer_.get(), host_.get());
     host_->Attach(channel_.get());
     agent_.role = store::Role::kNode;
     agent_.token_id = 7;
@@ -177,6 +173,7 @@ class MigChannelTest : public ::testing::Test {
   FakeClock clock_{1'000'000};
   Telemetry telemetry_;
   std::unique_ptr<RecordingHost> host_;
+  std::unique_ptr<StoreWriterForTest> writer_;
   std::unique_ptr<MigChannel> channel_;
   Caller agent_;
   RowId tenant_ = 0;

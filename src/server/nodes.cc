@@ -1,16 +1,15 @@
-// ControlPlane: the agent side (docs/CONTRACT.md sections 3, 5, 8):
-// registration and heartbeats (capabilities and health taken afresh every
-// time), the compensation path, assignments and task-state reports (the
-// MIG command channel: MigChannel, mig_channel.h).
+// Nodes (nodes.h): registration and heartbeats, the compensation path,
+// the hook's reports, and the node views.
+#include "server/nodes.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
-#include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
-#include "server/control_plane.h"
+#include "scheduler/qos.h"
 #include "server/internal.h"
 
 namespace hf::server {
@@ -20,10 +19,18 @@ using store::Millis;
 using store::GpuRow;
 using store::NodeRow;
 using store::Role;
+using store::RowId;
 using store::SliceRow;
 using store::TaskRow;
 using store::TaskState;
 using store::Txn;
+using wire::GpuReport;
+using wire::HeartbeatReply;
+using wire::HookReport;
+using wire::NodeReport;
+using wire::QuotaDirective;
+using wire::ReportNumber;
+using wire::RunningTask;
 
 namespace {
 
@@ -97,8 +104,8 @@ Status RequireAgentFor(const Caller& caller, const std::string& node) {
   return Status::Ok();
 }
 
-StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
-                                             const std::string& node) {
+StatusOr<NodeRow> Nodes::NodeForAgent(const Caller& caller,
+                                      const std::string& node) {
   HF_RETURN_IF_ERROR(RequireAgentFor(caller, node));
   std::optional<NodeRow> row;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
@@ -113,8 +120,8 @@ StatusOr<NodeRow> ControlPlane::NodeForAgent(const Caller& caller,
   return *row;
 }
 
-StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
-    const Caller& caller, const NodeReport& report) {
+StatusOr<AppliedNodeReport> Nodes::Register(const Caller& caller,
+                                            const NodeReport& report) {
   HF_RETURN_IF_ERROR(RequireAgentFor(caller, report.name));
   HF_RETURN_IF_ERROR(ValidateNodeReport(report));
   const store::Millis now = clock_->NowMillis();
@@ -138,13 +145,13 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
   std::set<int> occupied;
   std::vector<GpuKey> fenced;
   if (node_row) {
-    MutexLock lock(core_.mu());
-    occupied = core_.inventory().Occupied(*node_row);
-    fenced = core_.inventory().FenceRegistration(*node_row, report);
+    MutexLock lock(ledger_->mu());
+    occupied = ledger_->inventory().Occupied(*node_row);
+    fenced = ledger_->inventory().FenceRegistration(*node_row, report);
   }
   std::optional<ReportNumber> newer_applied;
-  ReaderLock gate(core_.write_gate());
-  const Status written = LeaderWrite([&](Txn& txn) -> Status {
+  ReaderLock gate(ledger_->write_gate());
+  const Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
     gpus.clear();
     newer_applied.reset();
     NodeRow row;
@@ -153,7 +160,7 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
       row = *existing;
       ReportNumber applied{row.report_epoch, row.report_seq};
       // Repeats answered from memory may have gone past the stored number.
-      if (const auto noted = beats_.NewestNumber(report.name);
+      if (const auto noted = beats_->NewestNumber(report.name);
           noted && applied < *noted) {
         applied = *noted;
       }
@@ -231,23 +238,23 @@ StatusOr<AppliedNodeReport> ControlPlane::RegisterNode(
     }
     return Status::Ok();
   });
-  MutexLock lock(core_.mu());
-  core_.inventory().EndRegistration(fenced);
+  MutexLock lock(ledger_->mu());
+  ledger_->inventory().EndRegistration(fenced);
   HF_RETURN_IF_ERROR(written);
   if (newer_applied) return AppliedNodeReport{stored, newer_applied};
-  names_.SetNode(stored.id, stored.name);
-  core_.inventory().SetHook(stored.id, report.hook_available);
+  names_->SetNode(stored.id, stored.name);
+  ledger_->inventory().SetHook(stored.id, report.hook_available);
   for (const GpuRow& g : gpus)
-    HF_RETURN_IF_ERROR(core_.inventory().SyncGpu(stored, g));
-  auto node_id = core_.inventory().SyncNode(stored);
+    HF_RETURN_IF_ERROR(ledger_->inventory().SyncGpu(stored, g));
+  auto node_id = ledger_->inventory().SyncNode(stored);
   if (!node_id.ok()) return node_id.status();
   // Applied in full: a heartbeat that repeats it is answered from memory.
-  beats_.Applied(report, stored, now, monotonic_->NowMillis());
-  queue_.Wake();
+  beats_->Applied(report, stored, now, monotonic_->NowMillis());
+  queue_->Wake();
   return AppliedNodeReport{stored, std::nullopt};
 }
 
-StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
+StatusOr<HeartbeatReply> Nodes::Heartbeat(
     const Caller& caller, const NodeReport& report,
     const std::vector<RunningTask>& tasks) {
   HF_RETURN_IF_ERROR(RequireAgentFor(caller, report.name));
@@ -257,12 +264,12 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
   const Millis wall_now = clock_->NowMillis();
   NodeBeats::Decision beat;
   if (fence_ == nullptr || fence_->MayAct()) {
-    beat = beats_.Classify(report, wall_now, monotonic_->NowMillis());
+    beat = beats_->Classify(report, wall_now, monotonic_->NowMillis());
   }
   if (beat.kind == NodeBeats::Kind::kRefresh) {
     const NodeRow known = beat.row;
     bool same = false;
-    HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+    HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
       auto row = txn.GetNode(known.id);
       if (!row.ok()) return row.status();
       same = *row == known;
@@ -279,7 +286,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
       return Status::Ok();
     }));
     if (same) {
-      beats_.Written(report, beat.row, wall_now);
+      beats_->Written(report, beat.row, wall_now);
     } else {
       beat.kind = NodeBeats::Kind::kApply;
     }
@@ -290,7 +297,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
   } else {
     auto node = NodeForAgent(caller, report.name);
     if (!node.ok()) return node.status();
-    auto applied = RegisterNode(caller, report);  // capabilities afresh
+    auto applied = Register(caller, report);  // capabilities afresh
     if (!applied.ok()) return applied.status();
     if (applied->newer_applied) {
       // Its running tasks and partitions are as out of date as the rest.
@@ -341,7 +348,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
     }
   }
   if (any_mig) {
-    const Status orphans = mig_channel_.NoteOrphans(*stored, report);
+    const Status orphans = mig_->NoteOrphans(*stored, report);
     if (!orphans.ok()) {
       spdlog::warn("MIG orphan check on {}: {}", stored->name,
                    orphans.ToString());
@@ -356,7 +363,7 @@ StatusOr<HeartbeatReply> ControlPlane::Heartbeat(
   return reply;
 }
 
-Status ControlPlane::NoteHookReports(
+Status Nodes::NoteHookReports(
     const NodeRow& node,
     const std::vector<std::pair<const RunningTask*, SliceRow>>& live,
     HeartbeatReply& reply) {
@@ -383,8 +390,10 @@ Status ControlPlane::NoteHookReports(
     // the last report named no unhooked process.
     const SliceId in_ledger(static_cast<std::uint64_t>(slice.id));
     const bool was_hooked =
-        usage_.Record(slice.id, HookUsage{*t->hook, t->task_id, now}, [&] {
-          return core_.unlocked_ledger().GetAllocation(in_ledger).has_value();
+        usage_->Record(slice.id, HookUsage{*t->hook, t->task_id, now}, [&] {
+          return ledger_->unlocked_ledger()
+              .GetAllocation(in_ledger)
+              .has_value();
         });
     if (!hook_enforceable) continue;
     const bool listed =
@@ -407,7 +416,7 @@ Status ControlPlane::NoteHookReports(
   }
   if (attached.empty() && unhooked.empty()) return Status::Ok();
   std::vector<SliceRow> changed;  // for the telemetry, once committed
-  Status written = LeaderWrite([&](Txn& txn) -> Status {
+  Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
     changed.clear();
     for (const auto& [id, hook] : unhooked) {
       auto current = txn.GetSlice(id);
@@ -478,57 +487,24 @@ Status ControlPlane::NoteHookReports(
   return written;
 }
 
-std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
-  if (auto latest = usage_.Latest(id)) return latest;
-  // Not reported to this instance (a follower, or since a restart): what
-  // the leader stored.
-  std::optional<store::SliceUsageRow> row;
-  Status read = store_->Read([&](Txn& txn) -> Status {
-    auto r = txn.GetSliceUsage(id);
-    if (!r.ok()) return r.status();
-    row = *r;
-    return Status::Ok();
-  });
-  if (!read.ok() || !row) return std::nullopt;
-  return SliceUsage::FromRow(*row);
-}
-
-StatusOr<std::vector<HookUsage>> ControlPlane::SliceUsageHistory(
-    const Caller& caller, RowId id, store::Millis since, int limit) {
-  HF_RETURN_IF_ERROR(GetSlice(caller, id).status());
-  std::vector<store::SliceUsageRow> rows;
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto r = txn.ListSliceUsageHistory(id, since, limit);
-    if (!r.ok()) return r.status();
-    rows = std::move(r).value();
-    return Status::Ok();
-  }));
-  std::vector<HookUsage> out;
-  out.reserve(rows.size());
-  for (const store::SliceUsageRow& row : rows) {
-    if (auto usage = SliceUsage::FromRow(row)) out.push_back(std::move(*usage));
-  }
-  return out;
-}
-
-Status ControlPlane::PersistHookUsage(const std::vector<RowId>& slices) {
-  const auto due = usage_.DueForStore(slices);
+Status Nodes::PersistHookUsage(const std::vector<RowId>& slices) {
+  const auto due = usage_->DueForStore(slices);
   if (due.empty()) return Status::Ok();
-  HF_RETURN_IF_ERROR(LeaderWrite([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     for (const auto& [id, usage] : due) {
       HF_RETURN_IF_ERROR(txn.PutSliceUsage(SliceUsage::ToRow(id, usage)));
     }
     return Status::Ok();
   }));
-  usage_.MarkStored(due);
+  usage_->MarkStored(due);
   return Status::Ok();
 }
 
 // The compensation path (docs/CONTRACT.md section 5): a task the agent runs
 // that holds no live slice gets a ledger-only slice pinned to the GPU it really
 // uses. Env injection is too late then; the slice is recorded so the ledger
-// tells the truth.
-StatusOr<ControlPlane::RunningRead> ControlPlane::ReadRunning(
+
+StatusOr<Nodes::RunningRead> Nodes::ReadRunning(
     const NodeRow& node, const std::vector<RunningTask>& tasks) {
   RunningRead out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
@@ -557,8 +533,8 @@ StatusOr<ControlPlane::RunningRead> ControlPlane::ReadRunning(
   return out;
 }
 
-Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
-                                const TaskRow& found) {
+Status Nodes::Compensate(const NodeRow& node, const RunningTask& report,
+                         const TaskRow& found) {
   const TaskRow* task = &found;
   if (report.gpu_indices.empty()) {
     return Status::InvalidArgument("running task reported without GPUs",
@@ -566,15 +542,15 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   }
   // Reserved in the ledger under mu_, written without it (checking again
   // that the task still has no live slice), undone under it if not written.
-  ReaderLock gate(core_.write_gate());
-  MutexLock lock(core_.mu());
+  ReaderLock gate(ledger_->write_gate());
+  MutexLock lock(ledger_->mu());
   ledger::Allocation a;
-  a.id = core_.ledger().ReserveSliceId();
+  a.id = ledger_->ledger().ReserveSliceId();
   a.tenant = TenantId(task->tenant_id);
   a.kind = task->gpu_required > 0 ? ledger::RequestKind::kWholeGpus
                                   : ledger::RequestKind::kSlice;
   for (int index : report.gpu_indices) {
-    auto gpu = core_.inventory().Gpu(node.id, index);
+    auto gpu = ledger_->inventory().Gpu(node.id, index);
     if (!gpu.ok()) return gpu.status();
     a.gpus.push_back(*gpu);
   }
@@ -588,13 +564,13 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   const store::Millis now = clock_->NowMillis();
   // The task runs there: the ledger records it even if its tenant may no
   // longer share the GPU (which then takes nothing new of either).
-  auto restored = core_.ledger().Restore(
+  auto restored = ledger_->ledger().Restore(
       a, ledger::Ledger::RestoreOptions{.check_tenancy = false});
   if (!restored.ok()) {
     // Recorded in the history so an operator sees the conflict.
     const std::string why = restored.status().message();
     lock.Unlock();
-    (void)LeaderWrite([&](Txn& txn) -> Status {
+    (void)writer_->LeaderWrite([&](Txn& txn) -> Status {
       store::HistoryRow h;
       h.op = "compensate_refused";
       h.at = now;
@@ -615,7 +591,7 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   row.node_id = node.id;
   row.whole = restored->kind == ledger::RequestKind::kWholeGpus;
   for (GpuId g : restored->gpus) {
-    row.gpu_indices.push_back(core_.inventory().KeyOf(g).index);
+    row.gpu_indices.push_back(ledger_->inventory().KeyOf(g).index);
   }
   row.memory_mib = restored->memory_mib;
   row.compute_percent = restored->compute_percent;
@@ -623,14 +599,14 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   row.mig_profile = restored->mig_profile;  // charged as its partition
   row.mig_start = restored->mig_start;
   const scheduler::QosDecision qos =
-      core_.placement().QosFor(restored->gpus.front(), row.whole);
+      ledger_->placement().QosFor(restored->gpus.front(), row.whole);
   row.qos_level = std::string(scheduler::QosLevelName(qos.level));
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";
   row.created_at = now;
   lock.Unlock();
   bool accounted = false;  // meanwhile (a heartbeat repeated)
-  Status written = LeaderWrite([&](Txn& txn) -> Status {
+  Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
     accounted = false;
     auto t = txn.GetTask(task->id);
     if (!t.ok()) return t.status();
@@ -665,193 +641,16 @@ Status ControlPlane::Compensate(const NodeRow& node, const RunningTask& report,
   });
   if (!written.ok() || accounted) {
     lock.Lock();
-    (void)core_.ledger().Release(restored->id);
-    queue_.CapacityFreed();
+    (void)ledger_->ledger().Release(restored->id);
+    queue_->CapacityFreed();
     return written;
   }
   telemetry_->SliceLive(row);
-  queue_.RequestResync();  // the task may have been pending here
+  queue_->RequestResync();  // the task may have been pending here
   return Status::Ok();
 }
 
-StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
-                                                   const std::string& node) {
-  auto row = NodeForAgent(caller, node);
-  if (!row.ok()) return row.status();
-  Assignments out;
-  // One snapshot: `bound` and `cancel` together are every task the node
-  // may hold, so the agent stops whatever else it runs (Agent::Reconcile).
-  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    out = Assignments{};
-    for (TaskState state : {TaskState::kScheduled, TaskState::kRunning}) {
-      store::TaskFilter f;
-      f.state = state;
-      f.node_id = row->id;
-      f.limit = 1000;
-      for (;;) {
-        auto tasks = txn.ListTasks(f);
-        if (!tasks.ok()) return tasks.status();
-        for (TaskRow& t : *tasks) {
-          // A task whose slice an operator deleted is stopped as a
-          // cancelled one is: its slice is released when the node reports
-          // it stopped (ReportTaskStates).
-          bool slice_live = true;
-          if (t.slice_id) {
-            auto slice = txn.GetSlice(*t.slice_id);
-            slice_live =
-                slice.ok() && slice->state == store::SliceState::kAllocated;
-          }
-          if (t.slice_id) out.slices[t.id] = *t.slice_id;
-          if (t.cancel_requested || !slice_live) {
-            out.cancel.push_back(t.id);
-            continue;
-          }
-          out.bound.push_back(t.id);
-          if (state != TaskState::kScheduled) continue;
-          auto qos = t.env.find("HETEROFLOW_SLICE_QOS");
-          const bool gold = qos != t.env.end() && qos->second == "gold";
-          // A gold task is held until its MIG device exists (docs/CONTRACT.md
-          // section 8).
-          if (gold && !t.labels.contains("heteroflow.mig_device_id")) continue;
-          out.run.push_back(std::move(t));
-        }
-        if (static_cast<int>(tasks->size()) < f.limit) break;
-        f.after_id = tasks->back().id;
-      }
-    }
-    return Status::Ok();
-  }));
-  return out;
-}
-
-StatusOr<int> ControlPlane::ReportTaskStates(
-    const Caller& caller, const std::string& node,
-    const std::vector<TaskStateReport>& states) {
-  auto row = NodeForAgent(caller, node);
-  if (!row.ok()) return row.status();
-  int accepted = 0;
-  bool requeued = false;
-  auto written = WriteReleases([&](Txn& txn,
-                                   std::vector<RowId>& released) -> Status {
-    accepted = 0;
-    requeued = false;
-    for (std::size_t i = 0; i < states.size(); ++i) {
-      const TaskStateReport& r = states[i];
-      auto t = txn.GetTask(r.task_id);
-      if (!t.ok() || t->node_id != row->id) {
-        return Status::InvalidArgument(
-            "task " + std::to_string(r.task_id) + " is not bound to node " +
-                node,
-            "states[" + std::to_string(i) + "].task_id");
-      }
-      TaskRow task = *t;
-      if (store::IsTerminal(task.state) || task.state == r.state) continue;
-      if (r.slice_id && task.slice_id != r.slice_id) {
-        continue;  // about an earlier binding of the task: stale
-      }
-      if (r.state == TaskState::kPending || r.state == TaskState::kScheduled) {
-        return Status::InvalidArgument(
-            "agents report running, succeeded, failed or cancelled",
-            "states[" + std::to_string(i) + "].state");
-      }
-      task.updated_at = clock_->NowMillis();
-      if (!store::IsTerminal(r.state)) {
-        task.state = r.state;
-        HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
-        ++accepted;
-        continue;
-      }
-      // The node has stopped the task (or it ended): its slice is free now.
-      bool rebind = false;
-      if (task.slice_id) {
-        auto slice = txn.GetSlice(*task.slice_id);
-        if (slice.ok() && slice->state != store::SliceState::kReleased) {
-          store::SliceRow s = *slice;
-          // Releasing here means an operator deleted it while the task was
-          // bound: stopped on that request, the task is bound again.
-          rebind = s.state == store::SliceState::kReleasing &&
-                   !task.cancel_requested && r.state == TaskState::kCancelled;
-          s.state = store::SliceState::kAllocated;  // the node confirmed
-          HF_RETURN_IF_ERROR(releases_.ReleaseInTxn(
-              txn, s, "agent:" + node,
-              "task " + std::string(store::TaskStateName(r.state)) +
-                  (rebind ? " (its slice was deleted)" : ""),
-              released));
-        } else if (!slice.ok() &&
-                   slice.status().code() != StatusCode::kNotFound) {
-          return slice.status();
-        }
-      }
-      // A defragmentation move stopped it: bound to its reserved target.
-      bool landed = false;
-      if (task.slice_id) {
-        auto moved = LandMoveInTxn(txn, task, *task.slice_id, rebind, released);
-        if (!moved.ok()) return moved.status();
-        landed = *moved;
-      }
-      if (landed) {
-        // `task` is bound to the move's target now (LandMoveInTxn).
-      } else if (rebind) {
-        std::string why = "its slice ";
-        why += std::to_string(task.slice_id.value_or(0));
-        why += " was deleted; stopped on node " + node;
-        why += ", waiting to be bound again";
-        UnbindTask(task, std::move(why));
-        requeued = true;
-      } else {
-        task.state = r.state;
-        task.exit_code = r.exit_code;
-        if (!r.message.empty()) task.message = r.message.substr(0, 4096);
-      }
-      HF_RETURN_IF_ERROR(txn.UpdateTask(task).status());
-      ++accepted;
-    }
-    return Status::Ok();
-  });
-  if (!written.ok()) return written.status();
-  if (requeued) queue_.RequestResync();
-  return accepted;
-}
-
-StatusOr<std::int64_t> ControlPlane::AppendTaskLog(const Caller& caller,
-                                                   const std::string& node,
-                                                   RowId task_id,
-                                                   std::int64_t offset,
-                                                   std::string_view data) {
-  auto row = NodeForAgent(caller, node);
-  if (!row.ok()) return row.status();
-  if (offset < 0) return Status::InvalidArgument("must be >= 0", "offset");
-  std::int64_t size = 0;
-  HF_RETURN_IF_ERROR(store_->Write([&](Txn& txn) -> Status {
-    auto task = txn.GetTask(task_id);
-    if (!task.ok() || task->node_id != row->id) {
-      return Status::NotFound("no task " + std::to_string(task_id) +
-                              " on node '" + node + "'");
-    }
-    auto current = txn.TaskLogSize(task_id);
-    if (!current.ok()) return current.status();
-    size = *current;
-    if (offset > size) {
-      return Status::InvalidArgument(
-          "is past the end of the log the server holds (" +
-              std::to_string(size) + " bytes): ship from there",
-          "offset");
-    }
-    // Skip what the server already holds (a retried request).
-    const auto skip = static_cast<std::size_t>(size - offset);
-    if (skip >= data.size()) return Status::Ok();
-    std::string_view fresh = data.substr(skip);
-    const std::int64_t room = kMaxTaskLogBytes - size;
-    if (room <= 0) return Status::Ok();
-    fresh = fresh.substr(0, static_cast<std::size_t>(room));
-    HF_RETURN_IF_ERROR(txn.AppendTaskLog(task_id, size, fresh));
-    size += static_cast<std::int64_t>(fresh.size());
-    return Status::Ok();
-  }));
-  return size;
-}
-
-StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
+StatusOr<std::vector<NodeView>> Nodes::List(const Caller& caller) {
   HF_RETURN_IF_ERROR(RequireAdmin(caller));
   std::vector<NodeView> out;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
@@ -869,11 +668,11 @@ StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
     }
     return Status::Ok();
   }));
-  MutexLock lock(core_.mu());
+  MutexLock lock(ledger_->mu());
   for (NodeView& v : out) {
-    v.hook_available = core_.inventory().Hook(v.node.id);
+    v.hook_available = ledger_->inventory().Hook(v.node.id);
     // A heartbeat answered from memory since the row was written.
-    if (const auto beat = beats_.LastBeatAt(v.node.id);
+    if (const auto beat = beats_->LastBeatAt(v.node.id);
         beat && *beat > v.node.last_heartbeat_at) {
       v.node.last_heartbeat_at = *beat;
     }
@@ -881,9 +680,8 @@ StatusOr<std::vector<NodeView>> ControlPlane::ListNodes(const Caller& caller) {
   return out;
 }
 
-StatusOr<NodeView> ControlPlane::GetNode(const Caller& caller,
-                                         const std::string& name) {
-  auto nodes = ListNodes(caller);
+StatusOr<NodeView> Nodes::Get(const Caller& caller, const std::string& name) {
+  auto nodes = List(caller);
   if (!nodes.ok()) return nodes.status();
   for (NodeView& v : *nodes) {
     if (v.node.name == name) return std::move(v);

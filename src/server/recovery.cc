@@ -147,7 +147,7 @@ Status Recovery::Run() {
         spdlog::warn("recovery: slice {} names unknown tenant {}; now {}",
                      slice.id, slice.tenant_id, owner);
         slice.tenant_id = owner;
-        HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+        HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
           HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
           store::HistoryRow h = HistoryFor(slice, "normalise_tenant");
           h.at = clock_->NowMillis();
@@ -172,7 +172,7 @@ Status Recovery::Run() {
           slice.memory_mib = restored_alloc->memory_mib;
           slice.compute_percent = restored_alloc->compute_percent;
           slice.compute_defaulted = restored_alloc->compute_defaulted;
-          HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+          HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
             HF_RETURN_IF_ERROR(txn.UpdateSlice(slice));
             store::HistoryRow h = HistoryFor(slice, "charge_partition");
             h.at = clock_->NowMillis();
@@ -216,7 +216,7 @@ Status Recovery::FenceUnrestored(const store::SliceRow& slice,
       "/api/v1/slices/" +
       std::to_string(slice.id) + ")";
   spdlog::error("{}", reason);
-  return write_([&](Txn& txn) -> Status {
+  return writer_->LeaderWrite([&](Txn& txn) -> Status {
     store::HistoryRow h = HistoryFor(slice, "recovery_refused");
     h.at = clock_->NowMillis();
     h.actor = "recovery";

@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/guarded_ledger.h"
+#include "server/leader_writer.h"
 #include "server/mig_book.h"
 #include "server/names.h"
 #include "server/node_beats.h"
@@ -29,15 +30,12 @@ namespace hf::server {
 
 class Recovery {
  public:
-  // A leader write (fenced where there are several instances).
-  using WriteFn =
-      std::function<Status(const std::function<Status(store::Txn&)>&)>;
-
   // Everything passed must outlive the Recovery. `learn_half_life_tasks`:
   // the learning policy's half-life (how much history is worth reading).
   Recovery(store::Store* store, const Clock* clock, const Clock* monotonic,
            GuardedLedger* ledger, Names* names, NodeBeats* beats, MigBook* mig,
-           Telemetry* telemetry, double learn_half_life_tasks, WriteFn write)
+           Telemetry* telemetry, double learn_half_life_tasks,
+           LeaderWriter* writer)
       : store_(store),
         clock_(clock),
         monotonic_(monotonic),
@@ -47,7 +45,7 @@ class Recovery {
         mig_(mig),
         telemetry_(telemetry),
         learn_half_life_tasks_(learn_half_life_tasks),
-        write_(std::move(write)) {}
+        writer_(writer) {}
 
   Recovery(const Recovery&) = delete;
   Recovery& operator=(const Recovery&) = delete;
@@ -73,7 +71,7 @@ class Recovery {
   MigBook* const mig_;
   Telemetry* const telemetry_;
   const double learn_half_life_tasks_;
-  const WriteFn write_;
+  LeaderWriter* const writer_;
 };
 
 }  // namespace hf::server

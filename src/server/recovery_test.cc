@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server/ledger_test_base.h"
+#include "server/store_test_rows.h"
 #include "store/testing/temp_store.h"
 
 namespace hf::server {
@@ -33,12 +34,10 @@ class RecoveryTest : public LedgerTestBase {
     core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
                                             mig_, clock_, monotonic_,
                                             std::move(*made), nullptr);
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
     recovery_ = std::make_unique<Recovery>(
         store_.get(), &clock_, &monotonic_, core_.get(), &names_, &beats_,
-        &mig_, &telemetry_, /*learn_half_life_tasks=*/100,
-        [this](const std::function<Status(store::Txn&)>& fn) {
-          return store_->Write(fn);
-        });
+        &mig_, &telemetry_, /*learn_half_life_tasks=*/100, writer_.get());
   }
 
   SliceRow Slice(RowId id, int gpu_index, std::int64_t memory_mib,
@@ -88,6 +87,7 @@ class RecoveryTest : public LedgerTestBase {
   MigBook mig_;
   NodeBeats beats_{15'000};
   Telemetry telemetry_;
+  std::unique_ptr<StoreWriterForTest> writer_;
   std::unique_ptr<GuardedLedger> core_;
   std::unique_ptr<Recovery> recovery_;
   RowId tenant_ = 0;

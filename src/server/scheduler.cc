@@ -195,7 +195,7 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
   }
   lock.Unlock();
 
-  Status written = host_->LeaderWrite([&](Txn& txn) -> Status {
+  Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
     // Each kind of row in one batch call: on PostgreSQL a statement per
     // kind instead of a round trip per row.
     std::vector<Decision*> writing;

@@ -17,7 +17,8 @@
 //
 // Thread-safety: one bind pass at a time (bind_mu_, taken before the
 // ledger's write gate); safe from any thread. Calls SchedulerHost holding
-// no lock, or (SliceEnvFor) the ledger's lock only.
+// no lock, or (SliceEnvFor) the ledger's lock only; writes through the
+// LeaderWriter holding no ledger lock.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "server/guarded_ledger.h"
+#include "server/leader_writer.h"
 #include "server/leadership.h"
 #include "server/mig_channel.h"
 #include "server/pending_tasks.h"
@@ -41,9 +43,6 @@ namespace hf::server {
 class SchedulerHost {
  public:
   virtual ~SchedulerHost() = default;
-  // Runs `fn` as a leader write (Unavailable where this instance may not
-  // act).
-  virtual Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) = 0;
   // The env of `slice` bound to `task`; callable under the ledger's lock.
   virtual SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
                                     const store::TaskRow& task) = 0;
@@ -60,7 +59,8 @@ class Scheduler {
   // only instance), else its term is named in each bind's history entry.
   Scheduler(store::Store* store, const Clock* clock, SchedulerOptions options,
             GuardedLedger* ledger, SchedulerQueue* queue, MigChannel* mig,
-            Telemetry* telemetry, const WriteFence* fence, SchedulerHost* host)
+            Telemetry* telemetry, const WriteFence* fence, LeaderWriter* writer,
+            SchedulerHost* host)
       : store_(store),
         clock_(clock),
         options_(options),
@@ -69,6 +69,7 @@ class Scheduler {
         mig_(mig),
         telemetry_(telemetry),
         fence_(fence),
+        writer_(writer),
         host_(host) {}
 
   Scheduler(const Scheduler&) = delete;
@@ -95,6 +96,7 @@ class Scheduler {
   MigChannel* const mig_;
   Telemetry* const telemetry_;
   const WriteFence* const fence_;
+  LeaderWriter* const writer_;
   SchedulerHost* const host_;
   Mutex bind_mu_;  // one bind pass at a time
   // The tasks waiting to be bound, and when each is due to be tried again.

@@ -24,16 +24,8 @@ using store::SliceRow;
 using store::TaskRow;
 using store::TaskState;
 
-class FailingHost : public SchedulerHost, public MigChannelHost {
+class Host : public SchedulerHost, public MigChannelHost {
  public:
-  explicit FailingHost(store::Store* store) : store_(store) {}
-  Status LeaderWrite(const std::function<Status(store::Txn&)>& fn) override {
-    if (fail_next) {
-      fail_next = false;
-      return Status::Unavailable("disk I/O error (injected)");
-    }
-    return store_->Write(fn);
-  }
   SliceEnvInput SliceEnvFor(const SliceRow& slice,
                             const TaskRow& task) override {
     SliceEnvInput in;
@@ -45,11 +37,6 @@ class FailingHost : public SchedulerHost, public MigChannelHost {
     in.compute_mode = task.gpu_compute_mode;
     return in;
   }
-  StatusOr<int> WriteReleases(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& /*fn*/,
-      const std::function<void()>& /*committed*/) override {
-    return Status::FailedPrecondition("not used by the scheduler");
-  }
   std::string GpuUuid(RowId /*node*/, int /*index*/) override {
     return "GPU-a";
   }
@@ -58,11 +45,6 @@ class FailingHost : public SchedulerHost, public MigChannelHost {
     return Status::NotFound(node);
   }
   void TasksRequeued() override {}
-
-  bool fail_next = false;
-
- private:
-  store::Store* const store_;
 };
 
 class SchedulerTest : public LedgerTestBase {
@@ -72,9 +54,9 @@ class SchedulerTest : public LedgerTestBase {
     auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(*opened);
-    host_ = std::make_unique<FailingHost>(store_.get());
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
     mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_, 120'000,
-                                        &telemetry_, host_.get());
+                                        &telemetry_, writer_.get(), &host_);
     auto made = scheduler::MakePolicy("best-fit", {});
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
@@ -110,7 +92,7 @@ class SchedulerTest : public LedgerTestBase {
     options.bind_batch = 16;
     scheduler_ = std::make_unique<Scheduler>(
         store_.get(), &clock_, options, core_.get(), &queue_, mig_.get(),
-        &telemetry_, /*fence=*/nullptr, host_.get());
+        &telemetry_, /*fence=*/nullptr, writer_.get(), &host_);
   }
 
   // A pending task asking for `memory_mib` of one GPU, handed to the
@@ -147,7 +129,8 @@ class SchedulerTest : public LedgerTestBase {
   std::unique_ptr<store::Store> store_;
   FakeClock clock_{1'000'000};
   Telemetry telemetry_;
-  std::unique_ptr<FailingHost> host_;
+  std::unique_ptr<StoreWriterForTest> writer_;
+  Host host_;
   std::unique_ptr<MigChannel> mig_;
   std::unique_ptr<GuardedLedger> core_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -182,9 +165,10 @@ TEST_F(SchedulerTest, WhatFitsIsBoundInOneWriteAndTheRestWaitsWithAReason) {
 TEST_F(SchedulerTest, AFailedWriteUndoesEveryPlacementOfItsBatch) {
   const RowId a = Create(20'480);
   const RowId b = Create(20'480);
-  host_->fail_next = true;
+  writer_->refuse = true;  // the write fails
   auto failed = scheduler_->BindPendingOnce();
   EXPECT_FALSE(failed.ok());
+  writer_->refuse = false;
   // The ledger holds what the store holds: nothing.
   EXPECT_EQ(Allocations(), 0u);
   EXPECT_EQ(Task(a).state, TaskState::kPending);

@@ -1,7 +1,8 @@
 // ControlPlane: the slices API (docs/CONTRACT.md section 6): reads narrowed to
 // the caller's tenant, stats from the ledger, the history log, operator
-// reservations and DELETE, the MIG command rows, and the ledger-vs-store
-// check used by tests and the crash test.
+// reservations and DELETE, the MIG command rows, the hook usage reported
+// per slice, and the ledger-vs-store check used by tests and the crash
+// test.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -738,6 +739,39 @@ Status ControlPlane::CheckLedgerMatchesStore() {
     }
   }
   return core_.ledger().CheckInvariants();
+}
+
+std::optional<HookUsage> ControlPlane::SliceHookUsage(RowId id) {
+  if (auto latest = usage_.Latest(id)) return latest;
+  // Not reported to this instance (a follower, or since a restart): what
+  // the leader stored.
+  std::optional<store::SliceUsageRow> row;
+  Status read = store_->Read([&](Txn& txn) -> Status {
+    auto r = txn.GetSliceUsage(id);
+    if (!r.ok()) return r.status();
+    row = *r;
+    return Status::Ok();
+  });
+  if (!read.ok() || !row) return std::nullopt;
+  return SliceUsage::FromRow(*row);
+}
+
+StatusOr<std::vector<HookUsage>> ControlPlane::SliceUsageHistory(
+    const Caller& caller, RowId id, store::Millis since, int limit) {
+  HF_RETURN_IF_ERROR(GetSlice(caller, id).status());
+  std::vector<store::SliceUsageRow> rows;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto r = txn.ListSliceUsageHistory(id, since, limit);
+    if (!r.ok()) return r.status();
+    rows = std::move(r).value();
+    return Status::Ok();
+  }));
+  std::vector<HookUsage> out;
+  out.reserve(rows.size());
+  for (const store::SliceUsageRow& row : rows) {
+    if (auto usage = SliceUsage::FromRow(row)) out.push_back(std::move(*usage));
+  }
+  return out;
 }
 
 }  // namespace hf::server

@@ -1,7 +1,7 @@
 // For the server's unit tests over a real store: a stored task or slice
 // read back in a read transaction of its own (a failed read fails the test
-// and gives a default row), and the release path as the control plane runs
-// it. Test-only.
+// and gives a default row), and a LeaderWriter straight onto the store.
+// Test-only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "server/leader_writer.h"
 #include "store/store.h"
 
 namespace hf::server {
@@ -37,23 +38,40 @@ inline store::SliceRow StoredSlice(store::Store& store, store::RowId id) {
       store, [&](store::Txn& txn) { return txn.GetSlice(id); });
 }
 
-// What the control plane's WriteReleases does, on `store`: `fn`'s write
-// (it lists the slices it releases), then `committed` (when set), then
-// `learned` for each slice released, as the ledger learns them. Returns how
-// many.
-inline StatusOr<int> WriteReleasesForTest(
-    store::Store& store,
-    const std::function<Status(store::Txn&, std::vector<store::RowId>&)>& fn,
-    const std::function<void()>& committed,
-    const std::function<void(store::RowId)>& learned) {
-  std::vector<store::RowId> released;
-  HF_RETURN_IF_ERROR(store.Write([&](store::Txn& txn) -> Status {
-    released.clear();
-    return fn(txn, released);
-  }));
-  if (committed) committed();
-  for (store::RowId id : released) learned(id);
-  return static_cast<int>(released.size());
-}
+// A LeaderWriter straight onto `store`, as the control plane's (the only
+// instance: nothing fenced): a releasing write's releases are learned after
+// its commit and after `committed`. `refuse` makes every write Unavailable
+// (a failed write, as on an instance that may not act); `learned` (when
+// set) is told each slice released, as the ledger learns them.
+class StoreWriterForTest : public LeaderWriter {
+ public:
+  explicit StoreWriterForTest(store::Store* store) : store_(store) {}
+
+  Status LeaderWrite(const WriteFn& fn) override {
+    if (refuse) return Status::Unavailable("not the leader");
+    return store_->Write(fn);
+  }
+  StatusOr<int> WriteReleases(const ReleasingFn& fn,
+                              const std::function<void()>& committed) override {
+    if (refuse) return Status::Unavailable("not the leader");
+    std::vector<store::RowId> released;
+    HF_RETURN_IF_ERROR(store_->Write([&](store::Txn& txn) -> Status {
+      released.clear();
+      return fn(txn, released);
+    }));
+    if (committed) committed();
+    for (store::RowId id : released) {
+      if (learned) learned(id);
+    }
+    return static_cast<int>(released.size());
+  }
+  using LeaderWriter::WriteReleases;
+
+  bool refuse = false;
+  std::function<void(store::RowId)> learned;
+
+ private:
+  store::Store* const store_;
+};
 
 }  // namespace hf::server

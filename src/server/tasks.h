@@ -4,7 +4,7 @@
 // handed to its scheduler (TaskHost::TaskQueued), one created on a follower
 // reaches the leader through the store's task feed. A cancel that releases
 // a slice writes the release, and the ledger learns it after the commit
-// (TaskHost::WriteReleasing).
+// (LeaderWriter::WriteReleases).
 //
 // Thread-safety: no state of its own (the store holds the tasks); safe from
 // any thread. It calls TaskHost without holding any lock.
@@ -20,6 +20,7 @@
 #include "common/gpu_compute_mode.h"
 #include "common/status.h"
 #include "server/identity.h"
+#include "server/leader_writer.h"
 #include "server/page.h"
 #include "server/tenancy.h"
 #include "store/store.h"
@@ -80,14 +81,8 @@ class TaskHost {
   virtual bool Scheduling() const = 0;
   // A pending task this instance committed, for its scheduler.
   virtual void TaskQueued(const store::TaskRow& task) = 0;
-  // Runs `fn` as a leader write; the slices it lists in its second
-  // argument are released in the ledger after the commit (none when the
-  // write fails).
-  virtual Status WriteReleasing(
-      const std::function<Status(store::Txn&, std::vector<store::RowId>&)>&
-          fn) = 0;
-  // Inside such a write: releases `task`'s slice (if any), listing what is
-  // free now in `released`.
+  // Inside a releasing write (LeaderWriter::WriteReleases): releases `task`'s
+  // slice (if any), listing what is free now in `released`.
   virtual Status ReleaseTaskSliceInTxn(store::Txn& txn,
                                        const store::TaskRow& task,
                                        const std::string& actor,
@@ -97,10 +92,15 @@ class TaskHost {
 
 class Tasks {
  public:
-  // `store`, `clock`, `tenancy` and `host` must outlive the Tasks.
+  // `store`, `clock`, `tenancy`, `writer` and `host` must outlive the
+  // Tasks.
   Tasks(store::Store* store, const Clock* clock, Tenancy* tenancy,
-        TaskHost* host)
-      : store_(store), clock_(clock), tenancy_(tenancy), host_(host) {}
+        LeaderWriter* writer, TaskHost* host)
+      : store_(store),
+        clock_(clock),
+        tenancy_(tenancy),
+        writer_(writer),
+        host_(host) {}
 
   Tasks(const Tasks&) = delete;
   Tasks& operator=(const Tasks&) = delete;
@@ -121,6 +121,7 @@ class Tasks {
   store::Store* const store_;
   const Clock* const clock_;
   Tenancy* const tenancy_;
+  LeaderWriter* const writer_;
   TaskHost* const host_;
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "server/store_test_rows.h"
 #include "store/testing/temp_store.h"
 
 namespace hf::server {
@@ -22,21 +23,8 @@ using store::TaskState;
 
 class RecordingHost : public TaskHost {
  public:
-  explicit RecordingHost(store::Store* store) : store_(store) {}
   bool Scheduling() const override { return scheduling; }
   void TaskQueued(const TaskRow& task) override { queued.push_back(task.id); }
-  Status WriteReleasing(
-      const std::function<Status(store::Txn&, std::vector<RowId>&)>& fn)
-      override {
-    std::vector<RowId> released;
-    HF_RETURN_IF_ERROR(store_->Write([&](store::Txn& txn) -> Status {
-      released.clear();
-      return fn(txn, released);
-    }));
-    // Only after the commit, as the control plane's ledger does.
-    applied.insert(applied.end(), released.begin(), released.end());
-    return Status::Ok();
-  }
   Status ReleaseTaskSliceInTxn(store::Txn& /*txn*/, const TaskRow& task,
                                const std::string& /*actor*/,
                                const std::string& /*reason*/,
@@ -47,10 +35,6 @@ class RecordingHost : public TaskHost {
 
   bool scheduling = true;
   std::vector<RowId> queued;
-  std::vector<RowId> applied;  // releases the ledger learned
-
- private:
-  store::Store* store_;
 };
 
 class TasksTest : public ::testing::Test {
@@ -59,15 +43,13 @@ class TasksTest : public ::testing::Test {
     auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(*opened);
-    host_ = std::make_unique<RecordingHost>(store_.get());
-    tenancy_ = std::make_unique<Tenancy>(
-        store_.get(), &clock_,
-        [this](const std::function<Status(store::Txn&)>& fn) {
-          return store_->Write(fn);
-        },
-        &no_ledger_);
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
+    // Only after the commit, as the control plane's ledger does.
+    writer_->learned = [this](RowId id) { applied_.push_back(id); };
+    tenancy_ = std::make_unique<Tenancy>(store_.get(), &clock_, writer_.get(),
+                                         &no_ledger_);
     tasks_ = std::make_unique<Tasks>(store_.get(), &clock_, tenancy_.get(),
-                                     host_.get());
+                                     writer_.get(), &host_);
     admin_.role = store::Role::kAdmin;
     admin_.token_id = 1;
     for (const char* name : {"acme", "beta"}) {
@@ -118,7 +100,9 @@ class TasksTest : public ::testing::Test {
   FakeClock clock_{1'000'000};
   std::unique_ptr<store::Store> store_;
   NoLedger no_ledger_;
-  std::unique_ptr<RecordingHost> host_;
+  std::unique_ptr<StoreWriterForTest> writer_;
+  RecordingHost host_;
+  std::vector<RowId> applied_;  // releases the ledger learned
   std::unique_ptr<Tenancy> tenancy_;
   std::unique_ptr<Tasks> tasks_;
   Caller admin_;
@@ -129,11 +113,11 @@ TEST_F(TasksTest, ATaskIsQueuedOnlyWhereTheSchedulerRuns) {
   auto here = tasks_->CreateTask(users_[0], Slice());
   ASSERT_TRUE(here.ok()) << here.status().ToString();
   EXPECT_EQ(here->state, TaskState::kPending);
-  EXPECT_EQ(host_->queued, std::vector<RowId>{here->id});
-  host_->scheduling = false;  // a follower
+  EXPECT_EQ(host_.queued, std::vector<RowId>{here->id});
+  host_.scheduling = false;  // a follower
   auto there = tasks_->CreateTask(users_[0], Slice());
   ASSERT_TRUE(there.ok()) << there.status().ToString();
-  EXPECT_EQ(host_->queued, std::vector<RowId>{here->id});
+  EXPECT_EQ(host_.queued, std::vector<RowId>{here->id});
   EXPECT_TRUE(tasks_->GetTask(users_[0], there->id).ok());  // stored
 }
 
@@ -152,7 +136,7 @@ TEST_F(TasksTest, WhoMayCallIsCheckedBeforeWhatTheySent) {
   auto listed = tasks_->ListTasks(admin_, TaskQuery{});
   ASSERT_TRUE(listed.ok());
   EXPECT_TRUE(listed->items.empty());  // nothing refused was stored
-  EXPECT_TRUE(host_->queued.empty());
+  EXPECT_TRUE(host_.queued.empty());
 }
 
 TEST_F(TasksTest, TenantsSeeOnlyTheirOwnTasks) {
@@ -178,12 +162,12 @@ TEST_F(TasksTest, ACancelReleasesAPendingTasksSliceAfterItsCommit) {
   auto cancelled = tasks_->CancelTask(users_[0], task->id);
   ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
   EXPECT_EQ(cancelled->state, TaskState::kCancelled);
-  EXPECT_EQ(host_->applied, std::vector<RowId>{77});
+  EXPECT_EQ(applied_, std::vector<RowId>{77});
   // Again: the same answer, nothing released twice.
   auto again = tasks_->CancelTask(users_[0], task->id);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->state, TaskState::kCancelled);
-  EXPECT_EQ(host_->applied, std::vector<RowId>{77});
+  EXPECT_EQ(applied_, std::vector<RowId>{77});
 }
 
 TEST_F(TasksTest, ABoundTaskIsAskedToStopAndAnEndedOneIsLeftAlone) {
@@ -196,7 +180,7 @@ TEST_F(TasksTest, ABoundTaskIsAskedToStopAndAnEndedOneIsLeftAlone) {
   ASSERT_TRUE(asked.ok());
   EXPECT_EQ(asked->state, TaskState::kRunning);  // its agent stops it
   EXPECT_TRUE(asked->cancel_requested);
-  EXPECT_TRUE(host_->applied.empty());  // released when it stops
+  EXPECT_TRUE(applied_.empty());  // released when it stops
   EXPECT_EQ(tasks_->CancelTask(users_[0], done->id).status().code(),
             StatusCode::kFailedPrecondition);
 }

@@ -51,7 +51,7 @@ StatusOr<TenantRow> Tenancy::CreateTenant(
   std::optional<GroupRow> new_group;
   // The ledger learns it after the commit.
   MutexLock one_change(mu_);
-  HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     TenantRow row;
     row.name = name;
@@ -116,7 +116,7 @@ StatusOr<TenantRow> Tenancy::SetTenantGroup(
   std::optional<GroupRow> new_group;
   // The ledger learns it after the commit.
   MutexLock one_change(mu_);
-  HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     new_group.reset();
     auto t = txn.FindTenant(name);
     if (!t.ok()) {
@@ -146,7 +146,7 @@ StatusOr<GroupRow> Tenancy::CreateGroup(const Caller& caller,
   GroupRow out;
   // The ledger learns it after the commit.
   MutexLock one_change(mu_);
-  HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     GroupRow row;
     row.name = name;
     row.created_at = clock_->NowMillis();
@@ -184,7 +184,7 @@ StatusOr<GroupRow> Tenancy::DeleteGroup(const Caller& caller,
   std::vector<RowId> members;
   // The ledger learns it after the commit.
   MutexLock one_change(mu_);
-  HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     members.clear();
     auto g = txn.FindGroup(name);
     if (!g.ok()) {
@@ -243,7 +243,7 @@ StatusOr<ApprovalRow> Tenancy::CreateApproval(const Caller& caller,
   // A new approval only widens what may share a GPU: the ledger learns it
   // after the commit.
   MutexLock one_change(mu_);
-  HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     const auto find = [&](const std::string& name,
                           const char* field) -> StatusOr<RowId> {
       auto t = txn.FindTenant(name);
@@ -298,7 +298,7 @@ StatusOr<ApprovalRow> Tenancy::RevokeApproval(const Caller& caller, RowId id) {
   // Until the ledger withdraws it, the approval counts as it did a moment
   // before the revoke.
   MutexLock one_change(mu_);
-  HF_RETURN_IF_ERROR(write_([&](Txn& txn) -> Status {
+  HF_RETURN_IF_ERROR(writer_->LeaderWrite([&](Txn& txn) -> Status {
     const Millis now = clock_->NowMillis();
     auto row = txn.GetApproval(id);
     if (!row.ok()) return row.status();

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "server/identity.h"
+#include "server/leader_writer.h"
 #include "server/names.h"
 #include "store/store.h"
 
@@ -55,17 +56,11 @@ class TenancyLedger {
 
 class Tenancy {
  public:
-  // A leader write (fenced where there are several instances).
-  using WriteFn =
-      std::function<Status(const std::function<Status(store::Txn&)>&)>;
-
-  // `store`, `clock` and `ledger` must outlive the Tenancy.
-  Tenancy(store::Store* store, const Clock* clock, WriteFn write,
+  // `store`, `clock`, `writer` (its leader writes) and `ledger` must
+  // outlive the Tenancy.
+  Tenancy(store::Store* store, const Clock* clock, LeaderWriter* writer,
           TenancyLedger* ledger)
-      : store_(store),
-        clock_(clock),
-        write_(std::move(write)),
-        ledger_(ledger) {}
+      : store_(store), clock_(clock), writer_(writer), ledger_(ledger) {}
 
   Tenancy(const Tenancy&) = delete;
   Tenancy& operator=(const Tenancy&) = delete;
@@ -112,7 +107,7 @@ class Tenancy {
 
   store::Store* const store_;
   const Clock* const clock_;
-  const WriteFn write_;
+  LeaderWriter* const writer_;
   TenancyLedger* const ledger_;
   Mutex mu_;  // one change at a time (see above)
 };

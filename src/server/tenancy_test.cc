@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/store_test_rows.h"
 #include "store/testing/temp_store.h"
 
 namespace hf::server {
@@ -85,13 +86,9 @@ class TenancyTest : public ::testing::Test {
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     store_ = std::move(*opened);
     ledger_ = std::make_unique<RecordingLedger>(store_.get());
-    tenancy_ = std::make_unique<Tenancy>(
-        store_.get(), &clock_,
-        [this](const std::function<Status(store::Txn&)>& fn) -> Status {
-          if (refuse_writes_) return Status::Unavailable("not the leader");
-          return store_->Write(fn);
-        },
-        ledger_.get());
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
+    tenancy_ = std::make_unique<Tenancy>(store_.get(), &clock_, writer_.get(),
+                                         ledger_.get());
     admin_.role = store::Role::kAdmin;
     admin_.token_id = 1;
   }
@@ -100,9 +97,9 @@ class TenancyTest : public ::testing::Test {
   FakeClock clock_{1'000'000};
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<RecordingLedger> ledger_;
+  std::unique_ptr<StoreWriterForTest> writer_;
   std::unique_ptr<Tenancy> tenancy_;
   Caller admin_;
-  bool refuse_writes_ = false;
 };
 
 TEST_F(TenancyTest, TheLedgerLearnsEachChangeAfterItsCommitInOrder) {
@@ -132,11 +129,11 @@ TEST_F(TenancyTest, AFailedWriteTellsTheLedgerNothing) {
   auto again = tenancy_->CreateTenant(admin_, "acme", "labs");
   EXPECT_EQ(again.status().code(), StatusCode::kAlreadyExists);
   // Not the leader: nothing written, nothing told.
-  refuse_writes_ = true;
+  writer_->refuse = true;
   EXPECT_EQ(tenancy_->CreateGroup(admin_, "labs").status().code(),
             StatusCode::kUnavailable);
   EXPECT_TRUE(ledger_->told.empty());
-  refuse_writes_ = false;
+  writer_->refuse = false;
   auto groups = tenancy_->ListGroups(admin_);
   ASSERT_TRUE(groups.ok());
   EXPECT_TRUE(groups->empty());  // the failed tenant's group rolled back
@@ -160,7 +157,7 @@ TEST_F(TenancyTest, WhoMayCallIsCheckedBeforeWhatTheySent) {
 TEST_F(TenancyTest, BadApprovalsNameTheirField) {
   ASSERT_TRUE(tenancy_->CreateTenant(admin_, "acme", std::nullopt).ok());
   ASSERT_TRUE(tenancy_->CreateTenant(admin_, "beta", std::nullopt).ok());
-  const auto field = [&](ApprovalCreate request) {
+  const auto field = [&](const ApprovalCreate& request) {
     auto made = tenancy_->CreateApproval(admin_, request);
     EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
     return made.status().field();

@@ -16,14 +16,14 @@ MUTATIONS = [
         name="cancel-releases-scheduled",
         hole="1: a cancel while `scheduled` releases the slice at once",
         file="src/server/tasks.cc",
-        old="""          case TaskState::kScheduled:
-          case TaskState::kRunning:""",
-        new="""          case TaskState::kRunning:""",
-        old2="""          case TaskState::kPending:
-            // Bound nowhere: nothing runs it.""",
-        new2="""          case TaskState::kScheduled:
-          case TaskState::kPending:
-            // Bound nowhere: nothing runs it.""",
+        old="""              case TaskState::kScheduled:
+              case TaskState::kRunning:""",
+        new="""              case TaskState::kRunning:""",
+        old2="""              case TaskState::kPending:
+                // Bound nowhere: nothing runs it.""",
+        new2="""              case TaskState::kScheduled:
+              case TaskState::kPending:
+                // Bound nowhere: nothing runs it.""",
         tests=["ScenarioTest.CancelOfAScheduledTask*"],
         simulation=True,
     ),
@@ -212,7 +212,7 @@ MUTATIONS = [
     dict(
         name="stale-report-applied",
         hole="found: a delayed report of an earlier binding ends the new one",
-        file="src/server/nodes.cc",
+        file="src/server/agent_tasks.cc",
         old="""      if (r.slice_id && task.slice_id != r.slice_id) {
         continue;  // about an earlier binding of the task: stale
       }""",
@@ -371,7 +371,27 @@ MUTATIONS = [
         old="""      if (report.number && *report.number <= applied) {""",
         new="""      if (false && report.number && *report.number <= applied) {""",
         tests=["ScenarioTest.AHeartbeatDeliveredLateIsNotApplied*",
-               "ControlPlaneTest.AReportOlderThanTheNewestAppliedIsNotApplied"],
+               "ControlPlaneTest.AReportOlderThanTheNewestAppliedIsNotApplied",
+               "nodes_test/NodesTest.ARegistrationReachesTheStoreThenTheLedgerAndAnOlderOneNot"],
+        simulation=False,
+    ),
+    dict(
+        name="defrag-reservation-kept",
+        hole="a defragmentation step whose write failed keeps its target reserved in the ledger",
+        file="src/server/defrag.cc",
+        old="""  if (reservation.allocation && (!written.ok() || !used)) {""",
+        new="""  if (false && reservation.allocation && (!written.ok() || !used)) {""",
+        tests=["defrag_plans_test/DefragTest.AStepWhoseWriteFailsGivesItsReservationBack"],
+        simulation=False,
+    ),
+    dict(
+        name="compensation-kept-unwritten",
+        hole="a compensation whose write failed stays charged in the ledger",
+        file="src/server/nodes.cc",
+        old="""    lock.Lock();
+    (void)ledger_->ledger().Release(restored->id);""",
+        new="""    lock.Lock();""",
+        tests=["nodes_test/NodesTest.ARunningTaskWithoutASliceIsRecordedLedgerOnlyOnceWritten"],
         simulation=False,
     ),
 ]

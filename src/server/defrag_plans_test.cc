@@ -1,0 +1,263 @@
+// Defrag (defrag.h) on the real SQLite store and a real ledger
+// (GuardedLedger, rebuilt from the store by Recovery), writing through a
+// LeaderWriter that can refuse: two preemptible 30 GB tasks on two 80 GB
+// cards, and a plan that frees one card by moving a task. Applying it
+// reserves the target in the ledger with the step's write, the task moves
+// only once its node reported it stopped, and the plan ends applied with
+// the ledger holding the two tasks once each; a step whose write fails
+// gives its reservation back and is tried again.
+#include "server/defrag.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "scheduler/policy/registry.h"
+#include "server/ledger_test_base.h"
+#include "server/recovery.h"
+#include "server/store_test_rows.h"
+#include "store/testing/temp_store.h"
+
+namespace hf::server {
+namespace {
+
+using nlohmann::json;
+using store::RowId;
+using store::SliceRow;
+using store::SliceState;
+using store::TaskRow;
+using store::TaskState;
+
+class Host : public DefragHost, public MigChannelHost {
+ public:
+  SliceEnvInput SliceEnvFor(const SliceRow& slice,
+                            const TaskRow& task) override {
+    SliceEnvInput in;
+    in.slice_id = slice.id;
+    in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
+    in.qos_level = slice.qos_level;
+    in.memory_mib = slice.memory_mib;
+    in.compute_mode = task.gpu_compute_mode;
+    return in;
+  }
+  std::string GpuUuid(RowId /*node*/, int /*index*/) override { return ""; }
+  StatusOr<store::NodeRow> NodeForAgent(const Caller& /*caller*/,
+                                        const std::string& node) override {
+    return Status::NotFound(node);
+  }
+  void TasksRequeued() override {}
+};
+
+class DefragTest : public LedgerTestBase {
+ protected:
+  void SetUp() override {
+    LedgerTestBase::SetUp();
+    auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    store_ = std::move(*opened);
+    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
+    mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_, 120'000,
+                                        &telemetry_, writer_.get(), &host_);
+    releases_ = std::make_unique<Releases>(&clock_, mig_.get(), &telemetry_);
+    auto made = scheduler::MakePolicy("best-fit", {});
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
+                                            mig_->book(), clock_, clock_,
+                                            std::move(*made), nullptr);
+    // As the control plane's ledger learns a release after its commit.
+    writer_->learned = [this](RowId id) {
+      MutexLock lock(core_->mu());
+      (void)core_->ledger().Release(SliceId(static_cast<std::uint64_t>(id)));
+    };
+    defrag_ = std::make_unique<Defrag>(
+        store_.get(), &clock_, &clock_, DefragOptions{}, core_.get(), &queue_,
+        mig_.get(), releases_.get(), &names_, writer_.get(), &host_);
+    StoreCluster();
+    Recovery recovery(store_.get(), &clock_, &clock_, core_.get(), &names_,
+                      &beats_, &mig_->book(), &telemetry_,
+                      /*learn_half_life_tasks=*/100, writer_.get());
+    ASSERT_TRUE(recovery.Run().ok());
+    ASSERT_EQ(Allocations(), 2u);
+    admin_.role = store::Role::kAdmin;
+    admin_.token_id = 1;
+  }
+
+  // Node n1 with two 80 GB A100s, each running one preemptible 30 GB task
+  // on a slice of its own.
+  void StoreCluster() {
+    Status s = store_->Write([&](store::Txn& txn) -> Status {
+      store::TenantRow tenant;
+      tenant.name = "acme";
+      auto t = txn.InsertTenant(tenant);
+      if (!t.ok()) return t.status();
+      store::NodeRow node;
+      node.name = "n1";
+      auto n = txn.UpsertNode(node);
+      if (!n.ok()) return n.status();
+      node_ = n->id;
+      for (int index : {0, 1}) {
+        auto g =
+            txn.UpsertGpu(A100(node_, index, "GPU-" + std::to_string(index)));
+        if (!g.ok()) return g.status();
+        TaskRow task;
+        task.tenant_id = t->id;
+        task.name = "t" + std::to_string(index);
+        task.image = "img";
+        task.command = {"run"};
+        task.memory_mib = 30'720;
+        task.compute_percent = 20;
+        task.preemptible = true;
+        task.state = TaskState::kRunning;
+        task.node_id = node_;
+        task.gpu_indices = {index};
+        task.slice_id = 10 + index;
+        auto inserted = txn.InsertTask(task);
+        if (!inserted.ok()) return inserted.status();
+        tasks_.push_back(inserted->id);
+        SliceRow slice;
+        slice.id = 10 + index;
+        slice.task_id = inserted->id;
+        slice.tenant_id = t->id;
+        slice.node_id = node_;
+        slice.gpu_indices = {index};
+        slice.memory_mib = 30'720;
+        slice.compute_percent = 20;
+        slice.qos_level = "bronze";
+        slice.origin = "scheduler";
+        slice.state = SliceState::kAllocated;
+        HF_RETURN_IF_ERROR(txn.InsertSlice(slice));
+      }
+      return Status::Ok();
+    });
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  std::size_t Allocations() {
+    MutexLock lock(core_->mu());
+    return core_->ledger().allocation_count();
+  }
+
+  // A proposed plan freeing a whole card, applied.
+  json ProposeAndApply() {
+    DefragPlanCreate request;
+    request.goal_memory_mib = 61'440;
+    auto plan = defrag_->Propose(admin_, request);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    if (!plan.ok()) return {};
+    EXPECT_EQ((*plan)["moves"].size(), 1u) << plan->dump();
+    auto applied = defrag_->Apply(admin_, (*plan)["id"].get<RowId>());
+    EXPECT_TRUE(applied.ok()) << applied.status().ToString();
+    return applied.ok() ? *applied : json{};
+  }
+
+  json Plan(RowId id) {
+    auto plan = defrag_->Get(admin_, id);
+    EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+    return plan.ok() ? *plan : json{};
+  }
+
+  // The task's node reports it stopped, as ReportTaskStates writes it: its
+  // source slice released, the move landed.
+  void NodeReportsStopped(RowId task_id, RowId source) {
+    auto written = writer_->WriteReleases(
+        [&](store::Txn& txn, std::vector<RowId>& released) -> Status {
+          auto t = txn.GetTask(task_id);
+          if (!t.ok()) return t.status();
+          TaskRow task = *t;
+          auto s = txn.GetSlice(source);
+          if (!s.ok()) return s.status();
+          SliceRow slice = *s;
+          slice.state = SliceState::kAllocated;  // the node confirmed
+          HF_RETURN_IF_ERROR(releases_->ReleaseInTxn(
+              txn, slice, "agent:n1", "task cancelled", released));
+          auto landed = defrag_->LandMoveInTxn(txn, task, source,
+                                               /*rebind=*/true, released);
+          if (!landed.ok()) return landed.status();
+          EXPECT_TRUE(*landed);
+          return txn.UpdateTask(task).status();
+        });
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+  }
+
+  store::sqlite_testing::TempDir dir_{"hf-defrag-test"};
+  std::unique_ptr<store::Store> store_;
+  FakeClock clock_{1'000'000};
+  Telemetry telemetry_;
+  NodeBeats beats_{15'000};
+  std::unique_ptr<StoreWriterForTest> writer_;
+  Host host_;
+  std::unique_ptr<MigChannel> mig_;
+  std::unique_ptr<Releases> releases_;
+  std::unique_ptr<GuardedLedger> core_;
+  std::unique_ptr<Defrag> defrag_;
+  RowId node_ = 0;
+  std::vector<RowId> tasks_;
+  Caller admin_;
+};
+
+TEST_F(DefragTest, AMoveReservesItsTargetAndLandsTheTaskOnceItsNodeStopped) {
+  const json applying = ProposeAndApply();
+  ASSERT_EQ(applying["state"], "applying");
+  const json& move = applying["moves"][0];
+  const RowId task = move["task_id"].get<RowId>();
+  const RowId source = move["slice_id"].get<RowId>();
+  const RowId id = applying["id"].get<RowId>();
+
+  // One step: the target is reserved, the source asked to stop.
+  ASSERT_TRUE(defrag_->TickOnce().ok());
+  json plan = Plan(id);
+  ASSERT_EQ(plan["moves"][0]["state"], "moving");
+  const RowId target = plan["moves"][0]["target_slice_id"].get<RowId>();
+  EXPECT_EQ(Allocations(), 3u);
+  EXPECT_EQ(StoredSlice(*store_, source).state, SliceState::kReleasing);
+  EXPECT_EQ(StoredTask(*store_, task).slice_id, source);  // not moved yet
+  // Until the node reports, the plan waits.
+  ASSERT_TRUE(defrag_->TickOnce().ok());
+  EXPECT_EQ(Plan(id)["moves"][0]["state"], "moving");
+
+  NodeReportsStopped(task, source);
+  const TaskRow moved = StoredTask(*store_, task);
+  EXPECT_EQ(moved.slice_id, target);
+  EXPECT_EQ(moved.state, TaskState::kScheduled);
+  EXPECT_EQ(moved.env.at("HETEROFLOW_SLICE_ID"), std::to_string(target));
+  EXPECT_EQ(StoredSlice(*store_, target).task_id, task);
+  EXPECT_EQ(Allocations(), 2u);  // each task once: the source released
+  EXPECT_EQ(Plan(id)["moves"][0]["state"], "moved");
+
+  // It runs on the target: the move is done, then the plan applied.
+  Status running = store_->Write([&](store::Txn& txn) -> Status {
+    auto t = txn.GetTask(task);
+    if (!t.ok()) return t.status();
+    TaskRow row = *t;
+    row.state = TaskState::kRunning;
+    return txn.UpdateTask(row).status();
+  });
+  ASSERT_TRUE(running.ok()) << running.ToString();
+  ASSERT_TRUE(defrag_->TickOnce().ok());
+  ASSERT_TRUE(defrag_->TickOnce().ok());
+  plan = Plan(id);
+  EXPECT_EQ(plan["moves"][0]["state"], "done");
+  EXPECT_EQ(plan["state"], "applied");
+  EXPECT_EQ(Allocations(), 2u);
+}
+
+TEST_F(DefragTest, AStepWhoseWriteFailsGivesItsReservationBack) {
+  const json applying = ProposeAndApply();
+  const RowId id = applying["id"].get<RowId>();
+  const RowId source = applying["moves"][0]["slice_id"].get<RowId>();
+  writer_->refuse = true;
+  EXPECT_FALSE(defrag_->TickOnce().ok());
+  EXPECT_EQ(Allocations(), 2u);  // nothing reserved is left behind
+  writer_->refuse = false;
+  EXPECT_EQ(Plan(id)["moves"][0]["state"], "pending");
+  EXPECT_EQ(StoredSlice(*store_, source).state, SliceState::kAllocated);
+  // Tried again on the next tick.
+  ASSERT_TRUE(defrag_->TickOnce().ok());
+  EXPECT_EQ(Plan(id)["moves"][0]["state"], "moving");
+  EXPECT_EQ(Allocations(), 3u);
+}
+
+}  // namespace
+}  // namespace hf::server
