@@ -110,6 +110,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
              NodesOptions{options_.default_compute_percent}, &core_, &beats_,
              &usage_, &names_, &queue_, &mig_channel_, telemetry_.get(), fence,
              this),
+      operator_slices_(store, clock, &core_, &tenancy_, &releases_, &queue_,
+                       telemetry_.get(), this, this),
       defrag_(
           store, clock, monotonic_,
           DefragOptions{options_.defrag_tick_ms, options_.defrag_plan_ttl_ms,

@@ -53,6 +53,7 @@
 #include "server/names.h"
 #include "server/node_beats.h"
 #include "server/nodes.h"
+#include "server/operator_slices.h"
 #include "server/page.h"
 #include "server/recovery.h"
 #include "server/releases.h"
@@ -129,15 +130,6 @@ struct SliceQuery {
   int limit = 100;
 };
 
-struct SliceCreate {
-  std::string tenant;
-  std::optional<std::string> node;
-  std::optional<int> gpu_index;
-  std::optional<std::int64_t> memory_mib;
-  std::optional<int> compute_percent;
-  std::string reason;
-};
-
 // The node endpoints' messages, shared with hf-agent (src/wire).
 using wire::GpuReport;
 using wire::HeartbeatReply;
@@ -157,19 +149,6 @@ struct SliceTarget {
   int slices = 0;  // live slices on it now
   // In MIG mode: the partition the slice would get there; "" otherwise.
   std::string mig_profile;
-};
-
-// PATCH /api/v1/slices/{id} (dynamic quota, docs/CONTRACT.md section 13).
-struct SliceResizeRequest {
-  std::int64_t memory_mib = 0;
-  std::string reason;
-};
-
-struct SliceResize {
-  store::SliceRow slice;
-  // For people: what the change may do (a lowered quota the task may
-  // already exceed, a limit that stays until the task restarts, ...).
-  std::vector<std::string> warnings;
 };
 
 // What a node's agent must do (GET /api/v1/nodes/{node}/assignments), from
@@ -229,7 +208,8 @@ class ControlPlane : private LeaderWriter,
                      private MigChannelHost,
                      private GcHost,
                      private SchedulerHost,
-                     private DefragHost {
+                     private DefragHost,
+                     private OperatorSlicesHost {
  public:
   // `store`, `clock` and `fence` must outlive the ControlPlane. Rebuilds
   // the ledger from the store (restart recovery) before returning, unless
@@ -308,7 +288,8 @@ class ControlPlane : private LeaderWriter,
                                 std::int64_t offset, std::int64_t limit);
 
   // --- slices ---
-  StatusOr<store::SliceRow> GetSlice(const Caller& caller, RowId id);
+  // NotFound for a slice the caller may not see.
+  StatusOr<store::SliceRow> GetSlice(const Caller& caller, RowId id) override;
   StatusOr<Page<store::SliceRow>> ListSlices(const Caller& caller,
                                              const SliceQuery& query);
   StatusOr<SliceStats> Stats(const Caller& caller);
@@ -316,19 +297,22 @@ class ControlPlane : private LeaderWriter,
   // history's f.after unset: from the beginning).
   StatusOr<Page<store::HistoryRow>> History(const Caller& caller,
                                             const store::HistoryFilter& f);
+  // Operator reservations, DELETE and resizes (OperatorSlices,
+  // server/operator_slices.h). A resize is persisted with the task's slice
+  // env; the agent learns it from its next heartbeat reply and sets it in
+  // the task's hook region.
   StatusOr<store::SliceRow> CreateSlice(const Caller& caller,
-                                        const SliceCreate& request);
+                                        const SliceCreate& request) {
+    return operator_slices_.Create(caller, request);
+  }
   StatusOr<store::SliceRow> DeleteSlice(const Caller& caller, RowId id,
-                                        const std::string& reason);
-  // Changes a live slice's memory quota (admin, or the slice's
-  // tenant-admin). memory_mib >= 32 and a multiple of 32 (InvalidArgument
-  // naming "memory_mb"). Gold (MIG) and whole-GPU slices, released ones, a
-  // raise the GPU's free memory cannot cover (the message names the free
-  // amount): FailedPrecondition (409). Persisted with a `slice_resized`
-  // history entry and the task's slice env; the agent learns it from its
-  // next heartbeat reply and sets it in the task's hook region.
+                                        const std::string& reason) {
+    return operator_slices_.Delete(caller, id, reason);
+  }
   StatusOr<SliceResize> ResizeSlice(const Caller& caller, RowId id,
-                                    const SliceResizeRequest& request);
+                                    const SliceResizeRequest& request) {
+    return operator_slices_.Resize(caller, id, request);
+  }
   // The hook usage last reported for slice `id`, if any.
   std::optional<HookUsage> SliceHookUsage(RowId id);
   // Slice `id`'s stored usage over time (store::ListSliceUsageHistory:
@@ -532,7 +516,6 @@ class ControlPlane : private LeaderWriter,
   // and a follower queues no created task for a scheduler it does not run.
   std::atomic<bool> recovered_{false};
 
-  Mutex resize_mu_;  // one ResizeSlice at a time (taken before write_gate)
   // When each node last registered or heartbeat (monotonic_ ms; a node
   // not heard from since this server started counts from its start), and
   // the report last applied for it. Its own lock (order: mu_, then it).
@@ -583,6 +566,9 @@ class ControlPlane : private LeaderWriter,
   // reports (one registration of a node at a time: its lock, taken before
   // the write gate).
   Nodes nodes_;
+  // Operator reservations, DELETE and resizes (one resize at a time: its
+  // lock, taken before the write gate).
+  OperatorSlices operator_slices_;
   // Defragmentation plans and automatic mode (no state of its own: the
   // store holds the plans; reserves under mu_, writes without it).
   Defrag defrag_;

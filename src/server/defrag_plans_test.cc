@@ -6,8 +6,6 @@
 // only once its node reported it stopped, and the plan ends applied with
 // the ledger holding the two tasks once each; a step whose write fails
 // gives its reservation back and is tried again.
-#include "server/defrag.h"
-
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "scheduler/policy/registry.h"
+#include "server/defrag.h"
 #include "server/ledger_test_base.h"
 #include "server/recovery.h"
 #include "server/store_test_rows.h"

@@ -208,53 +208,52 @@ StatusOr<TaskRow> Tasks::CancelTask(const Caller& caller, RowId id) {
   }
   TaskRow out;
   // The releases reach the ledger after the commit.
-  HF_RETURN_IF_ERROR(
-      writer_
-          ->WriteReleases([&](Txn& txn, std::vector<RowId>& released) {
-            auto t = txn.GetTask(id);
-            if (!t.ok()) return t.status();
-            TaskRow row = *t;
-            switch (row.state) {
-              case TaskState::kCancelled:
-                out = row;
-                return Status::Ok();
-              case TaskState::kSucceeded:
-              case TaskState::kFailed:
-                return Status::FailedPrecondition(
-                    "task " + std::to_string(id) + " already " +
-                    std::string(store::TaskStateName(row.state)));
-              case TaskState::kScheduled:
-              case TaskState::kRunning:
-                // Bound to a node, which may have started it already (even a
-                // scheduled task: the agent may have fetched it and not
-                // reported yet). The agent stops it, or says it never started
-                // it, and reports `cancelled`; the slice is released then, once
-                // its GPU memory is really free (or when the node is declared
-                // lost: RunGcOnce).
-                if (row.cancel_requested) {
-                  out = row;
-                  return Status::Ok();
-                }
-                row.cancel_requested = true;
-                row.message = "cancel requested by " + caller.Actor();
-                break;
-              case TaskState::kPending:
-                // Bound nowhere: nothing runs it.
-                HF_RETURN_IF_ERROR(host_->ReleaseTaskSliceInTxn(
-                    txn, row, caller.Actor(), "task cancelled", released));
-                row.state = TaskState::kCancelled;
-                row.cancel_requested = true;
-                row.pending_reason.clear();
-                row.message = "cancelled by " + caller.Actor();
-                break;
-            }
-            row.updated_at = clock_->NowMillis();
-            auto updated = txn.UpdateTask(row);
-            if (!updated.ok()) return updated.status();
-            out = *updated;
+  auto written = writer_->WriteReleases(
+      [&](Txn& txn, std::vector<RowId>& released) -> Status {
+        auto t = txn.GetTask(id);
+        if (!t.ok()) return t.status();
+        TaskRow row = *t;
+        switch (row.state) {
+          case TaskState::kCancelled:
+            out = row;
             return Status::Ok();
-          })
-          .status());
+          case TaskState::kSucceeded:
+          case TaskState::kFailed:
+            return Status::FailedPrecondition(
+                "task " + std::to_string(id) + " already " +
+                std::string(store::TaskStateName(row.state)));
+          case TaskState::kScheduled:
+          case TaskState::kRunning:
+            // Bound to a node, which may have started it already (even a
+            // scheduled task: the agent may have fetched it and not
+            // reported yet). The agent stops it, or says it never started
+            // it, and reports `cancelled`; the slice is released then, once
+            // its GPU memory is really free (or when the node is declared
+            // lost: RunGcOnce).
+            if (row.cancel_requested) {
+              out = row;
+              return Status::Ok();
+            }
+            row.cancel_requested = true;
+            row.message = "cancel requested by " + caller.Actor();
+            break;
+          case TaskState::kPending:
+            // Bound nowhere: nothing runs it.
+            HF_RETURN_IF_ERROR(host_->ReleaseTaskSliceInTxn(
+                txn, row, caller.Actor(), "task cancelled", released));
+            row.state = TaskState::kCancelled;
+            row.cancel_requested = true;
+            row.pending_reason.clear();
+            row.message = "cancelled by " + caller.Actor();
+            break;
+        }
+        row.updated_at = clock_->NowMillis();
+        auto updated = txn.UpdateTask(row);
+        if (!updated.ok()) return updated.status();
+        out = *updated;
+        return Status::Ok();
+      });
+  if (!written.ok()) return written.status();
   return out;
 }
 

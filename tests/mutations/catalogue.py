@@ -16,35 +16,36 @@ MUTATIONS = [
         name="cancel-releases-scheduled",
         hole="1: a cancel while `scheduled` releases the slice at once",
         file="src/server/tasks.cc",
-        old="""              case TaskState::kScheduled:
-              case TaskState::kRunning:""",
-        new="""              case TaskState::kRunning:""",
-        old2="""              case TaskState::kPending:
-                // Bound nowhere: nothing runs it.""",
-        new2="""              case TaskState::kScheduled:
-              case TaskState::kPending:
-                // Bound nowhere: nothing runs it.""",
+        old="""          case TaskState::kScheduled:
+          case TaskState::kRunning:""",
+        new="""          case TaskState::kRunning:""",
+        old2="""          case TaskState::kPending:
+            // Bound nowhere: nothing runs it.""",
+        new2="""          case TaskState::kScheduled:
+          case TaskState::kPending:
+            // Bound nowhere: nothing runs it.""",
         tests=["ScenarioTest.CancelOfAScheduledTask*"],
         simulation=True,
     ),
     dict(
         name="delete-requeues-at-once",
         hole="2: an admin DELETE of a scheduled task's slice requeues it at once",
-        file="src/server/slices.cc",
-        old="""    if (task && task->state == store::TaskState::kScheduled) {
-      // Bound to a node that may have started it already""",
-        new="""    if (task && task->state == store::TaskState::kScheduled) {
-      HF_RETURN_IF_ERROR(ReleaseInTxn(txn, out, caller.Actor(), why, released));
-      store::TaskRow t = *task;
-      t.state = store::TaskState::kPending;
-      t.slice_id.reset();
-      t.node_id.reset();
-      t.gpu_indices.clear();
-      StripSliceEnv(t.env);
-      return txn.UpdateTask(t).status();
-    }
-    if (false) {
-      // Bound to a node that may have started it already""",
+        file="src/server/operator_slices.cc",
+        old="""        if (task && task->state == store::TaskState::kScheduled) {
+          // Bound to a node that may have started it already""",
+        new="""        if (task && task->state == store::TaskState::kScheduled) {
+          HF_RETURN_IF_ERROR(releases_->ReleaseInTxn(txn, out, caller.Actor(),
+                                                     why, released));
+          store::TaskRow t = *task;
+          t.state = store::TaskState::kPending;
+          t.slice_id.reset();
+          t.node_id.reset();
+          t.gpu_indices.clear();
+          StripSliceEnv(t.env);
+          return txn.UpdateTask(t).status();
+        }
+        if (false) {
+          // Bound to a node that may have started it already""",
         tests=["ScenarioTest.DeletingAScheduledTasksSlice*"],
         simulation=True,
     ),
@@ -382,6 +383,15 @@ MUTATIONS = [
         old="""  if (reservation.allocation && (!written.ok() || !used)) {""",
         new="""  if (false && reservation.allocation && (!written.ok() || !used)) {""",
         tests=["defrag_plans_test/DefragTest.AStepWhoseWriteFailsGivesItsReservationBack"],
+        simulation=False,
+    ),
+    dict(
+        name="raise-kept-unwritten",
+        hole="a quota raise whose write failed keeps the larger size in the ledger",
+        file="src/server/operator_slices.cc",
+        old="""    if (memory > old) (void)ledger_->ledger().ResizeSlice(ledger_id, old);""",
+        new="""    (void)ledger_id;""",
+        tests=["operator_slices_test/OperatorSlicesTest.AResizeHoldsTheLargerSizeWhileItsWriteIsOpen"],
         simulation=False,
     ),
     dict(
