@@ -12,12 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/policy/registry.h"
 #include "server/defrag.h"
-#include "server/ledger_test_base.h"
 #include "server/recovery.h"
-#include "server/store_test_rows.h"
-#include "store/testing/temp_store.h"
+#include "server/unit_fixture.h"
 
 namespace hf::server {
 namespace {
@@ -29,58 +26,21 @@ using store::SliceState;
 using store::TaskRow;
 using store::TaskState;
 
-class Host : public DefragHost, public MigChannelHost {
- public:
-  SliceEnvInput SliceEnvFor(const SliceRow& slice,
-                            const TaskRow& task) override {
-    SliceEnvInput in;
-    in.slice_id = slice.id;
-    in.gpu_index = slice.gpu_indices.empty() ? 0 : slice.gpu_indices[0];
-    in.qos_level = slice.qos_level;
-    in.memory_mib = slice.memory_mib;
-    in.compute_mode = task.gpu_compute_mode;
-    return in;
-  }
-  std::string GpuUuid(RowId /*node*/, int /*index*/) override { return ""; }
-  StatusOr<store::NodeRow> NodeForAgent(const Caller& /*caller*/,
-                                        const std::string& node) override {
-    return Status::NotFound(node);
-  }
-  void TasksRequeued() override {}
-};
-
-class DefragTest : public LedgerTestBase {
+class DefragTest : public UnitFixture {
  protected:
+  DefragTest() : UnitFixture("hf-defrag-test") {}
+
   void SetUp() override {
-    LedgerTestBase::SetUp();
-    auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    store_ = std::move(*opened);
-    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
-    mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_, 120'000,
-                                        &telemetry_, writer_.get(), &host_);
-    releases_ = std::make_unique<Releases>(&clock_, mig_.get(), &telemetry_);
-    auto made = scheduler::MakePolicy("best-fit", {});
-    ASSERT_TRUE(made.ok()) << made.status().ToString();
-    core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
-                                            mig_->book(), clock_, clock_,
-                                            std::move(*made), nullptr);
-    // As the control plane's ledger learns a release after its commit.
-    writer_->learned = [this](RowId id) {
-      MutexLock lock(core_->mu());
-      (void)core_->ledger().Release(SliceId(static_cast<std::uint64_t>(id)));
-    };
+    UnitFixture::SetUp();
     defrag_ = std::make_unique<Defrag>(
         store_.get(), &clock_, &clock_, DefragOptions{}, core_.get(), &queue_,
-        mig_.get(), releases_.get(), &names_, writer_.get(), &host_);
+        mig_.get(), releases_.get(), &names_, writer_.get(), &stub_);
     StoreCluster();
     Recovery recovery(store_.get(), &clock_, &clock_, core_.get(), &names_,
                       &beats_, &mig_->book(), &telemetry_,
                       /*learn_half_life_tasks=*/100, writer_.get());
     ASSERT_TRUE(recovery.Run().ok());
     ASSERT_EQ(Allocations(), 2u);
-    admin_.role = store::Role::kAdmin;
-    admin_.token_id = 1;
   }
 
   // Node n1 with two 80 GB A100s, each running one preemptible 30 GB task
@@ -114,7 +74,6 @@ class DefragTest : public LedgerTestBase {
         task.slice_id = 10 + index;
         auto inserted = txn.InsertTask(task);
         if (!inserted.ok()) return inserted.status();
-        tasks_.push_back(inserted->id);
         SliceRow slice;
         slice.id = 10 + index;
         slice.task_id = inserted->id;
@@ -131,11 +90,6 @@ class DefragTest : public LedgerTestBase {
       return Status::Ok();
     });
     ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-
-  std::size_t Allocations() {
-    MutexLock lock(core_->mu());
-    return core_->ledger().allocation_count();
   }
 
   // A proposed plan freeing a whole card, applied.
@@ -180,20 +134,8 @@ class DefragTest : public LedgerTestBase {
     ASSERT_TRUE(written.ok()) << written.status().ToString();
   }
 
-  store::sqlite_testing::TempDir dir_{"hf-defrag-test"};
-  std::unique_ptr<store::Store> store_;
-  FakeClock clock_{1'000'000};
-  Telemetry telemetry_;
   NodeBeats beats_{15'000};
-  std::unique_ptr<StoreWriterForTest> writer_;
-  Host host_;
-  std::unique_ptr<MigChannel> mig_;
-  std::unique_ptr<Releases> releases_;
-  std::unique_ptr<GuardedLedger> core_;
   std::unique_ptr<Defrag> defrag_;
-  RowId node_ = 0;
-  std::vector<RowId> tasks_;
-  Caller admin_;
 };
 
 TEST_F(DefragTest, AMoveReservesItsTargetAndLandsTheTaskOnceItsNodeStopped) {

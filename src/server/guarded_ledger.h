@@ -70,6 +70,11 @@ class GuardedLedger {
   // The allocation the ledger holds for stored slice `row` (its GPUs
   // through the inventory mirror; an unknown one is GpuId()).
   ledger::Allocation AllocationOf(const store::SliceRow& row) HF_REQUIRES(mu_);
+  // The other way: the stored row of allocation `a` as placed now (its
+  // node and GPU indices through the inventory mirror; its tier and
+  // enforcement derived for its first GPU). The caller sets its task,
+  // origin and creation time.
+  store::SliceRow SliceRowOf(const ledger::Allocation& a) HF_REQUIRES(mu_);
 
  private:
   SharedMutex write_gate_;

@@ -585,22 +585,9 @@ Status Nodes::Compensate(const NodeRow& node, const RunningTask& report,
     return restored.status();
   }
   SliceRow row;
-  row.id = static_cast<RowId>(restored->id.value());
+  row = ledger_->SliceRowOf(*restored);
   row.task_id = task->id;
-  row.tenant_id = task->tenant_id;
   row.node_id = node.id;
-  row.whole = restored->kind == ledger::RequestKind::kWholeGpus;
-  for (GpuId g : restored->gpus) {
-    row.gpu_indices.push_back(ledger_->inventory().KeyOf(g).index);
-  }
-  row.memory_mib = restored->memory_mib;
-  row.compute_percent = restored->compute_percent;
-  row.compute_defaulted = restored->compute_defaulted;
-  row.mig_profile = restored->mig_profile;  // charged as its partition
-  row.mig_start = restored->mig_start;
-  const scheduler::QosDecision qos =
-      ledger_->placement().QosFor(restored->gpus.front(), row.whole);
-  row.qos_level = std::string(scheduler::QosLevelName(qos.level));
   row.enforcement = {};  // nothing was injected: ledger only
   row.origin = "compensation";
   row.created_at = now;

@@ -15,10 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/policy/registry.h"
-#include "server/ledger_test_base.h"
-#include "server/store_test_rows.h"
-#include "store/testing/temp_store.h"
+#include "server/unit_fixture.h"
 
 namespace hf::server {
 namespace {
@@ -32,51 +29,17 @@ using wire::NodeReport;
 using wire::ReportNumber;
 using wire::RunningTask;
 
-class Host : public MigChannelHost {
- public:
-  std::string GpuUuid(RowId /*node*/, int /*index*/) override { return ""; }
-  SliceEnvInput SliceEnvFor(const SliceRow& /*slice*/,
-                            const TaskRow& /*task*/) override {
-    return {};
-  }
-  StatusOr<store::NodeRow> NodeForAgent(const Caller& /*caller*/,
-                                        const std::string& node) override {
-    return Status::NotFound(node);
-  }
-  void TasksRequeued() override {}
-};
-
-class NodesTest : public LedgerTestBase {
+class NodesTest : public UnitFixture {
  protected:
+  NodesTest() : UnitFixture("hf-nodes-test") {}
+
   void SetUp() override {
-    LedgerTestBase::SetUp();
-    auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    store_ = std::move(*opened);
-    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
-    mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_, 120'000,
-                                        &telemetry_, writer_.get(), &host_);
-    auto made = scheduler::MakePolicy("best-fit", {});
-    ASSERT_TRUE(made.ok()) << made.status().ToString();
-    core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
-                                            mig_->book(), clock_, clock_,
-                                            std::move(*made), nullptr);
+    UnitFixture::SetUp();
+    AddTenant();  // the node registers itself
     nodes_ = std::make_unique<Nodes>(
         store_.get(), &clock_, &clock_, NodesOptions{}, core_.get(), &beats_,
         &usage_, &names_, &queue_, mig_.get(), &telemetry_, /*fence=*/nullptr,
         writer_.get());
-    ASSERT_TRUE(store_
-                    ->Write([&](store::Txn& txn) -> Status {
-                      store::TenantRow tenant;
-                      tenant.name = "acme";
-                      auto t = txn.InsertTenant(tenant);
-                      if (!t.ok()) return t.status();
-                      tenant_ = t->id;
-                      return Status::Ok();
-                    })
-                    .ok());
-    admin_.role = store::Role::kAdmin;
-    admin_.token_id = 1;
   }
 
   static NodeReport Report(std::int64_t seq, const std::vector<int>& gpus) {
@@ -114,46 +77,9 @@ class NodesTest : public LedgerTestBase {
     return core_->inventory().Gpu(node, index).ok();
   }
 
-  std::size_t Allocations() {
-    MutexLock lock(core_->mu());
-    return core_->ledger().allocation_count();
-  }
-
-  // A task bound nowhere yet, asking for 20 GB and a quarter of a GPU.
-  RowId CreateTask() {
-    TaskRow task;
-    task.tenant_id = tenant_;
-    task.name = "t";
-    task.image = "img";
-    task.command = {"run"};
-    task.memory_mib = 20'480;
-    task.compute_percent = 25;
-    task.created_at = clock_.NowMillis();
-    task.updated_at = task.created_at;
-    EXPECT_TRUE(store_
-                    ->Write([&](store::Txn& txn) -> Status {
-                      auto t = txn.InsertTask(task);
-                      if (!t.ok()) return t.status();
-                      task = *t;
-                      return Status::Ok();
-                    })
-                    .ok());
-    return task.id;
-  }
-
-  store::sqlite_testing::TempDir dir_{"hf-nodes-test"};
-  std::unique_ptr<store::Store> store_;
-  FakeClock clock_{1'000'000};
-  Telemetry telemetry_;
   NodeBeats beats_{15'000};
   SliceUsage usage_;
-  std::unique_ptr<StoreWriterForTest> writer_;
-  Host host_;
-  std::unique_ptr<MigChannel> mig_;
-  std::unique_ptr<GuardedLedger> core_;
   std::unique_ptr<Nodes> nodes_;
-  RowId tenant_ = 0;
-  Caller admin_;
 };
 
 TEST_F(NodesTest, ARegistrationReachesTheStoreThenTheLedgerAndAnOlderOneNot) {
@@ -189,7 +115,7 @@ TEST_F(NodesTest, ARegistrationReachesTheStoreThenTheLedgerAndAnOlderOneNot) {
 TEST_F(NodesTest, ARunningTaskWithoutASliceIsRecordedLedgerOnlyOnceWritten) {
   auto applied = nodes_->Register(admin_, Report(1, {0}));
   ASSERT_TRUE(applied.ok()) << applied.status().ToString();
-  const RowId task = CreateTask();
+  const RowId task = PendingTask(20'480, 25).id;
   RunningTask running;
   running.task_id = task;
   running.state = "running";

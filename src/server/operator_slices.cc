@@ -93,19 +93,7 @@ StatusOr<SliceRow> OperatorSlices::Create(const Caller& caller,
         result.message.empty() ? std::string("does not fit") : result.message);
   }
   const ledger::Allocation& a = result.allocation;
-  SliceRow slice;
-  slice.id = static_cast<RowId>(a.id.value());
-  slice.tenant_id = tenant->id;
-  slice.node_id = ledger_->inventory().NodeRowOf(a.node);
-  slice.gpu_indices = {ledger_->inventory().KeyOf(a.gpus.front()).index};
-  slice.memory_mib = a.memory_mib;
-  slice.compute_percent = a.compute_percent;
-  slice.compute_defaulted = a.compute_defaulted;
-  slice.mig_profile = a.mig_profile;
-  slice.mig_start = a.mig_start;
-  const scheduler::QosDecision qos =
-      ledger_->placement().QosFor(a.gpus.front());
-  slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
+  SliceRow slice = ledger_->SliceRowOf(a);
   // An operator reservation has no task to enforce anything in.
   slice.enforcement = {};
   slice.origin = "admin";

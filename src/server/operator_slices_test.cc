@@ -13,10 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "scheduler/policy/registry.h"
-#include "server/ledger_test_base.h"
-#include "server/store_test_rows.h"
-#include "store/testing/temp_store.h"
+#include "server/unit_fixture.h"
 
 namespace hf::server {
 namespace {
@@ -24,30 +21,6 @@ namespace {
 using store::RowId;
 using store::SliceRow;
 using store::TaskRow;
-
-class Host : public OperatorSlicesHost, public MigChannelHost {
- public:
-  explicit Host(store::Store* store) : store_(store) {}
-  StatusOr<SliceRow> GetSlice(const Caller& /*caller*/, RowId id) override {
-    return StoredSlice(*store_, id);
-  }
-  SliceEnvInput SliceEnvFor(const SliceRow& slice,
-                            const TaskRow& /*task*/) override {
-    SliceEnvInput in;
-    in.slice_id = slice.id;
-    in.memory_mib = slice.memory_mib;
-    return in;
-  }
-  std::string GpuUuid(RowId /*node*/, int /*index*/) override { return ""; }
-  StatusOr<store::NodeRow> NodeForAgent(const Caller& /*caller*/,
-                                        const std::string& node) override {
-    return Status::NotFound(node);
-  }
-  void TasksRequeued() override {}
-
- private:
-  store::Store* const store_;
-};
 
 class NoLedger : public TenancyLedger {
   Status GroupCreated(const store::GroupRow& /*group*/) override { return {}; }
@@ -64,61 +37,19 @@ class NoLedger : public TenancyLedger {
   Status ApprovalRevoked(RowId /*approval*/) override { return {}; }
 };
 
-class OperatorSlicesTest : public LedgerTestBase {
+class OperatorSlicesTest : public UnitFixture {
  protected:
+  OperatorSlicesTest() : UnitFixture("hf-operator-slices-test") {}
+
   void SetUp() override {
-    LedgerTestBase::SetUp();
-    auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    store_ = std::move(*opened);
-    host_ = std::make_unique<Host>(store_.get());
-    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
-    mig_ =
-        std::make_unique<MigChannel>(store_.get(), &clock_, &clock_, 120'000,
-                                     &telemetry_, writer_.get(), host_.get());
-    releases_ = std::make_unique<Releases>(&clock_, mig_.get(), &telemetry_);
-    auto made = scheduler::MakePolicy("best-fit", {});
-    ASSERT_TRUE(made.ok()) << made.status().ToString();
-    core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
-                                            mig_->book(), clock_, clock_,
-                                            std::move(*made), nullptr);
-    // As the control plane's ledger learns a release after its commit.
-    writer_->learned = [this](RowId id) {
-      MutexLock lock(core_->mu());
-      (void)core_->ledger().Release(SliceId(static_cast<std::uint64_t>(id)));
-    };
+    UnitFixture::SetUp();
+    AddTenant();
+    AddNode(1);
     tenancy_ = std::make_unique<Tenancy>(store_.get(), &clock_, writer_.get(),
                                          &no_ledger_);
     slices_ = std::make_unique<OperatorSlices>(
         store_.get(), &clock_, core_.get(), tenancy_.get(), releases_.get(),
-        &queue_, &telemetry_, writer_.get(), host_.get());
-    store::TenantRow tenant;
-    store::NodeRow node;
-    store::GpuRow gpu;
-    ASSERT_TRUE(store_
-                    ->Write([&](store::Txn& txn) -> Status {
-                      tenant.name = "acme";
-                      auto t = txn.InsertTenant(tenant);
-                      if (!t.ok()) return t.status();
-                      tenant = *t;
-                      node.name = "n1";
-                      auto n = txn.UpsertNode(node);
-                      if (!n.ok()) return n.status();
-                      node = *n;
-                      auto g = txn.UpsertGpu(A100(node.id, 0, "GPU-a"));
-                      if (!g.ok()) return g.status();
-                      gpu = *g;
-                      return Status::Ok();
-                    })
-                    .ok());
-    {
-      MutexLock lock(core_->mu());
-      ASSERT_TRUE(core_->tenancy().SyncTenant(tenant).ok());
-      ASSERT_TRUE(core_->inventory().SyncNode(node).ok());
-      ASSERT_TRUE(core_->inventory().SyncGpu(node, gpu).ok());
-    }
-    admin_.role = store::Role::kAdmin;
-    admin_.token_id = 1;
+        &queue_, &telemetry_, writer_.get(), &stub_);
   }
 
   SliceCreate Reservation(std::int64_t memory_mib) const {
@@ -139,19 +70,9 @@ class OperatorSlicesTest : public LedgerTestBase {
     return sum;
   }
 
-  store::sqlite_testing::TempDir dir_{"hf-operator-slices-test"};
-  std::unique_ptr<store::Store> store_;
-  FakeClock clock_{1'000'000};
-  Telemetry telemetry_;
   NoLedger no_ledger_;
-  std::unique_ptr<Host> host_;
-  std::unique_ptr<StoreWriterForTest> writer_;
-  std::unique_ptr<MigChannel> mig_;
-  std::unique_ptr<Releases> releases_;
-  std::unique_ptr<GuardedLedger> core_;
   std::unique_ptr<Tenancy> tenancy_;
   std::unique_ptr<OperatorSlices> slices_;
-  Caller admin_;
 };
 
 TEST_F(OperatorSlicesTest, AReservationIsUndoneWhenItsWriteFails) {

@@ -119,26 +119,13 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;
       SliceRow& slice = d.slice;
-      slice.id = static_cast<RowId>(a.id.value());
+      slice = ledger_->SliceRowOf(a);
       slice.task_id = task.id;
-      slice.tenant_id = task.tenant_id;
-      slice.node_id = ledger_->inventory().NodeRowOf(a.node);
-      slice.whole = a.kind == ledger::RequestKind::kWholeGpus;
-      for (GpuId g : a.gpus) {
-        slice.gpu_indices.push_back(ledger_->inventory().KeyOf(g).index);
-      }
-      slice.memory_mib = a.memory_mib;
-      slice.compute_percent = a.compute_percent;
-      slice.compute_defaulted = a.compute_defaulted;
-      slice.mig_profile = a.mig_profile;
-      slice.mig_start = a.mig_start;
-      const scheduler::QosDecision qos =
-          ledger_->placement().QosFor(a.gpus.front(), slice.whole);
-      slice.qos_level = std::string(scheduler::QosLevelName(qos.level));
-      slice.enforcement = qos.enforcement;
       slice.origin = "scheduler";
       slice.created_at = now;
-      if (qos.level == scheduler::QosLevel::kGold && !slice.whole) {
+      if (slice.qos_level ==
+              scheduler::QosLevelName(scheduler::QosLevel::kGold) &&
+          !slice.whole) {
         store::SliceRequestRow cmd =
             mig_->CommandFor(slice, "create", slice.gpu_indices[0], now);
         cmd.profile = a.mig_profile;

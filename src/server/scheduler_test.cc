@@ -1,7 +1,7 @@
 // Scheduler (scheduler.h) on the real SQLite store and a real ledger
-// (GuardedLedger) with one 80 GB A100, with a host whose writes can fail
-// like a full disk: a task that fits is bound in one write (its slice, env
-// and history); one that does not keeps a reason and waits; a failed write
+// (GuardedLedger) with one 80 GB A100, writing through a LeaderWriter that
+// can fail like a full disk: a task that fits is bound in one write (its slice,
+// env and history); one that does not keeps a reason and waits; a failed write
 // undoes every placement of its batch and the tasks stay pending, bound by
 // the next pass.
 #include "server/scheduler.h"
@@ -12,129 +12,40 @@
 #include <string>
 #include <vector>
 
-#include "server/ledger_test_base.h"
-#include "server/store_test_rows.h"
-#include "store/testing/temp_store.h"
+#include "server/unit_fixture.h"
 
 namespace hf::server {
 namespace {
 
 using store::RowId;
-using store::SliceRow;
 using store::TaskRow;
 using store::TaskState;
 
-class Host : public SchedulerHost, public MigChannelHost {
- public:
-  SliceEnvInput SliceEnvFor(const SliceRow& slice,
-                            const TaskRow& task) override {
-    SliceEnvInput in;
-    in.slice_id = slice.id;
-    in.gpu_uuids = "GPU-a";
-    in.vendor = "nvidia";
-    in.qos_level = slice.qos_level;
-    in.memory_mib = slice.memory_mib;
-    in.compute_mode = task.gpu_compute_mode;
-    return in;
-  }
-  std::string GpuUuid(RowId /*node*/, int /*index*/) override {
-    return "GPU-a";
-  }
-  StatusOr<store::NodeRow> NodeForAgent(const Caller& /*caller*/,
-                                        const std::string& node) override {
-    return Status::NotFound(node);
-  }
-  void TasksRequeued() override {}
-};
-
-class SchedulerTest : public LedgerTestBase {
+class SchedulerTest : public UnitFixture {
  protected:
+  SchedulerTest() : UnitFixture("hf-scheduler-test") {}
+
   void SetUp() override {
-    LedgerTestBase::SetUp();
-    auto opened = store::sqlite_testing::OpenSqliteStore(dir_);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    store_ = std::move(*opened);
-    writer_ = std::make_unique<StoreWriterForTest>(store_.get());
-    mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_, 120'000,
-                                        &telemetry_, writer_.get(), &host_);
-    auto made = scheduler::MakePolicy("best-fit", {});
-    ASSERT_TRUE(made.ok()) << made.status().ToString();
-    core_ = std::make_unique<GuardedLedger>(std::move(ledger_), names_, queue_,
-                                            mig_->book(), clock_, clock_,
-                                            std::move(*made), nullptr);
-    store::TenantRow tenant;
-    store::NodeRow node;
-    store::GpuRow gpu;
-    ASSERT_TRUE(store_
-                    ->Write([&](store::Txn& txn) -> Status {
-                      tenant.name = "acme";
-                      auto t = txn.InsertTenant(tenant);
-                      if (!t.ok()) return t.status();
-                      tenant = *t;
-                      node.name = "n1";
-                      auto n = txn.UpsertNode(node);
-                      if (!n.ok()) return n.status();
-                      node = *n;
-                      auto g = txn.UpsertGpu(A100(node.id, 0, "GPU-a"));
-                      if (!g.ok()) return g.status();
-                      gpu = *g;
-                      return Status::Ok();
-                    })
-                    .ok());
-    tenant_ = tenant.id;
-    {
-      MutexLock lock(core_->mu());
-      ASSERT_TRUE(core_->tenancy().SyncTenant(tenant).ok());
-      ASSERT_TRUE(core_->inventory().SyncNode(node).ok());
-      ASSERT_TRUE(core_->inventory().SyncGpu(node, gpu).ok());
-    }
+    UnitFixture::SetUp();
+    AddTenant();
+    AddNode(1);
     SchedulerOptions options;
     options.bind_batch = 16;
     scheduler_ = std::make_unique<Scheduler>(
         store_.get(), &clock_, options, core_.get(), &queue_, mig_.get(),
-        &telemetry_, /*fence=*/nullptr, writer_.get(), &host_);
+        &telemetry_, /*fence=*/nullptr, writer_.get(), &stub_);
   }
 
   // A pending task asking for `memory_mib` of one GPU, handed to the
   // scheduler's queue as the task API does.
   RowId Create(std::int64_t memory_mib) {
-    TaskRow task;
-    task.tenant_id = tenant_;
-    task.name = "t";
-    task.image = "img";
-    task.command = {"run"};
-    task.memory_mib = memory_mib;
-    task.compute_percent = 10;
-    task.created_at = clock_.NowMillis();
-    task.updated_at = task.created_at;
-    EXPECT_TRUE(store_
-                    ->Write([&](store::Txn& txn) -> Status {
-                      auto t = txn.InsertTask(task);
-                      if (!t.ok()) return t.status();
-                      task = *t;
-                      return Status::Ok();
-                    })
-                    .ok());
+    const TaskRow task = PendingTask(memory_mib, 10);
     queue_.Created(task);
     return task.id;
   }
   TaskRow Task(RowId id) { return StoredTask(*store_, id); }
 
-  std::size_t Allocations() {
-    MutexLock lock(core_->mu());
-    return core_->ledger().allocation_count();
-  }
-
-  store::sqlite_testing::TempDir dir_{"hf-scheduler-test"};
-  std::unique_ptr<store::Store> store_;
-  FakeClock clock_{1'000'000};
-  Telemetry telemetry_;
-  std::unique_ptr<StoreWriterForTest> writer_;
-  Host host_;
-  std::unique_ptr<MigChannel> mig_;
-  std::unique_ptr<GuardedLedger> core_;
   std::unique_ptr<Scheduler> scheduler_;
-  RowId tenant_ = 0;
 };
 
 TEST_F(SchedulerTest, WhatFitsIsBoundInOneWriteAndTheRestWaitsWithAReason) {
