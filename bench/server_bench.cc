@@ -138,7 +138,8 @@ constexpr double kLoadSeconds = 3.0;
 constexpr std::chrono::seconds kDrainLimit{120};
 constexpr int kBindTasks = 20000;
 constexpr int kStatsSlices = 10000;
-constexpr int kScrapeBindTasks = 2000;
+constexpr int kScrapeBindTasks = 1000;  // per round
+constexpr int kScrapeBindRounds = 3;    // of each: alone, scraped, stats
 constexpr int kFillThreads = 32;
 constexpr int kBreakdownRounds = 20;
 constexpr int kCommitFloorWrites = 300;
@@ -1108,7 +1109,8 @@ BENCHMARK(BM_SliceStats)
 // live slices on 1,000 GPUs (docs/METRICS.md): the in-process render
 // (ControlPlane::CollectMetrics and prometheus-cpp's serializer), scrapes
 // over HTTP, and bind throughput with and without a client scraping
-// back to back (a scrape must not hold up binds).
+// back to back, or asking for the slice stats back to back (neither may
+// hold up binds).
 void BM_MetricsScrape(benchmark::State& state) {
   BenchServer server(kSmallClusterNodes, /*start_scheduler=*/false);
   (void)server.CreateDirect(kStatsSlices);
@@ -1135,17 +1137,18 @@ void BM_MetricsScrape(benchmark::State& state) {
     benchmark::DoNotOptimize(f.data());
   }
   std::sort(collect_ms.begin(), collect_ms.end());
-  // Binds of kScrapeBindTasks more tasks, alone and under scrapes.
-  const auto bind_rate = [&](bool scraping) {
+  // Binds of kScrapeBindTasks more tasks, alone and while a client GETs
+  // `path` back to back.
+  const auto bind_rate = [&](const std::string& path) {
     (void)server.CreateDirect(kScrapeBindTasks);
     std::atomic<bool> stop{false};
     std::atomic<int> scrapes{0};
     std::thread scraper;
-    if (scraping) {
+    if (!path.empty()) {
       scraper = std::thread([&] {
         auto client = MakeClient(server.port(), kAdminSecret);
         while (!stop.load()) {
-          auto res = client->Get("/metrics");
+          auto res = client->Get(path);
           if (res && res->status == 200) ++scrapes;
         }
       });
@@ -1157,9 +1160,29 @@ void BM_MetricsScrape(benchmark::State& state) {
     if (scraper.joinable()) scraper.join();
     return std::make_pair(rate, scrapes.load());
   };
-  const auto [binds_alone, unused] = bind_rate(false);
-  (void)unused;
-  const auto [binds_scraped, scrapes_during] = bind_rate(true);
+  // Alternated rounds, the median of each (one round is short enough for
+  // the machine's noise to show).
+  std::vector<double> alone_rates;
+  std::vector<double> scraped_rates;
+  std::vector<double> stats_rates;
+  int scrapes_during = 0;
+  int stats_during = 0;
+  for (int round = 0; round < kScrapeBindRounds; ++round) {
+    alone_rates.push_back(bind_rate("").first);
+    const auto scraped = bind_rate("/metrics");
+    scraped_rates.push_back(scraped.first);
+    scrapes_during += scraped.second;
+    const auto stats = bind_rate("/api/v1/slices/stats");
+    stats_rates.push_back(stats.first);
+    stats_during += stats.second;
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return Percentile(v, 50);
+  };
+  const double binds_alone = median(alone_rates);
+  const double binds_scraped = median(scraped_rates);
+  const double binds_stats = median(stats_rates);
   for (auto _ : state) {
     const LoadResult r =
         RunLoad(1, kLoadSeconds,
@@ -1167,7 +1190,8 @@ void BM_MetricsScrape(benchmark::State& state) {
                     server.port(), kAdminSecret,
                     [](httplib::Client& c) { return c.Get("/metrics"); }, 200));
     state.SetIterationTime(r.seconds);
-    state.counters["live_slices"] = kStatsSlices + 2 * kScrapeBindTasks;
+    state.counters["live_slices"] =
+        kStatsSlices + 3 * kScrapeBindRounds * kScrapeBindTasks;
     state.counters["response_bytes"] = static_cast<double>(bytes);
     state.counters["render_p50_ms"] = Percentile(render_ms, 50);
     state.counters["render_max_ms"] = render_ms.back();
@@ -1175,17 +1199,21 @@ void BM_MetricsScrape(benchmark::State& state) {
     state.counters["binds_per_s_alone"] = binds_alone;
     state.counters["binds_per_s_scraped"] = binds_scraped;
     state.counters["scrapes_during_binds"] = scrapes_during;
+    state.counters["binds_per_s_stats"] = binds_stats;
+    state.counters["stats_during_binds"] = stats_during;
     ReportLatency(state, r);
     std::fprintf(stderr,
                  "server_bench: metrics scrape, %d live slices on 1,000 GPUs: "
                  "render p50 %.2f ms (collect %.2f ms), max %.2f ms, %zu "
                  "bytes; HTTP scrape p50 "
-                 "%.2f ms, p99 %.2f ms; binds %.0f/s alone, %.0f/s under %d "
-                 "scrapes\n",
-                 kStatsSlices + 2 * kScrapeBindTasks, Percentile(render_ms, 50),
-                 Percentile(collect_ms, 50), render_ms.back(), bytes,
-                 Percentile(r.latency_ms, 50), Percentile(r.latency_ms, 99),
-                 binds_alone, binds_scraped, scrapes_during);
+                 "%.2f ms, p99 %.2f ms; binds (median of %d rounds) %.0f/s "
+                 "alone, %.0f/s under %d scrapes, %.0f/s under %d stats "
+                 "calls\n",
+                 kStatsSlices + 3 * kScrapeBindRounds * kScrapeBindTasks,
+                 Percentile(render_ms, 50), Percentile(collect_ms, 50),
+                 render_ms.back(), bytes, Percentile(r.latency_ms, 50),
+                 Percentile(r.latency_ms, 99), kScrapeBindRounds, binds_alone,
+                 binds_scraped, scrapes_during, binds_stats, stats_during);
   }
 }
 BENCHMARK(BM_MetricsScrape)
