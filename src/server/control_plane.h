@@ -478,8 +478,6 @@ class ControlPlane : private LeaderWriter,
   // TaskHost (Tasks): the rest of its part.
   bool Scheduling() const override { return recovered_.load(); }
   void TaskQueued(const store::TaskRow& task) override { queue_.Created(task); }
-  // MigChannelHost and GcHost.
-  void TasksRequeued() override { queue_.RequestResync(); }
 
   // Builds the env input of `slice`, bound to `task` (whose
   // gpu_compute_mode the env names).

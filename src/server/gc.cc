@@ -156,7 +156,7 @@ StatusOr<int> Gc::ReleaseOnLostNodes() {
       },
       nullptr);
   if (!written.ok()) return written.status();
-  if (requeued) host_->TasksRequeued();
+  if (requeued) queue_->RequestResync();
   return *written;
 }
 

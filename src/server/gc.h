@@ -8,8 +8,8 @@
 //   move lands on its target); its other tasks keep their slices;
 // - the MIG channel's commands past their deadline (MigChannel::MarkStuck).
 // Each part reads the store, writes its releases through the LeaderWriter
-// (the ledger learns them after the commit), and asks its host for a
-// rescan when tasks went back to pending.
+// (the ledger learns them after the commit), and asks the scheduler's
+// queue for a rescan when tasks went back to pending.
 //
 // Thread-safety: no state of its own; safe from any thread (the control
 // plane runs one pass at a time). Calls GcHost and the LeaderWriter
@@ -26,6 +26,7 @@
 #include "server/mig_channel.h"
 #include "server/node_beats.h"
 #include "server/releases.h"
+#include "server/scheduler_queue.h"
 #include "store/store.h"
 
 namespace hf::server {
@@ -41,8 +42,6 @@ class GcHost {
   virtual StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
                                        store::RowId slice, bool rebind,
                                        std::vector<store::RowId>& released) = 0;
-  // Tasks went back to pending: the scheduler must read them again.
-  virtual void TasksRequeued() = 0;
 };
 
 struct GcOptions {
@@ -56,7 +55,8 @@ class Gc {
   // silence (NodeBeats' clock).
   Gc(store::Store* store, const Clock* clock, const Clock* monotonic,
      GcOptions options, const NodeBeats* beats, MigChannel* mig,
-     Releases* releases, LeaderWriter* writer, GcHost* host)
+     Releases* releases, SchedulerQueue* queue, LeaderWriter* writer,
+     GcHost* host)
       : store_(store),
         clock_(clock),
         monotonic_(monotonic),
@@ -64,6 +64,7 @@ class Gc {
         beats_(beats),
         mig_(mig),
         releases_(releases),
+        queue_(queue),
         writer_(writer),
         host_(host) {}
 
@@ -85,6 +86,7 @@ class Gc {
   const NodeBeats* const beats_;
   MigChannel* const mig_;
   Releases* const releases_;
+  SchedulerQueue* const queue_;
   LeaderWriter* const writer_;
   GcHost* const host_;
 };

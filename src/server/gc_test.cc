@@ -38,7 +38,6 @@ class RecordingHost : public GcHost, public MigChannelHost {
     task.slice_id = moved_to;
     return true;
   }
-  void TasksRequeued() override { ++requeued; }
   std::string GpuUuid(RowId /*node*/, int /*index*/) override { return ""; }
   SliceEnvInput SliceEnvFor(const SliceRow& /*slice*/,
                             const TaskRow& /*task*/) override {
@@ -53,7 +52,6 @@ class RecordingHost : public GcHost, public MigChannelHost {
   std::vector<RowId> landing_asked;
   RowId moving_task = 0;  // LandMoveInTxn lands this one
   RowId moved_to = 0;
-  int requeued = 0;
 };
 
 class GcTest : public ::testing::Test {
@@ -65,15 +63,16 @@ class GcTest : public ::testing::Test {
     writer_ = std::make_unique<StoreWriterForTest>(store_.get());
     writer_->learned = [this](RowId id) { host_.applied.push_back(id); };
     mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &monotonic_,
-                                        120'000, &telemetry_, writer_.get(),
-                                        &host_);
+                                        120'000, &telemetry_, &queue_,
+                                        writer_.get(), &host_);
     releases_ = std::make_unique<Releases>(&clock_, mig_.get(), &telemetry_);
     GcOptions options;
     options.min_age_ms = 60'000;
     options.node_lost_ms = 600'000;
     gc_ = std::make_unique<Gc>(store_.get(), &clock_, &monotonic_, options,
-                               &beats_, mig_.get(), releases_.get(),
+                               &beats_, mig_.get(), releases_.get(), &queue_,
                                writer_.get(), &host_);
+    (void)queue_.Take();  // a fresh queue asks for a rescan anyway
     ASSERT_TRUE(store_
                     ->Write([&](store::Txn& txn) -> Status {
                       store::TenantRow tenant;
@@ -145,6 +144,7 @@ class GcTest : public ::testing::Test {
   FakeClock monotonic_{5'000};
   Telemetry telemetry_;
   NodeBeats beats_{15'000};
+  SchedulerQueue queue_{60'000};
   std::unique_ptr<StoreWriterForTest> writer_;
   RecordingHost host_;
   std::unique_ptr<MigChannel> mig_;
@@ -228,7 +228,7 @@ TEST_F(GcTest, ASilentNodesTasksAskedToStopAreTakenAsStopped) {
   const TaskRow d = Task(deleted);
   EXPECT_EQ(d.state, TaskState::kPending);
   EXPECT_FALSE(d.slice_id.has_value());
-  EXPECT_EQ(host_.requeued, 1);
+  EXPECT_TRUE(queue_.Take().resync);  // the requeued task is read again
   const TaskRow m = Task(moving);
   EXPECT_EQ(m.state, TaskState::kScheduled);
   EXPECT_EQ(m.slice_id, std::optional<RowId>(9));

@@ -301,7 +301,7 @@ StatusOr<store::SliceRequestRow> MigChannel::Report(
         out.state == store::SliceRequestState::kFailed ? "failed" : "done",
         static_cast<double>(*out.finished_at - out.created_at) / 1e3);
   }
-  if (requeue) host_->TasksRequeued();
+  if (requeue) queue_->RequestResync();  // back to pending
   return out;
 }
 
@@ -383,7 +383,7 @@ Status MigChannel::MarkStuck() {
       },
       nullptr);
   if (!written.ok()) return written.status();
-  if (requeued) host_->TasksRequeued();
+  if (requeued) queue_->RequestResync();  // back to pending
   return Status::Ok();
 }
 

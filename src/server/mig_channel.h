@@ -26,6 +26,7 @@
 #include "server/identity.h"
 #include "server/leader_writer.h"
 #include "server/mig_book.h"
+#include "server/scheduler_queue.h"
 #include "server/slice_env.h"
 #include "server/telemetry.h"
 #include "store/store.h"
@@ -45,24 +46,23 @@ class MigChannelHost {
   // The registered node `caller` may act for as its agent.
   virtual StatusOr<store::NodeRow> NodeForAgent(const Caller& caller,
                                                 const std::string& node) = 0;
-  // Tasks went back to pending: the scheduler must read them again.
-  virtual void TasksRequeued() = 0;
 };
 
 class MigChannel {
  public:
-  // `store`, the clocks, `telemetry`, `writer` and `host` must outlive the
-  // channel.
+  // `store`, the clocks, `telemetry`, `queue` (told when tasks go back to
+  // pending), `writer` and `host` must outlive the channel.
   // `monotonic` times the MigBook's marks; a command is stuck
   // `command_deadline_ms` after it was written.
   MigChannel(store::Store* store, const Clock* clock, const Clock* monotonic,
              std::int64_t command_deadline_ms, Telemetry* telemetry,
-             LeaderWriter* writer, MigChannelHost* host)
+             SchedulerQueue* queue, LeaderWriter* writer, MigChannelHost* host)
       : store_(store),
         clock_(clock),
         monotonic_(monotonic),
         deadline_ms_(command_deadline_ms),
         telemetry_(telemetry),
+        queue_(queue),
         writer_(writer),
         host_(host) {}
 
@@ -109,6 +109,7 @@ class MigChannel {
   const Clock* const monotonic_;
   const std::int64_t deadline_ms_;
   Telemetry* const telemetry_;
+  SchedulerQueue* const queue_;
   LeaderWriter* const writer_;
   MigChannelHost* const host_;
   MigBook book_;

@@ -62,13 +62,11 @@ class RecordingHost : public MigChannelHost {
     if (!row) return Status::NotFound("node " + node);
     return *row;
   }
-  void TasksRequeued() override { ++requeued; }
 
   RowId node_id = 0;
   std::vector<RowId> applied;  // releases the ledger learned, in order
   // For each: why GPU 0 of the node took no gold slice then ("" if it did).
   std::vector<std::string> blocked_when_applied;
-  int requeued = 0;
 
  private:
   store::Store* const store_;
@@ -84,10 +82,11 @@ class MigChannelTest : public ::testing::Test {
     host_ = std::make_unique<RecordingHost>(store_.get());
     writer_ = std::make_unique<StoreWriterForTest>(store_.get());
     writer_->learned = [this](RowId id) { host_->Learned(id); };
-    channel_ =
-        std::make_unique<MigChannel>(store_.get(), &clock_, &clock_,
-                                     /*command_deadline_ms=*/10'000,
-                                     &telemetry_, writer_.get(), host_.get());
+    channel_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_,
+                                            /*command_deadline_ms=*/10'000,
+                                            &telemetry_, &queue_, writer_.get(),
+                                            host_.get());
+    (void)queue_.Take();  // a fresh queue asks for a rescan anyway
     host_->Attach(channel_.get());
     agent_.role = store::Role::kNode;
     agent_.token_id = 7;
@@ -172,6 +171,7 @@ class MigChannelTest : public ::testing::Test {
   std::unique_ptr<store::Store> store_;
   FakeClock clock_{1'000'000};
   Telemetry telemetry_;
+  SchedulerQueue queue_{60'000};
   std::unique_ptr<RecordingHost> host_;
   std::unique_ptr<StoreWriterForTest> writer_;
   std::unique_ptr<MigChannel> channel_;
@@ -227,7 +227,7 @@ TEST_F(MigChannelTest, ACreateWithNoRoomReleasesAfterTheGpuIsBlocked) {
   const TaskRow task = Task(*Slice(1).task_id);
   EXPECT_EQ(task.state, TaskState::kPending);
   EXPECT_FALSE(task.slice_id.has_value());
-  EXPECT_EQ(host_->requeued, 1);
+  EXPECT_TRUE(queue_.Take().resync);  // the requeued task is read again
   // The ledger learned the release once, with the GPU already blocked: a
   // bind pass woken by the freed capacity places no gold there.
   ASSERT_EQ(host_->applied, std::vector<RowId>{1});
@@ -238,7 +238,7 @@ TEST_F(MigChannelTest, ACreateWithNoRoomReleasesAfterTheGpuIsBlocked) {
   ASSERT_TRUE(repeated.ok());
   EXPECT_EQ(repeated->state, SliceRequestState::kFailed);
   EXPECT_EQ(host_->applied.size(), 1u);
-  EXPECT_EQ(host_->requeued, 1);
+  EXPECT_FALSE(queue_.Take().resync);  // requeued once
 }
 
 TEST_F(MigChannelTest, ACreatePastItsDeadlineIsStuckWithACleanupDestroy) {
@@ -260,7 +260,7 @@ TEST_F(MigChannelTest, ACreatePastItsDeadlineIsStuckWithACleanupDestroy) {
   EXPECT_EQ(Slice(1).state, store::SliceState::kReleasing);
   EXPECT_TRUE(host_->applied.empty());
   EXPECT_EQ(Task(*Slice(1).task_id).state, TaskState::kPending);
-  EXPECT_EQ(host_->requeued, 1);
+  EXPECT_TRUE(queue_.Take().resync);  // the requeued task is read again
 
   // The destroy is offered; its success frees the slice.
   auto offered = channel_->Claim(agent_, "n1");

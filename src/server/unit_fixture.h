@@ -32,7 +32,7 @@ namespace hf::server {
 
 // The control plane as the units' hosts see it: the env of a slice (its
 // id, GPU, tier, quota and the task's compute mode), a slice read back as
-// stored, the MIG channel's node lookups, the requeues counted.
+// stored, the MIG channel's node lookups.
 class StubHost : public MigChannelHost,
                  public SchedulerHost,
                  public DefragHost,
@@ -62,10 +62,8 @@ class StubHost : public MigChannelHost,
                                         const std::string& node) override {
     return Status::NotFound(node);
   }
-  void TasksRequeued() override { ++requeued; }
 
   store::Store* store = nullptr;  // the slices GetSlice reads
-  int requeued = 0;
 };
 
 class UnitFixture : public LedgerTestBase {
@@ -81,7 +79,8 @@ class UnitFixture : public LedgerTestBase {
     writer_ = std::make_unique<StoreWriterForTest>(store_.get());
     mig_ = std::make_unique<MigChannel>(store_.get(), &clock_, &clock_,
                                         /*command_deadline_ms=*/120'000,
-                                        &telemetry_, writer_.get(), &stub_);
+                                        &telemetry_, &queue_, writer_.get(),
+                                        &stub_);
     releases_ = std::make_unique<Releases>(&clock_, mig_.get(), &telemetry_);
     auto made = scheduler::MakePolicy("best-fit", {});
     ASSERT_TRUE(made.ok()) << made.status().ToString();
