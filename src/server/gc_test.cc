@@ -75,18 +75,10 @@ class GcTest : public ::testing::Test {
     (void)queue_.Take();  // a fresh queue asks for a rescan anyway
     ASSERT_TRUE(store_
                     ->Write([&](store::Txn& txn) -> Status {
-                      store::TenantRow tenant;
-                      tenant.name = "acme";
-                      auto t = txn.InsertTenant(tenant);
-                      if (!t.ok()) return t.status();
-                      tenant_ = t->id;
-                      for (const char* name : {"quiet", "alive"}) {
-                        store::NodeRow node;
-                        node.name = name;
-                        auto n = txn.UpsertNode(node);
-                        if (!n.ok()) return n.status();
-                        nodes_.push_back(n->id);
-                      }
+                      auto rows = InsertTenantAndNodes(txn, {"quiet", "alive"});
+                      if (!rows.ok()) return rows.status();
+                      tenant_ = rows->tenant;
+                      nodes_ = rows->nodes;
                       return Status::Ok();
                     })
                     .ok());

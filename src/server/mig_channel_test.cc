@@ -93,16 +93,10 @@ class MigChannelTest : public ::testing::Test {
     agent_.node = "n1";
     ASSERT_TRUE(store_
                     ->Write([&](store::Txn& txn) -> Status {
-                      store::TenantRow tenant;
-                      tenant.name = "acme";
-                      auto t = txn.InsertTenant(tenant);
-                      if (!t.ok()) return t.status();
-                      tenant_ = t->id;
-                      store::NodeRow node;
-                      node.name = "n1";
-                      auto n = txn.UpsertNode(node);
-                      if (!n.ok()) return n.status();
-                      host_->node_id = n->id;
+                      auto rows = InsertTenantAndNodes(txn, {"n1"});
+                      if (!rows.ok()) return rows.status();
+                      tenant_ = rows->tenant;
+                      host_->node_id = rows->nodes[0];
                       return Status::Ok();
                     })
                     .ok());

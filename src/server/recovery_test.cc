@@ -58,16 +58,10 @@ class RecoveryTest : public LedgerTestBase {
   // One node with one A100 (index 0), and the slices given.
   void Store(const std::vector<SliceRow>& slices) {
     Status s = store_->Write([&](store::Txn& txn) -> Status {
-      store::TenantRow tenant;
-      tenant.name = "acme";
-      auto t = txn.InsertTenant(tenant);
-      if (!t.ok()) return t.status();
-      tenant_ = t->id;
-      store::NodeRow node;
-      node.name = "n1";
-      auto n = txn.UpsertNode(node);
-      if (!n.ok()) return n.status();
-      node_ = n->id;
+      auto rows = InsertTenantAndNodes(txn, {"n1"});
+      if (!rows.ok()) return rows.status();
+      tenant_ = rows->tenant;
+      node_ = rows->nodes[0];
       auto g = txn.UpsertGpu(A100(node_, 0, "GPU-a"));
       if (!g.ok()) return g.status();
       for (SliceRow slice : slices) {

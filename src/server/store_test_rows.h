@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "server/leader_writer.h"
@@ -36,6 +37,29 @@ inline store::TaskRow StoredTask(store::Store& store, store::RowId id) {
 inline store::SliceRow StoredSlice(store::Store& store, store::RowId id) {
   return ReadRow<store::SliceRow>(
       store, [&](store::Txn& txn) { return txn.GetSlice(id); });
+}
+
+// Tenant "acme" and the nodes named, inserted inside `txn`: their ids.
+struct TenantAndNodes {
+  store::RowId tenant = 0;
+  std::vector<store::RowId> nodes;
+};
+inline StatusOr<TenantAndNodes> InsertTenantAndNodes(
+    store::Txn& txn, const std::vector<std::string>& nodes) {
+  TenantAndNodes out;
+  store::TenantRow tenant;
+  tenant.name = "acme";
+  auto t = txn.InsertTenant(tenant);
+  if (!t.ok()) return t.status();
+  out.tenant = t->id;
+  for (const std::string& name : nodes) {
+    store::NodeRow node;
+    node.name = name;
+    auto n = txn.UpsertNode(node);
+    if (!n.ok()) return n.status();
+    out.nodes.push_back(n->id);
+  }
+  return out;
 }
 
 // A LeaderWriter straight onto `store`, as the control plane's (the only
