@@ -40,3 +40,15 @@ function(hf_test name)
     add_dependencies(tsan_tests ${name})
   endif()
 endfunction()
+
+# hf_keep_optimised(TARGET ...): targets that stay at -O1 in a sanitizer tree
+# built at -O0 (HF_SANITIZE_OPT; the Makefile's ASan + UBSan tree for tests),
+# for code that tests drive so hard that -O0 costs more time running them
+# than it saves compiling.
+function(hf_keep_optimised)
+  if(HF_SANITIZE_OPT STREQUAL "-O0")
+    foreach(target IN LISTS ARGN)
+      target_compile_options(${target} PRIVATE -O1)
+    endforeach()
+  endif()
+endfunction()
