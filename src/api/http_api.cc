@@ -44,6 +44,60 @@ std::string PathRegex(const std::string& path) {
   return std::regex_replace(escaped, kParam, "([^/]+)");
 }
 
+// Each route's path as a regex, in routes::AllRoutes() order.
+const std::vector<std::regex>& RoutePatterns() {
+  static const std::vector<std::regex> kPatterns = [] {
+    std::vector<std::regex> patterns;
+    for (const Route* r : routes::AllRoutes()) {
+      patterns.emplace_back(PathRegex(r->path));
+    }
+    return patterns;
+  }();
+  return kPatterns;
+}
+
+// The route for `req`'s method and path (its path parameters in
+// req.matches), or nullptr.
+const Route* FindRoute(httplib::Request& req) {
+  const std::vector<const Route*>& all = routes::AllRoutes();
+  const std::vector<std::regex>& patterns = RoutePatterns();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (all[i]->method != req.method) continue;
+    if (std::regex_match(req.path, req.matches, patterns[i])) return all[i];
+  }
+  return nullptr;
+}
+
+// The answer to a request no route takes: 405 (method_not_allowed, with the
+// Allow header) when routes serve the path with other methods, else 404.
+void WriteNoRoute(const httplib::Request& req, httplib::Response& res) {
+  std::vector<std::string> methods;
+  const std::vector<const Route*>& all = routes::AllRoutes();
+  const std::vector<std::regex>& patterns = RoutePatterns();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (std::regex_match(req.path, patterns[i]) &&
+        std::find(methods.begin(), methods.end(), all[i]->method) ==
+            methods.end()) {
+      methods.push_back(all[i]->method);
+    }
+  }
+  std::string allowed;
+  for (const std::string& m : methods) {
+    allowed += allowed.empty() ? m : ", " + m;
+  }
+  if (allowed.empty()) {
+    WriteJson(
+        res, 404,
+        ErrorBody(Status::NotFound("no route " + req.method + " " + req.path)));
+    return;
+  }
+  res.set_header("Allow", allowed);
+  WriteJson(res, 405,
+            {{"error", "method_not_allowed"},
+             {"message", req.method + " is not served on " + req.path +
+                             "; allowed: " + allowed}});
+}
+
 }  // namespace
 
 metrics::Exposition ServerExposition(ControlPlane* cp,
@@ -428,6 +482,22 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
   http_.set_write_timeout(30, 0);
   const int threads = std::max(1, options_.threads);
   http_.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // A request with neither Content-Length nor Transfer-Encoding has an
+  // empty body (RFC 9112, section 6.3), which is how `curl -X POST` sends a
+  // cancel or an apply. httplib answers such a POST, PUT or PATCH with a bare
+  // 400 before any route (and its token check) sees it, unless told the
+  // length; this runs before it reads a body.
+  http_.set_pre_routing_handler([](const httplib::Request& req,
+                                   httplib::Response&) {
+    if ((req.method == "POST" || req.method == "PUT" ||
+         req.method == "PATCH") &&
+        !req.has_header("Content-Length") &&
+        !req.has_header("Transfer-Encoding")) {
+      // httplib hands the handler the request it owns and reads next.
+      const_cast<httplib::Request&>(req).headers.emplace("Content-Length", "0");
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   http_.set_error_handler(httplib::Server::HandlerWithResponse(
       [](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty())
@@ -435,8 +505,8 @@ ApiServer::ApiServer(ControlPlane* control_plane, const Clock* clock,
         Status s;
         switch (res.status) {
           case 404:
-            s = Status::NotFound("no route " + req.method + " " + req.path);
-            break;
+            WriteNoRoute(req, res);
+            return httplib::Server::HandlerResponse::Handled;
           case 413:
             WriteJson(
                 res, 413,
@@ -587,21 +657,12 @@ void ApiServer::Stop() { http_.stop(); }
 
 // ------------------------------------------------------------- LocalApi
 
-struct LocalApi::Routes {
-  std::vector<std::regex> patterns;  // routes::AllRoutes()[i]'s path
-};
-
 LocalApi::LocalApi(ControlPlane* control_plane, const Clock* clock,
                    IdempotencyOptions idempotency)
     : cp_(control_plane),
       clock_(clock),
-      routes_(std::make_unique<Routes>()),
       idempotency_(std::make_unique<IdempotencyKeys>(control_plane->store(),
-                                                     clock, idempotency)) {
-  for (const Route* r : routes::AllRoutes()) {
-    routes_->patterns.emplace_back(PathRegex(r->path));
-  }
-}
+                                                     clock, idempotency)) {}
 
 LocalApi::~LocalApi() = default;
 
@@ -620,19 +681,9 @@ LocalResponse LocalApi::Handle(const LocalRequest& request) {
     req.headers.emplace("Authorization", "Bearer " + request.bearer);
   }
   httplib::Response res;
-  const Route* found = nullptr;
-  const std::vector<const Route*>& all = routes::AllRoutes();
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (all[i]->method != req.method) continue;
-    if (std::regex_match(req.path, req.matches, routes_->patterns[i])) {
-      found = all[i];
-      break;
-    }
-  }
+  const Route* found = FindRoute(req);
   if (found == nullptr) {
-    WriteJson(
-        res, 404,
-        ErrorBody(Status::NotFound("no route " + req.method + " " + req.path)));
+    WriteNoRoute(req, res);
   } else {
     try {
       ServeRoute(*found, *cp_, *clock_, nullptr, idempotency_.get(), req, res);

@@ -138,10 +138,8 @@ class LocalApi {
   LocalResponse Handle(const LocalRequest& request);
 
  private:
-  struct Routes;
   server::ControlPlane* const cp_;
   const Clock* const clock_;
-  std::unique_ptr<Routes> routes_;
   const std::unique_ptr<IdempotencyKeys> idempotency_;
 };
 

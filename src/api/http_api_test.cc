@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -249,6 +250,61 @@ TEST_F(HttpApiTest, ANodeTokenBoundToAnotherNodeIsRefusedBeforeParsing) {
   const LocalResponse own = Call("POST", "/api/v1/nodes/n1/heartbeat",
                                  tokens_[Role::kNode], "{not json");
   EXPECT_EQ(own.status, 400) << own.body;
+}
+
+// Every served path with each method it is not served with: 405 naming the
+// methods it is served with in Allow (the same set the route table has for
+// that path); a path no route serves: 404.
+// Whether the route template `path` ("/api/v1/tasks/{id}") serves the
+// concrete `target`: segment by segment, a {parameter} taking any one.
+bool Serves(const std::string& path, const std::string& target) {
+  std::stringstream a(path);
+  std::stringstream b(target);
+  std::string x;
+  std::string y;
+  while (true) {
+    const bool more_a = static_cast<bool>(std::getline(a, x, '/'));
+    const bool more_b = static_cast<bool>(std::getline(b, y, '/'));
+    if (more_a != more_b) return false;
+    if (!more_a) return true;
+    if (x != y && !(x.starts_with("{") && !y.empty())) return false;
+  }
+}
+
+TEST_F(HttpApiTest, AWrongMethodIs405ListingTheServedOnes) {
+  // Each filled path and the methods any route serves it with (the
+  // template /api/v1/slices/{id} serves /api/v1/slices/stats too).
+  std::map<std::string, std::set<std::string>> served;
+  for (const RouteInfo& r : ServedRoutes()) served[Fill(r.path)];
+  for (auto& [target, methods] : served) {
+    for (const RouteInfo& r : ServedRoutes()) {
+      if (Serves(r.path, target)) methods.insert(r.method);
+    }
+  }
+  int checked = 0;
+  for (const auto& [path, methods] : served) {
+    for (const char* method : {"GET", "POST", "PUT", "PATCH", "DELETE"}) {
+      if (methods.contains(method)) continue;
+      SCOPED_TRACE(std::string(method) + " " + path);
+      const LocalResponse res = Call(method, path, tokens_[Role::kAdmin], "{}");
+      ASSERT_EQ(res.status, 405) << res.body;
+      EXPECT_EQ(Body(res).value("error", ""), "method_not_allowed");
+      ASSERT_TRUE(res.headers.contains("Allow")) << res.body;
+      std::set<std::string> allow;
+      std::stringstream listed(res.headers.at("Allow"));
+      for (std::string m; std::getline(listed, m, ',');) {
+        allow.insert(m.substr(m.find_first_not_of(' ')));
+      }
+      EXPECT_EQ(allow, methods) << res.headers.at("Allow");
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  const LocalResponse none =
+      Call("PATCH", "/api/v1/no-such-thing", tokens_[Role::kAdmin], "{}");
+  EXPECT_EQ(none.status, 404) << none.body;
+  EXPECT_EQ(Body(none).value("error", ""), "not_found");
+  EXPECT_FALSE(none.headers.contains("Allow"));
 }
 
 TEST_F(HttpApiTest, AuthenticationComesBeforeEverythingElse) {

@@ -63,6 +63,45 @@ TEST_F(AdminApiTest, MissingOrBadTokensAre401WithJson) {
                          "unauthenticated"));
 }
 
+// `curl -X POST .../cancel` sends no body and no Content-Length: the route
+// answers (its token check first), where the HTTP library alone said 400.
+TEST_F(AdminApiTest, APostWithoutALengthHasAnEmptyBody) {
+  const std::string tenant = api_->NewTenant();
+  const std::string user = api_->CreateToken("user", tenant);
+  ASSERT_FALSE(user.empty());
+  EXPECT_TRUE(IsApiError(http().SendBare("POST", "/api/v1/tasks/1/cancel"), 401,
+                         "unauthenticated"));
+  EXPECT_TRUE(
+      IsApiError(http().SendBare("POST", "/api/v1/tasks/999999/cancel", user),
+                 404, "not_found"));
+  const json task = api_->CreateTask(
+      {{"name", "bare"}, {"gpu_memory_mb", 1024}, {"command", "sleep 60"}},
+      user);
+  ASSERT_FALSE(task.is_null());
+  const std::string cancel = "/api/v1/tasks/" +
+                             std::to_string(task["id"].get<std::int64_t>()) +
+                             "/cancel";
+  const HttpReply cancelled = http().SendBare("POST", cancel, user);
+  ASSERT_TRUE(HasStatus(cancelled, 200)) << cancelled.Describe();
+  EXPECT_EQ(cancelled.body["id"], task["id"]);
+  // A POST whose body is required still says which.
+  EXPECT_TRUE(
+      IsInvalid(http().SendBare("POST", "/api/v1/tenants", admin()), "body"));
+}
+
+// A path served with other methods: 405 with Allow; an unknown path: 404.
+TEST_F(AdminApiTest, AWrongMethodIs405WithAllow) {
+  const HttpReply patch =
+      http().Send("PATCH", "/api/v1/tenants", "{}", admin());
+  EXPECT_TRUE(IsApiError(patch, 405, "method_not_allowed"));
+  EXPECT_EQ(patch.allow, "POST, GET");
+  const HttpReply bare = http().SendBare("DELETE", "/api/v1/tasks/1/cancel");
+  EXPECT_TRUE(IsApiError(bare, 405, "method_not_allowed"));
+  EXPECT_EQ(bare.allow, "POST");
+  EXPECT_TRUE(IsApiError(http().Send("GET", "/api/v1/no-such", "", admin()),
+                         404, "not_found"));
+}
+
 TEST_F(AdminApiTest, WhoamiForEachRole) {
   const std::string tenant = api_->NewTenant("who");
   HttpReply a = http().Get("/api/v1/whoami", admin());

@@ -153,6 +153,80 @@ HttpReply HttpClient::Send(
   reply.raw = result->body;
   reply.content_type = result->get_header_value("Content-Type");
   reply.www_authenticate = result->get_header_value("WWW-Authenticate");
+  reply.allow = result->get_header_value("Allow");
+  reply.body = json::parse(reply.raw, nullptr, /*allow_exceptions=*/false);
+  if (reply.body.is_discarded()) reply.body = nullptr;
+  return reply;
+}
+
+HttpReply HttpClient::SendBare(const std::string& method,
+                               const std::string& path,
+                               const std::string& token) const {
+  HttpReply reply;
+  reply.request_line = method + " " + path + " (no Content-Length)";
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    reply.error = std::string("socket: ") + std::strerror(errno);
+    return reply;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+  timeval timeout{};
+  timeout.tv_sec = 30;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (inet_pton(AF_INET, host_.c_str(), &addr.sin_addr) != 1 ||
+      connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) !=
+          0) {
+    reply.error = "connect to " + host_ + ":" + std::to_string(port_) +
+                  " failed: " + std::strerror(errno);
+    close(fd);
+    return reply;
+  }
+  std::string request = method + " " + path + " HTTP/1.1\r\nHost: " + host_ +
+                        "\r\nConnection: close\r\n";
+  if (!token.empty()) request += "Authorization: Bearer " + token + "\r\n";
+  request += "\r\n";
+  for (std::size_t sent = 0; sent < request.size();) {
+    const ssize_t n = write(fd, request.data() + sent, request.size() - sent);
+    if (n <= 0) {
+      reply.error = std::string("write: ") + std::strerror(errno);
+      close(fd);
+      return reply;
+    }
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fd, buffer, sizeof(buffer))) > 0;) {
+    response.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(fd);
+  // "HTTP/1.1 405 Method Not Allowed\r\nName: value\r\n...\r\n\r\nbody"
+  const std::size_t head_end = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) {
+    reply.error = "not an HTTP reply: " + response.substr(0, 200);
+    return reply;
+  }
+  reply.status = std::atoi(response.c_str() + response.find(' ') + 1);
+  std::istringstream head(response.substr(0, head_end));
+  for (std::string line; std::getline(head, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = line.substr(0, colon);
+    const std::string value = line.substr(
+        std::min(line.size(), line.find_first_not_of(' ', colon + 1)));
+    if (strcasecmp(name.c_str(), "Content-Type") == 0) {
+      reply.content_type = value;
+    } else if (strcasecmp(name.c_str(), "WWW-Authenticate") == 0) {
+      reply.www_authenticate = value;
+    } else if (strcasecmp(name.c_str(), "Allow") == 0) {
+      reply.allow = value;
+    }
+  }
+  // The server answers with Content-Length and closes: the rest is the body.
+  reply.raw = response.substr(head_end + 4);
   reply.body = json::parse(reply.raw, nullptr, /*allow_exceptions=*/false);
   if (reply.body.is_discarded()) reply.body = nullptr;
   return reply;

@@ -64,6 +64,7 @@ struct HttpReply {
   std::string content_type;
   std::string error;  // transport error, when status == 0
   std::string www_authenticate;
+  std::string allow;  // the Allow header (a 405 lists the served methods)
 
   // "METHOD path -> status body" (body cut to 2000 bytes), for messages.
   std::string Describe() const;
@@ -91,6 +92,12 @@ class HttpClient {
                  const std::string& body, const std::string& token,
                  const std::vector<std::pair<std::string, std::string>>&
                      extra_headers = {}) const;
+
+  // A request with no body and neither Content-Length nor
+  // Transfer-Encoding, written to the socket as `curl -X POST URL` does
+  // (cpp-httplib's client always sends a length). Connection: close.
+  HttpReply SendBare(const std::string& method, const std::string& path,
+                     const std::string& token = "") const;
 
   const std::string& host() const { return host_; }
   int port() const { return port_; }
