@@ -426,6 +426,34 @@ TEST_F(RequestTest, GpuComputeModeIsSentAsGivenAndTheServerJudgesIt) {
   EXPECT_EQ(server.requests.size(), 1u);
 }
 
+// A mistyped or missing command is named, with the commands there are
+// (CLI11 alone said "A subcommand is required" for "hfctl tsks list").
+TEST_F(RequestTest, AnUnknownOrMissingCommandIsNamed) {
+  FakeServer server;
+  RunResult run = Hfctl({"tsks", "list"}, server);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_NE(run.err.find("unknown command 'tsks' for 'hfctl'; one of: whoami, "
+                         "tasks, slices"),
+            std::string::npos)
+      << run.err;
+  run = Hfctl({"tasks", "lst"}, server);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_NE(run.err.find("unknown command 'lst' for 'hfctl tasks'; one of: "
+                         "create, list, get, logs, cancel"),
+            std::string::npos)
+      << run.err;
+  run = Hfctl({"defrag"}, server);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_NE(run.err.find("'hfctl defrag' needs a command, one of: "),
+            std::string::npos)
+      << run.err;
+  // A missing option is still CLI11's own message.
+  run = Hfctl({"tasks", "logs"}, server);
+  EXPECT_EQ(run.exit_code, kExitLocalError);
+  EXPECT_EQ(run.err.find("command"), std::string::npos) << run.err;
+  EXPECT_TRUE(server.requests.empty());
+}
+
 TEST_F(RequestTest, EnvWithoutEqualsIsAClearUsageError) {
   FakeServer server;
   RunResult run =

@@ -1122,6 +1122,36 @@ void ShowList(const Action& action, const Json& reply, std::ostream& out,
   }
 }
 
+// After a parse that found no command where one was required: which word it
+// did not know, or that none was given, with the names it knows ("unknown
+// command 'lst' for 'hfctl tasks'; one of: create, list, ..."); nullopt
+// where the missing piece is not a command.
+std::optional<std::string> UnknownCommand(const CLI::App& app) {
+  const CLI::App* at = &app;
+  std::string path = app.get_name();
+  for (std::vector<const CLI::App*> parsed = at->get_subcommands({}); true;) {
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : parsed) {
+      if (sub->parsed()) next = sub;
+    }
+    if (next == nullptr) break;
+    at = next;
+    path += " " + at->get_name();
+    parsed = at->get_subcommands({});
+  }
+  std::string names;
+  for (const CLI::App* sub : at->get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (names.empty()) return std::nullopt;
+  // An unknown word after a group may have been handed back to its parent.
+  std::vector<std::string> rest = at->remaining();
+  if (rest.empty()) rest = app.remaining(/*recurse=*/true);
+  const std::string one_of = "one of: " + names + " (see " + path + " --help)";
+  if (rest.empty()) return "'" + path + "' needs a command, " + one_of;
+  return "unknown command '" + rest.front() + "' for '" + path + "'; " + one_of;
+}
+
 }  // namespace
 
 int Run(const std::vector<std::string>& args,
@@ -1132,6 +1162,16 @@ int Run(const std::vector<std::string>& args,
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     command_line.app().parse(reversed);
+  } catch (const CLI::RequiredError& e) {
+    // "hfctl tsks list" or "hfctl tasks lst": CLI11 says a subcommand is
+    // required; the operator needs to hear which word it did not know.
+    if (std::optional<std::string> unknown = UnknownCommand(command_line.app());
+        unknown.has_value()) {
+      err << "hfctl: " << *unknown << '\n';
+      return kExitLocalError;
+    }
+    return command_line.app().exit(e, out, err) == 0 ? kExitOk
+                                                     : kExitLocalError;
   } catch (const CLI::ParseError& e) {
     // --help and --version end here too, with exit code 0.
     const int code = command_line.app().exit(e, out, err);
