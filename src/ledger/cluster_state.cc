@@ -94,6 +94,7 @@ void ClusterState::SummariseNodeGpus(NodeId id) {
   ComputePercent compute = 0;
   std::uint64_t models = 0;
   int whole = 0;
+  bool mig_slices = false;
   node.gpu_briefs.resize(node.gpus.size());
   for (std::size_t i = 0; i < node.gpus.size(); ++i) {
     const GpuRecord& gpu = gpus[node.gpus[i].value()];
@@ -103,11 +104,13 @@ void ClusterState::SummariseNodeGpus(NodeId id) {
     models |= gpu.model_bit;
     whole += WholeEligible(gpu) ? 1 : 0;
     if (!takes_slices) continue;
+    mig_slices = mig_slices || gpu.mig != nullptr;
     memory = std::max(memory, gpu.free_memory_mib());
     compute = std::max(compute, gpu.free_compute_percent());
   }
   node.max_free_memory_mib = memory;
   node.max_free_compute_percent = compute;
+  node.mig_slices = mig_slices;
   node.gpu_model_mask = models;
   node.whole_eligible_gpus = whole;
   node.generation = ++next_node_generation;

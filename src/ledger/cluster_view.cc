@@ -261,20 +261,24 @@ ComputePercent SmallestMigComputePercent() {
 
 }  // namespace
 
+ComputePercent ClusterView::LeastChargedCompute(
+    const PlacementRequest& request) const {
+  const ComputePercent accounted = AccountedCompute(request);
+  if (request.kind != RequestKind::kSlice ||
+      request.compute_percent.has_value()) {
+    return accounted;
+  }
+  return std::min(accounted, SmallestMigComputePercent());
+}
+
 std::optional<GpuId> ClusterView::BestFitSliceGpu(
     const PlacementRequest& request) const {
   const MemoryMib memory = request.memory_mib.value_or(0);
   if (memory > MaxSliceMemoryMib(largest_gpu_memory_mib())) return std::nullopt;
-  FitAttrs need{AccountedCompute(request), request.cpu_milli,
-                request.host_memory_mib, ModelMaskOf(request)};
+  // The index prunes by what every admissible GPU must have free.
+  const FitAttrs need{LeastChargedCompute(request), request.cpu_milli,
+                      request.host_memory_mib, ModelMaskOf(request)};
   if (need.model_mask == 0) return std::nullopt;
-  // The index prunes by what every admissible GPU must have free. A
-  // partition is charged at least the memory and the explicit percent asked,
-  // but a defaulted share may come to less (a 1g partition is 14%).
-  if (!request.compute_percent.has_value()) {
-    need.compute_free =
-        std::min<std::int64_t>(need.compute_free, SmallestMigComputePercent());
-  }
   const SharingKey tenant_key = SharingKeyOf(request.tenant);
   if (HasSharingApprovals(request.tenant) || request.pinned_node ||
       request.pinned_gpu) {

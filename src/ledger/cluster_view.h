@@ -58,11 +58,14 @@ struct NodeRecord {
   // the most free memory and compute on one GPU that is healthy and not held
   // whole (0 when none), how many of its GPUs could be granted whole (live,
   // healthy, empty, not in MIG mode), and the model bits of its GPUs
-  // (GpuRecord::model_bit).
+  // (GpuRecord::model_bit). `mig_slices`: one of the GPUs that may take a
+  // slice is in MIG mode, where a slice may be charged less compute than it
+  // is accounted at (ClusterView::LeastChargedCompute).
   MemoryMib max_free_memory_mib = 0;
   ComputePercent max_free_compute_percent = 0;
   int whole_eligible_gpus = 0;
   std::uint64_t gpu_model_mask = 0;
+  bool mig_slices = false;
   // Changes whenever the node or one of its GPUs changes (taken from a
   // ledger-wide counter, so a value never comes back): a policy's memo of
   // the node made at this generation is still exact.
@@ -190,6 +193,11 @@ class ClusterView {
 
   // The compute a slice request is accounted at (its percent, or the default).
   ComputePercent AccountedCompute(const PlacementRequest& request) const;
+  // The least compute a GPU that takes the slice `request` may be charged:
+  // AccountedCompute, except that a GPU in MIG mode charges the partition it
+  // gets, which for a defaulted share may be less (a 1g partition is 14%).
+  // What a filter may demand of every GPU it passes over.
+  ComputePercent LeastChargedCompute(const PlacementRequest& request) const;
   // Bit mask of the request's allowed models (all bits when the list is
   // empty; 0 when none of them exists in the cluster).
   std::uint64_t ModelMaskOf(const PlacementRequest& request) const;

@@ -198,6 +198,7 @@ Status Ledger::CheckInvariants() const {
     MemoryMib max_memory = 0;
     ComputePercent max_compute = 0;
     std::uint64_t models = 0;
+    bool mig_slices = false;
     std::vector<NodeRecord::GpuBrief> briefs;
     for (GpuId g : node.gpus) {
       const GpuRecord& gpu = state_.gpus[g.value()];
@@ -206,13 +207,14 @@ Status Ledger::CheckInvariants() const {
       if (!gpu.live) continue;
       models |= gpu.model_bit;
       if (!gpu.healthy() || gpu.whole_owned) continue;
+      mig_slices = mig_slices || gpu.mig != nullptr;
       max_memory = std::max(max_memory, gpu.free_memory_mib());
       max_compute = std::max(max_compute, gpu.free_compute_percent());
     }
     if (node.max_free_memory_mib != max_memory ||
         node.max_free_compute_percent != max_compute ||
-        node.gpu_model_mask != models || node.whole_eligible_gpus != eligible ||
-        node.gpu_briefs != briefs) {
+        node.mig_slices != mig_slices || node.gpu_model_mask != models ||
+        node.whole_eligible_gpus != eligible || node.gpu_briefs != briefs) {
       return Status::Internal("node " + node.spec.name + " GPU summary");
     }
     const auto slot = static_cast<FitIndex::Slot>(node.id.value());

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ledger/ledger.h"
+#include "scheduler/policy/best_fit.h"
 #include "scheduler/policy/policy_test_util.h"
 #include "scheduler/policy/registry.h"
 
@@ -661,6 +662,88 @@ TEST(ArtifactPoliciesTest, SlicesFollowTheLedgersRules) {
   }
 }
 
+// A GPU in MIG mode charges a slice the partition it gets: one with a
+// defaulted compute share may be charged less than the 50% it is accounted
+// at elsewhere, and every policy must still see the GPU take it.
+TEST(ArtifactPoliciesTest, MigGpusTakeDefaultedSharesAtTheirPartitionsCharge) {
+  const TargetWorkload w = HalfGpuWorkload();
+  for (const auto& policy : AllPolicies(w)) {
+    SCOPED_TRACE(policy->name());
+    Cluster c;
+    c.MigNode(1);
+    // 1g.10gb (14%) and 3g.40gb (42%): 44% of the compute is left.
+    EXPECT_EQ(
+        c.Placed(PlacementRequest::Slice(policy_test::kSim, 4096, 10), *policy)
+            .mig_profile,
+        "1g.10gb");
+    EXPECT_EQ(c.Placed(PlacementRequest::Slice(policy_test::kSim, 30000,
+                                               std::nullopt),
+                       *policy)
+                  .mig_profile,
+              "3g.40gb");
+    // A defaulted share (accounted at 50% on other GPUs) is a 1g.20gb here.
+    const Allocation two = c.Placed(
+        PlacementRequest::Slice(policy_test::kSim, 15000, std::nullopt),
+        *policy);
+    EXPECT_EQ(two.mig_profile, "1g.20gb");
+    EXPECT_EQ(two.compute_percent, 14);
+    EXPECT_TRUE(c.ledger().CheckInvariants().ok());
+  }
+}
+
+// A GPU request that a policy does not place is one no GPU can take: the
+// scan that asks the ledger of every GPU (CheckSlice, the whole-GPU rules)
+// finds none either. Node-only requests are not checked.
+void ExpectNoGpuTakes(Cluster& c, const PlacementRequest& r, int step) {
+  if (r.kind == RequestKind::kNodeOnly) return;
+  static const LinearScanBestFitPolicy scan;
+  const PlacementResult by_scan = c.Place(r, scan);
+  EXPECT_FALSE(by_scan.placed())
+      << "step " << step << ": left pending what the ledger takes";
+  if (by_scan.placed()) {
+    ASSERT_TRUE(c.ledger().Release(by_scan.allocation.id).ok());
+  }
+}
+
+// Slices of every size, some with a defaulted compute share, placed and
+// released at random on GPUs in MIG mode beside a plain one: every policy
+// places what some GPU can take (the partitions fill long before the plain
+// GPU's memory).
+TEST(ArtifactPoliciesTest, RandomSlicesOnMigGpusLeaveNothingPendingThatFits) {
+  const TargetWorkload w = HalfGpuWorkload();
+  for (const auto& policy : AllPolicies(w, 3)) {
+    SCOPED_TRACE(policy->name());
+    Cluster c;
+    c.MigNode(2);
+    c.Node(1, 64000, "T4");
+    std::mt19937_64 rng(23);
+    std::uniform_int_distribution<int> pct(0, 99);
+    std::uniform_int_distribution<int> milli(20, 700);
+    std::vector<SliceId> held;
+    int placed = 0;
+    for (int step = 0; step < 300; ++step) {
+      if (!held.empty() && pct(rng) < 35) {
+        std::uniform_int_distribution<std::size_t> pick(0, held.size() - 1);
+        const std::size_t i = pick(rng);
+        ASSERT_TRUE(c.ledger().Release(held[i]).ok());
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      PlacementRequest r = SliceReq(milli(rng));
+      if (pct(rng) < 50) r.compute_percent.reset();
+      const PlacementResult res = c.Place(r, *policy);
+      if (res.placed()) {
+        ++placed;
+        held.push_back(res.allocation.id);
+      } else {
+        ExpectNoGpuTakes(c, r, step);
+      }
+    }
+    EXPECT_GT(placed, 50);
+    EXPECT_TRUE(c.ledger().CheckInvariants().ok());
+  }
+}
+
 TEST(ArtifactPoliciesTest, RandomWorkloadsKeepTheLedgerConsistent) {
   const TargetWorkload w = Workload({{GpuClass(500, 1, 6000), 10},
                                      {GpuClass(1000, 1, 8000), 5},
@@ -673,15 +756,20 @@ TEST(ArtifactPoliciesTest, RandomWorkloadsKeepTheLedgerConsistent) {
         c.ledger().SetGpuHealth(c.Gpu(NodeId(0), 3), GpuHealth::kLost).ok());
     ASSERT_TRUE(
         c.ledger().SetGpuCapabilities(c.Gpu(NodeId(1), 0), true, false).ok());
+    c.MigNode(2);
     std::mt19937_64 rng(17);
     std::uniform_int_distribution<int> pct(0, 99);
     int placed = 0;
     for (int step = 0; step < 500; ++step) {
       PlacementRequest r = RandomRequest(rng);
       if (pct(rng) < 10) r.tenant = kOther;
-      if (pct(rng) < 10) r.allowed_models = {"T4", "G3"};
+      if (pct(rng) < 10) r.allowed_models = {"T4", "G3", "A100-SXM4-80GB"};
+      if (r.kind == RequestKind::kSlice && pct(rng) < 30) {
+        r.compute_percent.reset();  // accounted at the default
+      }
       const PlacementResult res = c.Place(r, *policy);  // never kInvalid
       placed += res.placed();
+      if (!res.placed()) ExpectNoGpuTakes(c, r, step);
       if (step % 50 == 0) {
         ASSERT_TRUE(c.ledger().CheckInvariants().ok());
       }

@@ -25,6 +25,7 @@ std::optional<Need> MakeNeed(const ClusterView& view,
         return std::nullopt;
       }
       need.compute = view.AccountedCompute(request);
+      need.least_compute = view.LeastChargedCompute(request);
       const std::int64_t milli =
           request.memory_mib.has_value()
               ? need.memory * kMilliPerGpu / kSimGpuMemoryMib
@@ -67,7 +68,8 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
   switch (need.kind) {
     case RequestKind::kSlice:
       if (need.memory > node.max_free_memory_mib ||
-          need.compute > node.max_free_compute_percent) {
+          (node.mig_slices ? need.least_compute : need.compute) >
+              node.max_free_compute_percent) {
         return false;
       }
       break;
@@ -121,10 +123,12 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
           if (f.candidate) f.brief = &briefs[i];
           break;
         }
-        f.candidate = gpu.live && !gpu.whole_owned &&
-                      gpu.free_memory_mib() >= need.memory &&
-                      gpu.free_compute_percent() >= need.compute &&
-                      !view.CheckSlice(gpu, request, need.ask.tenant_key);
+        f.candidate =
+            gpu.live && !gpu.whole_owned &&
+            gpu.free_memory_mib() >= need.memory &&
+            gpu.free_compute_percent() >=
+                (gpu.mig != nullptr ? need.least_compute : need.compute) &&
+            !view.CheckSlice(gpu, request, need.ask.tenant_key);
         break;
       }
       case RequestKind::kWholeGpus:

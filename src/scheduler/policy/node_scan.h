@@ -30,6 +30,9 @@ struct Need {
   std::int64_t total_milli = 0;
   MemoryMib memory = 0;        // slice
   ComputePercent compute = 0;  // slice, as accounted
+  // Slice: the least compute a GPU in MIG mode may charge it
+  // (ClusterView::LeastChargedCompute), what a MIG GPU must have free.
+  ComputePercent least_compute = 0;
   // The requester's sharing key and the request's model bits (a node whose
   // GPUs have none of them is passed over); for a slice, what
   // CheckSliceBrief reads.

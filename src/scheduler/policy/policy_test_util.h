@@ -75,6 +75,30 @@ class Cluster {
     return *id;
   }
 
+  // A node with `gpus` empty A100-SXM4-80GB GPUs in MIG mode (the ledger
+  // charges a slice there as its partition).
+  NodeId MigNode(int gpus, CpuMilli cpu = 64000) {
+    ledger::NodeSpec spec;
+    spec.name = "node-" + std::to_string(gpus_.size());
+    spec.cpu_milli = cpu;
+    spec.host_memory_mib = 1 << 20;
+    StatusOr<NodeId> id = ledger_->AddNode(spec);
+    EXPECT_TRUE(id.ok());
+    gpus_.emplace_back();
+    for (int i = 0; i < gpus; ++i) {
+      ledger::GpuSpec g;
+      g.uuid = "GPU-" + std::to_string(gpu_count_++);
+      g.index = i;
+      g.model = "A100-SXM4-80GB";
+      g.memory_mib = 81920;
+      g.mig_capable = true;
+      StatusOr<GpuId> gid = ledger_->AddGpu(*id, g);
+      EXPECT_TRUE(gid.ok());
+      gpus_.back().push_back(*gid);
+    }
+    return *id;
+  }
+
   GpuId Gpu(NodeId node, int i) const { return gpus_[node.value()][i]; }
 
   // Existing work, recorded without a policy.
