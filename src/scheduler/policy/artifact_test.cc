@@ -757,24 +757,39 @@ TEST(ArtifactPoliciesTest, RandomWorkloadsKeepTheLedgerConsistent) {
     ASSERT_TRUE(
         c.ledger().SetGpuCapabilities(c.Gpu(NodeId(1), 0), true, false).ok());
     c.MigNode(2);
+    // A third tenant may share GPUs with kOther (the briefs cannot answer
+    // for it: the ledger's records decide).
+    const TenantId approved(77);
+    ASSERT_TRUE(c.ledger().ApproveSharing(approved, kOther).ok());
     std::mt19937_64 rng(17);
     std::uniform_int_distribution<int> pct(0, 99);
+    std::uniform_int_distribution<int> any_gpu(0, 40);
     int placed = 0;
+    int unplaced = 0;  // GPU requests left pending: each checked
     for (int step = 0; step < 500; ++step) {
       PlacementRequest r = RandomRequest(rng);
-      if (pct(rng) < 10) r.tenant = kOther;
+      if (const int t = pct(rng); t < 10) {
+        r.tenant = kOther;
+      } else if (t < 16) {
+        r.tenant = approved;
+      }
+      if (pct(rng) < 5) r.excluded_gpus = {GpuId(any_gpu(rng))};
       if (pct(rng) < 10) r.allowed_models = {"T4", "G3", "A100-SXM4-80GB"};
       if (r.kind == RequestKind::kSlice && pct(rng) < 30) {
         r.compute_percent.reset();  // accounted at the default
       }
       const PlacementResult res = c.Place(r, *policy);  // never kInvalid
       placed += res.placed();
-      if (!res.placed()) ExpectNoGpuTakes(c, r, step);
+      if (!res.placed() && r.kind != RequestKind::kNodeOnly) {
+        ++unplaced;
+        ExpectNoGpuTakes(c, r, step);
+      }
       if (step % 50 == 0) {
         ASSERT_TRUE(c.ledger().CheckInvariants().ok());
       }
     }
     EXPECT_GT(placed, 50);
+    EXPECT_GT(unplaced, 50);  // the cluster fills: the check is exercised
     EXPECT_TRUE(c.ledger().CheckInvariants().ok());
   }
 }
