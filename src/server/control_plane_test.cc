@@ -1015,6 +1015,34 @@ TEST_F(ControlPlaneTest, APendingReasonIsRewrittenOnlyWhenItsClassChanges) {
   EXPECT_STREQ(PendingReasonClass(later), "memory") << later;
 }
 
+// The server's default policy, once it has learned, still sees a GPU in MIG
+// mode take a slice without a compute share at its partition's charge (a
+// 1g partition is 14%), where a plain GPU accounts it at 50%: with 44% of the
+// compute left the task is bound, not left pending.
+TEST_F(ControlPlaneTest,
+       HfFragBindsADefaultedShareOnAMigGpuWithLessThanHalfLeft) {
+  ControlPlaneOptions options;
+  options.learned.cold_start_tasks = 1;
+  Open(options);
+  Register(Node("mig", {Gpu(0, 81920, /*mig=*/true)}));
+  const Caller alice = TenantUser("alice");
+  const TaskRow small = Submit(alice, 4096, 10);  // 1g.10gb, 14%
+  EXPECT_EQ(Bind(), 1);
+  const TaskRow big = Submit(alice, 30000);  // 3g.40gb, 42%
+  EXPECT_EQ(Bind(), 1);
+  auto stats = cp_->Stats(admin_);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->policy, "hf-frag");
+  EXPECT_FALSE(stats->policy_cold_start);
+  const TaskRow two = Submit(alice, 15000);
+  EXPECT_EQ(Bind(), 1) << Get(two.id).pending_reason;
+  const SliceRow slice = SliceOf(Get(two.id));
+  EXPECT_EQ(slice.mig_profile, "1g.20gb");
+  EXPECT_EQ(slice.compute_percent, 14);
+  EXPECT_EQ(SliceOf(Get(small.id)).mig_profile, "1g.10gb");
+  EXPECT_EQ(SliceOf(Get(big.id)).mig_profile, "3g.40gb");
+}
+
 TEST_F(ControlPlaneTest, HfFragLearnsFromTheTaskHistoryAndKeepsItOnRestart) {
   ControlPlaneOptions options;
   options.learned.cold_start_tasks = 5;
