@@ -7,6 +7,7 @@
 #include "gpu/mig_profiles.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstddef>
 #include <initializer_list>
@@ -348,6 +349,72 @@ bool IsFree(const MigPlacement& candidate,
       [&](const MigInstance& i) { return i.placement.Overlaps(candidate); });
 }
 
+// Whether `existing` leaves `profile` an instance of its own (counted only
+// where the instances could reach its limit).
+bool UnderInstanceLimit(const MigProfile& profile,
+                        const std::vector<MigInstance>& existing) {
+  return static_cast<int>(existing.size()) < profile.max_instances ||
+         CountInstances(existing, profile.name) < profile.max_instances;
+}
+
+bool BoundsValid(std::optional<MemoryMib> memory_mib,
+                 std::optional<ComputePercent> compute_percent) {
+  if (!memory_mib && !compute_percent) return false;
+  if (memory_mib && *memory_mib <= 0) return false;
+  return !compute_percent ||
+         (*compute_percent >= 1 && *compute_percent <= kFullComputePercent);
+}
+
+// The profiles (no "+me") covering the request, smallest first, equal ones
+// in table order, written to `out` (room for table.profiles.size()); returns
+// how many. `largest`, where given, gets the largest profile without "+me".
+std::size_t QualifyingProfiles(const MigModelTable& table,
+                               std::optional<MemoryMib> memory_mib,
+                               std::optional<ComputePercent> compute_percent,
+                               std::optional<MemoryMib> card_memory_mib,
+                               const MigProfile** out,
+                               const MigProfile** largest) {
+  std::size_t n = 0;
+  for (const MigProfile& profile : table.profiles) {
+    if (profile.media_extensions) continue;
+    if (largest != nullptr &&
+        (*largest == nullptr || SmallerProfile(*largest, &profile))) {
+      *largest = &profile;
+    }
+    if (memory_mib &&
+        MigProfileMemory(table, profile, card_memory_mib) < *memory_mib) {
+      continue;
+    }
+    if (compute_percent &&
+        MigComputePercent(table, profile) < *compute_percent) {
+      continue;
+    }
+    // Insertion sort (a table has a few profiles), stable as
+    // std::stable_sort is, without its buffer.
+    std::size_t j = n++;
+    for (; j > 0 && SmallerProfile(&profile, out[j - 1]); --j) {
+      out[j] = out[j - 1];
+    }
+    out[j] = &profile;
+  }
+  return n;
+}
+
+// The first of `fitting` (in order) with an instance to spare and a free
+// placement, at its lowest such placement.
+std::optional<MigFit> FirstFree(const MigProfile* const* fitting,
+                                std::size_t count,
+                                const std::vector<MigInstance>& existing) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const MigProfile& profile = *fitting[i];
+    if (!UnderInstanceLimit(profile, existing)) continue;
+    for (const MigPlacement& placement : profile.placements) {
+      if (IsFree(placement, existing)) return MigFit{&profile, placement};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 const std::vector<MigModelTable>& AllMigTables() {
@@ -435,26 +502,10 @@ StatusOr<MigInstance> ChooseMigInstance(
                                    "gpu_compute_ratio");
   }
 
-  // Every slice admission on a GPU in MIG mode comes here (a node scan
-  // checks many): one allocation, and no sort buffer.
-  std::vector<const MigProfile*> fitting;
-  fitting.reserve(table.profiles.size());
+  std::vector<const MigProfile*> fitting(table.profiles.size());
   const MigProfile* largest = nullptr;
-  for (const MigProfile& profile : table.profiles) {
-    if (profile.media_extensions) continue;
-    if (largest == nullptr || SmallerProfile(largest, &profile)) {
-      largest = &profile;
-    }
-    if (memory_mib &&
-        MigProfileMemory(table, profile, card_memory_mib) < *memory_mib) {
-      continue;
-    }
-    if (compute_percent &&
-        MigComputePercent(table, profile) < *compute_percent) {
-      continue;
-    }
-    fitting.push_back(&profile);
-  }
+  fitting.resize(QualifyingProfiles(table, memory_mib, compute_percent,
+                                    card_memory_mib, fitting.data(), &largest));
   if (fitting.empty()) {
     std::string message = "no MIG profile on " + table.model_key + " has " +
                           DescribeRequest(memory_mib, compute_percent);
@@ -466,26 +517,9 @@ StatusOr<MigInstance> ChooseMigInstance(
     }
     return Status::ResourceExhausted(std::move(message));
   }
-  // Smallest first, equal ones in table order: an insertion sort (a table
-  // has a few profiles), stable as std::stable_sort is, without its buffer.
-  for (std::size_t i = 1; i < fitting.size(); ++i) {
-    const MigProfile* p = fitting[i];
-    std::size_t j = i;
-    for (; j > 0 && SmallerProfile(p, fitting[j - 1]); --j) {
-      fitting[j] = fitting[j - 1];
-    }
-    fitting[j] = p;
-  }
-
-  for (const MigProfile* profile : fitting) {
-    if (CountInstances(existing, profile->name) >= profile->max_instances) {
-      continue;
-    }
-    for (const MigPlacement& placement : profile->placements) {
-      if (IsFree(placement, existing)) {
-        return MigInstance{profile->name, placement};
-      }
-    }
+  if (const std::optional<MigFit> fit =
+          FirstFree(fitting.data(), fitting.size(), existing)) {
+    return MigInstance{fit->profile->name, fit->placement};
   }
 
   // Nothing placed: explain with the smallest qualifying profile.
@@ -512,6 +546,28 @@ StatusOr<MigInstance> ChooseMigInstance(
     message += "; no larger profile that fits has a free placement either";
   }
   return Status::ResourceExhausted(std::move(message));
+}
+
+std::optional<MigFit> FitMigInstance(
+    const MigModelTable& table, std::optional<MemoryMib> memory_mib,
+    std::optional<ComputePercent> compute_percent,
+    const std::vector<MigInstance>& existing,
+    std::optional<MemoryMib> card_memory_mib) {
+  if (!BoundsValid(memory_mib, compute_percent)) return std::nullopt;
+  // Every slice admission on a GPU in MIG mode comes here (a node scan
+  // checks many): no allocation for a table of up to kInline profiles.
+  constexpr std::size_t kInline = 32;
+  std::array<const MigProfile*, kInline> inline_buffer{};
+  std::vector<const MigProfile*> heap_buffer;
+  const MigProfile** buffer = inline_buffer.data();
+  if (table.profiles.size() > kInline) {
+    heap_buffer.resize(table.profiles.size());
+    buffer = heap_buffer.data();
+  }
+  const std::size_t count =
+      QualifyingProfiles(table, memory_mib, compute_percent, card_memory_mib,
+                         buffer, /*largest=*/nullptr);
+  return FirstFree(buffer, count, existing);
 }
 
 }  // namespace hf::gpu

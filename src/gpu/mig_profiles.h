@@ -138,6 +138,20 @@ StatusOr<MigInstance> ChooseMigInstance(
     const std::vector<MigInstance>& existing,
     std::optional<MemoryMib> card_memory_mib = std::nullopt);
 
+// ChooseMigInstance's choice as the table's profile and the placement, or
+// nullopt where it returns an error: the same choice without building the
+// instance or the error's message, for admission checks, which run it for
+// every GPU in MIG mode a placement considers.
+struct MigFit {
+  const MigProfile* profile = nullptr;
+  MigPlacement placement;
+};
+std::optional<MigFit> FitMigInstance(
+    const MigModelTable& table, std::optional<MemoryMib> memory_mib,
+    std::optional<ComputePercent> compute_percent,
+    const std::vector<MigInstance>& existing,
+    std::optional<MemoryMib> card_memory_mib = std::nullopt);
+
 // The memory a partition of `profile` holds on a card of `card_memory_mib`
 // (see ChooseMigInstance); the nominal size without a card.
 MemoryMib MigProfileMemory(const MigModelTable& table,

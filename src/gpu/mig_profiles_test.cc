@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -395,6 +398,53 @@ TEST(ChooseMigInstanceTest, FallsBackToALargerProfileAtTheInstanceLimit) {
   EXPECT_NE(r.status().message().find("all 1 of its instances are in use"),
             std::string::npos)
       << r.status().message();
+}
+
+// FitMigInstance is ChooseMigInstance's choice without the message: the
+// same profile and placement, or a failure where it fails, for random
+// requests (malformed ones included) on every table as it fills and empties.
+TEST(FitMigInstanceTest, AgreesWithChooseMigInstance) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> pct(0, 99);
+  int fits = 0;
+  int failures = 0;
+  for (const MigModelTable& table : AllMigTables()) {
+    SCOPED_TRACE(table.model_key);
+    std::uniform_int_distribution<MemoryMib> memory(-100, table.memory_mib);
+    std::uniform_int_distribution<int> compute(-5, 105);
+    std::vector<MigInstance> existing;
+    for (int step = 0; step < 400; ++step) {
+      std::optional<MemoryMib> m;
+      std::optional<ComputePercent> c;
+      if (pct(rng) < 85) m = memory(rng);
+      if (pct(rng) < 50) c = compute(rng);
+      const std::optional<MemoryMib> card =
+          pct(rng) < 50 ? std::optional<MemoryMib>(table.memory_mib - 500)
+                        : std::nullopt;
+      const StatusOr<MigInstance> chosen =
+          ChooseMigInstance(table, m, c, existing, card);
+      const std::optional<MigFit> fit =
+          FitMigInstance(table, m, c, existing, card);
+      ASSERT_EQ(chosen.ok(), fit.has_value()) << step;
+      if (!fit.has_value()) {
+        ++failures;
+        // Room again: drop an instance now and then.
+        if (!existing.empty() && pct(rng) < 50) {
+          existing.erase(
+              existing.begin() +
+              static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rng()) %
+                                          existing.size()));
+        }
+        continue;
+      }
+      ++fits;
+      EXPECT_EQ(chosen->profile, fit->profile->name) << step;
+      EXPECT_EQ(chosen->placement, fit->placement) << step;
+      existing.push_back(*chosen);
+    }
+  }
+  EXPECT_GT(fits, 200);
+  EXPECT_GT(failures, 200);
 }
 
 }  // namespace

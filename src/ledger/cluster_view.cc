@@ -150,20 +150,27 @@ MemoryMib ClusterView::MigChargedMemory(const GpuRecord& g,
 
 std::optional<gpu::MigInstance> ClusterView::MigInstanceFor(
     const GpuRecord& g, const PlacementRequest& request) const {
+  const std::optional<gpu::MigFit> fit = MigFitFor(g, request);
+  if (!fit.has_value()) return std::nullopt;
+  return gpu::MigInstance{fit->profile->name, fit->placement};
+}
+
+std::optional<gpu::MigFit> ClusterView::MigFitFor(
+    const GpuRecord& g, const PlacementRequest& request) const {
   if (g.mig == nullptr || request.kind != RequestKind::kSlice) {
     return std::nullopt;
   }
-  std::vector<gpu::MigInstance> existing;
-  existing.reserve(g.mig_instances.size());
+  // The instances on the GPU, in a buffer of this thread's: a scan checks
+  // many GPUs in MIG mode, and the ledger may be read from several threads.
+  thread_local std::vector<gpu::MigInstance> existing;
+  existing.clear();
   for (const auto& [id, instance] : g.mig_instances) {
     existing.push_back(instance);
   }
   // A defaulted compute share asks for no particular partition size.
-  auto choice = gpu::ChooseMigInstance(*g.mig, request.memory_mib,
-                                       request.compute_percent, existing,
-                                       g.spec.memory_mib);
-  if (!choice.ok()) return std::nullopt;
-  return *choice;
+  return gpu::FitMigInstance(*g.mig, request.memory_mib,
+                             request.compute_percent, existing,
+                             g.spec.memory_mib);
 }
 
 std::optional<RejectReason> ClusterView::CheckSlice(
@@ -184,15 +191,13 @@ std::optional<RejectReason> ClusterView::CheckSlice(
     if (request.memory_mib.value_or(0) > g.free_memory_mib()) {
       return RejectReason::kNoMemory;
     }
-    const std::optional<gpu::MigInstance> instance = MigInstanceFor(g, request);
-    if (!instance.has_value()) return RejectReason::kMigGeometry;
-    const gpu::MigProfile* profile =
-        gpu::FindProfile(*g.mig, instance->profile);
-    if (profile == nullptr ||
-        MigChargedMemory(g, *profile) > g.free_memory_mib()) {
+    const std::optional<gpu::MigFit> fit = MigFitFor(g, request);
+    if (!fit.has_value()) return RejectReason::kMigGeometry;
+    const gpu::MigProfile& profile = *fit->profile;
+    if (MigChargedMemory(g, profile) > g.free_memory_mib()) {
       return RejectReason::kMigGeometry;
     }
-    if (gpu::MigComputePercent(*g.mig, *profile) > g.free_compute_percent()) {
+    if (gpu::MigComputePercent(*g.mig, profile) > g.free_compute_percent()) {
       return RejectReason::kNoCompute;
     }
     return CheckNodeResources(node(g.node), request);

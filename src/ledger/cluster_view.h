@@ -210,6 +210,11 @@ class ClusterView {
   // or the GPU is not in MIG mode.
   std::optional<gpu::MigInstance> MigInstanceFor(
       const GpuRecord& gpu, const PlacementRequest& request) const;
+  // The same choice as the table's profile and the placement
+  // (gpu::FitMigInstance: nothing built that an admission check would not
+  // read).
+  std::optional<gpu::MigFit> MigFitFor(const GpuRecord& gpu,
+                                       const PlacementRequest& request) const;
   // What a partition of `profile` on `gpu` is charged: its memory slots'
   // share of the card's memory, and its compute slices' share of compute.
   static MemoryMib MigChargedMemory(const GpuRecord& gpu,

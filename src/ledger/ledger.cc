@@ -539,16 +539,12 @@ Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
     if (gpu.mig != nullptr) {
       // A MIG partition: charged as its profile, where it sits.
       // ValidateChoiceLocked has checked that one fits.
-      const std::optional<gpu::MigInstance> instance =
-          view.MigInstanceFor(gpu, request);
-      const gpu::MigProfile* profile =
-          instance ? gpu::FindProfile(*gpu.mig, instance->profile) : nullptr;
-      if (profile != nullptr) {
-        a.memory_mib = ClusterView::MigChargedMemory(gpu, *profile);
-        a.compute_percent = gpu::MigComputePercent(*gpu.mig, *profile);
+      if (const std::optional<gpu::MigFit> fit = view.MigFitFor(gpu, request)) {
+        a.memory_mib = ClusterView::MigChargedMemory(gpu, *fit->profile);
+        a.compute_percent = gpu::MigComputePercent(*gpu.mig, *fit->profile);
         a.compute_defaulted = false;
-        a.mig_profile = instance->profile;
-        a.mig_start = instance->placement.start;
+        a.mig_profile = fit->profile->name;
+        a.mig_start = fit->placement.start;
       }
     }
   } else if (request.kind == RequestKind::kWholeGpus) {
