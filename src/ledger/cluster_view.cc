@@ -156,7 +156,7 @@ std::optional<gpu::MigInstance> ClusterView::MigInstanceFor(
 }
 
 std::optional<gpu::MigFit> ClusterView::MigFitFor(
-    const GpuRecord& g, const PlacementRequest& request) const {
+    const GpuRecord& g, const PlacementRequest& request) {
   if (g.mig == nullptr || request.kind != RequestKind::kSlice) {
     return std::nullopt;
   }
@@ -175,7 +175,7 @@ std::optional<gpu::MigFit> ClusterView::MigFitFor(
 
 std::optional<RejectReason> ClusterView::CheckSlice(
     const GpuRecord& g, const PlacementRequest& request,
-    const SharingKey& tenant_key) const {
+    const SharingKey& tenant_key, gpu::MigFit* mig_fit) const {
   if (auto filtered = CheckFilters(g, request)) return filtered;
   if (!g.healthy()) return RejectReason::kLost;
   if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
@@ -200,7 +200,9 @@ std::optional<RejectReason> ClusterView::CheckSlice(
     if (gpu::MigComputePercent(*g.mig, profile) > g.free_compute_percent()) {
       return RejectReason::kNoCompute;
     }
-    return CheckNodeResources(node(g.node), request);
+    if (auto reason = CheckNodeResources(node(g.node), request)) return reason;
+    if (mig_fit != nullptr) *mig_fit = *fit;
+    return std::nullopt;
   }
   if (request.memory_mib.value_or(0) > g.free_memory_mib()) {
     return RejectReason::kNoMemory;

@@ -213,8 +213,8 @@ class ClusterView {
   // The same choice as the table's profile and the placement
   // (gpu::FitMigInstance: nothing built that an admission check would not
   // read).
-  std::optional<gpu::MigFit> MigFitFor(const GpuRecord& gpu,
-                                       const PlacementRequest& request) const;
+  static std::optional<gpu::MigFit> MigFitFor(const GpuRecord& gpu,
+                                              const PlacementRequest& request);
   // What a partition of `profile` on `gpu` is charged: its memory slots'
   // share of the card's memory, and its compute slices' share of compute.
   static MemoryMib MigChargedMemory(const GpuRecord& gpu,
@@ -234,10 +234,14 @@ class ClusterView {
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
                                          const PlacementRequest& request) const;
   // The same, with the requester's SharingKeyOf(request.tenant) computed once
-  // by the caller (the hot path checks many candidates per request).
+  // by the caller (the hot path checks many candidates per request). Where
+  // it admits the slice on a GPU in MIG mode and `mig_fit` is given, that
+  // gets the partition it would get (MigFitFor), so a caller that measures
+  // the charge does not choose it again.
   std::optional<RejectReason> CheckSlice(const GpuRecord& gpu,
                                          const PlacementRequest& request,
-                                         const SharingKey& tenant_key) const;
+                                         const SharingKey& tenant_key,
+                                         gpu::MigFit* mig_fit = nullptr) const;
   // What CheckSliceBrief needs of a slice request (and a node scan of any
   // request: the sharing key, the model bits), worked out once per request.
   struct SliceAsk {

@@ -16,6 +16,7 @@
 
 #include "ledger/ledger.h"
 #include "scheduler/policy/artifact.h"
+#include "scheduler/policy/node_scan.h"
 #include "scheduler/policy/policy_test_util.h"
 #include "scheduler/policy/registry.h"
 
@@ -329,6 +330,43 @@ TEST(HfFragPolicyTest, FactoryBuildsItAndNeedsAWorkload) {
   ASSERT_TRUE(made.ok());
   EXPECT_EQ((*made)->name(), "hf-frag");
   EXPECT_FALSE(MakeSimPolicy("hf-frag", SimPolicyContext{}).ok());
+}
+
+// The scan measures a slice on a GPU in MIG mode as the ledger charges it:
+// the partition it gets (memory slots and compute slices), not what it
+// asked; and a defaulted compute share is a shape of its own there.
+TEST(NodeScanTest, AMigGpuIsMeasuredAtThePartitionsCharge) {
+  policy_test::Cluster c;
+  const NodeId mig = c.MigNode(1);
+  const NodeId plain = c.Node(1);
+  PlacementRequest asked = PlacementRequest::Slice(policy_test::kSim, 4096, 10);
+  PlacementRequest defaulted =
+      PlacementRequest::Slice(policy_test::kSim, 4096, std::nullopt);
+  PlacementRequest fifty = PlacementRequest::Slice(policy_test::kSim, 4096, 50);
+  c.ledger().Read([&](const ledger::ClusterView& view) {
+    // The scan's facts of the node's one GPU, gathered as a policy does.
+    const auto milli = [&](NodeId node, const PlacementRequest& r) {
+      const std::optional<node_scan::Need> need = node_scan::MakeNeed(view, r);
+      EXPECT_TRUE(need.has_value());
+      std::vector<node_scan::GpuFacts> gpus;
+      node_scan::NodeFacts facts;
+      EXPECT_TRUE(node_scan::Gather(view, node.value(), *need, gpus, facts));
+      EXPECT_EQ(gpus.size(), 1u);
+      return gpus.empty() ? -1 : gpus[0].after_milli;
+    };
+    // 1g.10gb of 80 GB: 7/8 of the memory and 6/7 of the compute left.
+    EXPECT_EQ(milli(mig, asked), 860);
+    EXPECT_EQ(milli(mig, defaulted), 860);  // not 50% of the compute gone
+    EXPECT_EQ(milli(mig, fifty), 430);      // 4g.40gb: 3 of 7 slices left
+    // A GPU out of MIG mode is charged what was asked.
+    EXPECT_EQ(milli(plain, asked), 900);
+    EXPECT_EQ(milli(plain, defaulted), 500);
+    const std::optional<node_scan::Need> d =
+        node_scan::MakeNeed(view, defaulted);
+    const std::optional<node_scan::Need> f = node_scan::MakeNeed(view, fifty);
+    ASSERT_TRUE(d.has_value() && f.has_value());
+    EXPECT_FALSE(node_scan::ShapeOf(*d) == node_scan::ShapeOf(*f));
+  });
 }
 
 }  // namespace

@@ -123,12 +123,21 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
           if (f.candidate) f.brief = &briefs[i];
           break;
         }
+        gpu::MigFit fit;
         f.candidate =
             gpu.live && !gpu.whole_owned &&
             gpu.free_memory_mib() >= need.memory &&
             gpu.free_compute_percent() >=
                 (gpu.mig != nullptr ? need.least_compute : need.compute) &&
-            !view.CheckSlice(gpu, request, need.ask.tenant_key);
+            !view.CheckSlice(gpu, request, need.ask.tenant_key, &fit);
+        if (f.candidate && fit.profile != nullptr) {
+          // In MIG mode: measured at the partition's charge, as the ledger
+          // charges it.
+          f.after_milli = GpuFreeMilliAfter(
+              gpu, ClusterView::MigChargedMemory(gpu, *fit.profile),
+              gpu::MigComputePercent(*gpu.mig, *fit.profile));
+          f.after_known = true;
+        }
         break;
       }
       case RequestKind::kWholeGpus:
@@ -154,7 +163,7 @@ void GatherFree(const Need& need, std::vector<GpuFacts>& gpus,
   facts.fully_free = 0;
   for (GpuFacts& f : gpus) {
     f.free_milli = GpuFreeMilli(*f.record);
-    if (f.candidate && need.kind == RequestKind::kSlice) {
+    if (f.candidate && need.kind == RequestKind::kSlice && !f.after_known) {
       f.after_milli = AfterSliceMilli(*f.record, need);
     }
     facts.idle_milli += f.free_milli;
@@ -193,7 +202,7 @@ bool UseNodeMemo(const NodeMemo& memo, const NodeFacts& facts, const Need& need,
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     GpuFacts& f = gpus[i];
     f.free_milli = memo.state.gpu_free_milli[i];
-    if (f.candidate && need.kind == RequestKind::kSlice) {
+    if (f.candidate && need.kind == RequestKind::kSlice && !f.after_known) {
       f.after_milli =
           f.brief != nullptr
               ? FreeMilliAfter(f.brief->memory_mib, f.brief->free_memory_mib,
@@ -260,7 +269,8 @@ std::size_t ShapeKeyHash::operator()(const ShapeKey& k) const noexcept {
   for (const std::uint64_t v :
        {static_cast<std::uint64_t>(k.cpu), static_cast<std::uint64_t>(k.memory),
         static_cast<std::uint64_t>(k.compute),
-        static_cast<std::uint64_t>(k.count)}) {
+        static_cast<std::uint64_t>(k.count),
+        static_cast<std::uint64_t>(k.compute_defaulted)}) {
     h = (h ^ v) * 0x9E3779B97F4A7C15ULL;
     h ^= h >> 29;
   }
@@ -268,8 +278,13 @@ std::size_t ShapeKeyHash::operator()(const ShapeKey& k) const noexcept {
 }
 
 ShapeKey ShapeOf(const Need& need) {
-  return ShapeKey{need.kind, need.request->cpu_milli, need.memory, need.compute,
-                  need.gpu_count};
+  return ShapeKey{need.kind,
+                  need.request->cpu_milli,
+                  need.memory,
+                  need.compute,
+                  need.gpu_count,
+                  need.kind == RequestKind::kSlice &&
+                      !need.request->compute_percent.has_value()};
 }
 
 }  // namespace hf::scheduler::node_scan

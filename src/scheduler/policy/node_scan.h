@@ -52,10 +52,13 @@ struct GpuFacts {
   const ledger::NodeRecord::GpuBrief* brief = nullptr;
   int free_milli = 0;
   // A slice candidate's free milli once the slice is placed on it (the
-  // formula of GpuFreeMilli on the changed record).
+  // formula of GpuFreeMilli on the changed record; on a GPU in MIG mode,
+  // charged the partition it gets, as the ledger charges it).
   int after_milli = 0;
   // Takes the request: passes CheckSlice (slice) or is eligible whole.
   bool candidate = false;
+  // `after_milli` was set by Gather (a slice on a GPU in MIG mode).
+  bool after_known = false;
 };
 
 // The node at hand.
@@ -68,7 +71,9 @@ struct NodeFacts {
   int candidates = 0;
 };
 
-// A slice candidate's free milli once the slice in `need` is placed on it.
+// A slice candidate's free milli once the slice in `need` is placed on it,
+// charged its memory and accounted compute (out of MIG mode: Gather
+// measures a GPU in MIG mode at its partition's charge).
 int AfterSliceMilli(const ledger::GpuRecord& gpu, const Need& need);
 
 // Fills `facts` and `gpus` (node.gpus order, live GPUs) for the node in
@@ -255,14 +260,18 @@ std::int64_t TakeLowestCandidates(const std::vector<GpuFacts>& gpus, int count,
 void RestoreFreeMilli(const std::vector<GpuFacts>& gpus, NodeGpuState& state);
 
 // What an FGD-style score depends on in a request: the kind, CPU, the
-// slice's memory and compute (its after_milli) and the GPU count. Models,
-// tenant and host memory only change the candidates (the memo's mask).
+// slice's memory and compute (its after_milli) and the GPU count, and
+// whether a slice's compute is defaulted (a GPU in MIG mode charges an asked
+// 50% as a 4g partition, a defaulted one as the partition its memory
+// needs). Models, tenant and host memory only change the candidates (the
+// memo's mask).
 struct ShapeKey {
   ledger::RequestKind kind = ledger::RequestKind::kSlice;
   CpuMilli cpu = 0;
   MemoryMib memory = 0;
   ComputePercent compute = 0;
   int count = 0;
+  bool compute_defaulted = false;
   friend bool operator==(const ShapeKey&, const ShapeKey&) = default;
 };
 
