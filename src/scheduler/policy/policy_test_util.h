@@ -55,48 +55,20 @@ class Cluster {
   // A node with `gpus` empty GPUs of `model`.
   NodeId Node(int gpus, CpuMilli cpu = 64000, const std::string& model = "G2",
               MemoryMib host = 1 << 20) {
-    ledger::NodeSpec spec;
-    spec.name = "node-" + std::to_string(gpus_.size());
-    spec.cpu_milli = cpu;
-    spec.host_memory_mib = host;
-    StatusOr<NodeId> id = ledger_->AddNode(spec);
-    EXPECT_TRUE(id.ok());
-    gpus_.emplace_back();
-    for (int i = 0; i < gpus; ++i) {
-      ledger::GpuSpec g;
-      g.uuid = "GPU-" + std::to_string(gpu_count_++);
-      g.index = i;
-      g.model = model;
-      g.memory_mib = kGpuMib;
-      StatusOr<GpuId> gid = ledger_->AddGpu(*id, g);
-      EXPECT_TRUE(gid.ok());
-      gpus_.back().push_back(*gid);
-    }
-    return *id;
+    ledger::GpuSpec g;
+    g.model = model;
+    g.memory_mib = kGpuMib;
+    return NodeOf(gpus, cpu, host, g);
   }
 
   // A node with `gpus` empty A100-SXM4-80GB GPUs in MIG mode (the ledger
   // charges a slice there as its partition).
   NodeId MigNode(int gpus, CpuMilli cpu = 64000) {
-    ledger::NodeSpec spec;
-    spec.name = "node-" + std::to_string(gpus_.size());
-    spec.cpu_milli = cpu;
-    spec.host_memory_mib = 1 << 20;
-    StatusOr<NodeId> id = ledger_->AddNode(spec);
-    EXPECT_TRUE(id.ok());
-    gpus_.emplace_back();
-    for (int i = 0; i < gpus; ++i) {
-      ledger::GpuSpec g;
-      g.uuid = "GPU-" + std::to_string(gpu_count_++);
-      g.index = i;
-      g.model = "A100-SXM4-80GB";
-      g.memory_mib = 81920;
-      g.mig_capable = true;
-      StatusOr<GpuId> gid = ledger_->AddGpu(*id, g);
-      EXPECT_TRUE(gid.ok());
-      gpus_.back().push_back(*gid);
-    }
-    return *id;
+    ledger::GpuSpec g;
+    g.model = "A100-SXM4-80GB";
+    g.memory_mib = 81920;
+    g.mig_capable = true;
+    return NodeOf(gpus, cpu, 1 << 20, g);
   }
 
   GpuId Gpu(NodeId node, int i) const { return gpus_[node.value()][i]; }
@@ -160,6 +132,25 @@ class Cluster {
   ledger::Ledger& ledger() { return *ledger_; }
 
  private:
+  // A node with `gpus` GPUs like `gpu` (its uuid and index set here).
+  NodeId NodeOf(int gpus, CpuMilli cpu, MemoryMib host, ledger::GpuSpec gpu) {
+    ledger::NodeSpec spec;
+    spec.name = "node-" + std::to_string(gpus_.size());
+    spec.cpu_milli = cpu;
+    spec.host_memory_mib = host;
+    StatusOr<NodeId> id = ledger_->AddNode(spec);
+    EXPECT_TRUE(id.ok());
+    gpus_.emplace_back();
+    for (int i = 0; i < gpus; ++i) {
+      gpu.uuid = "GPU-" + std::to_string(gpu_count_++);
+      gpu.index = i;
+      StatusOr<GpuId> gid = ledger_->AddGpu(*id, gpu);
+      EXPECT_TRUE(gid.ok());
+      gpus_.back().push_back(*gid);
+    }
+    return *id;
+  }
+
   std::unique_ptr<ledger::Ledger> ledger_;
   std::vector<std::vector<GpuId>> gpus_;
   int gpu_count_ = 0;
