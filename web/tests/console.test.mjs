@@ -298,7 +298,9 @@ test("whole-GPU mode: a task through the form runs on a whole GPU", async () => 
   await row.waitFor();
   assert.equal((await row.locator(".tier-cell").textContent()).trim(), "exclusive");
   assert.match(await row.textContent(), /none needed \(exclusive\)/);
-  const card = await page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`).textContent();
+  const cardLocator = page.locator(`[data-gpu="${task.node_id}/${task.gpu_indices[0]}"]`);
+  await cardLocator.waitFor();
+  const card = await cardLocator.textContent();
   assert.match(card, /enforcement: exclusive/);
   assert.match(card, /no MIG, MPS or hook limit applies/);
   await context.close();

@@ -126,9 +126,10 @@ export function SlicesPage({ who }: { who: WhoAmI }) {
         <p class="muted">{stats.data.scope === "tenant" ? "Your tenant holds no GPU yet." : "No GPUs match."}</p>
       )}
       <div class="cards">
-        {gpus.map((g) => (
-          <GpuCard key={`${g.node_id}/${g.gpu_index}`} g={g} slices={all.data?.items ?? []} scope={stats.data?.scope ?? "tenant"} />
-        ))}
+        {/* A card waits for the slices too: without them a GPU a whole-GPU
+            task holds would show its tier's enforcement, not exclusive. */}
+        {all.data &&
+          gpus.map((g) => <GpuCard key={`${g.node_id}/${g.gpu_index}`} g={g} slices={all.data?.items ?? []} scope={stats.data?.scope ?? "tenant"} />)}
       </div>
       <h2>Live slices</h2>
       {slices.data && items.length === 0 && <p class="muted">No live slices.</p>}
