@@ -120,7 +120,7 @@ export function SlicesPage({ who }: { who: WhoAmI }) {
           {gpu && !/^\d+$/.test(gpu) ? "a GPU index is a whole number" : ""}
         </span>
       </div>
-      <ErrorNote error={slices.error ?? stats.error ?? nodes.error} />
+      <ErrorNote error={slices.error ?? all.error ?? stats.error ?? nodes.error} />
       <h2>GPUs</h2>
       {stats.data && gpus.length === 0 && (
         <p class="muted">{stats.data.scope === "tenant" ? "Your tenant holds no GPU yet." : "No GPUs match."}</p>
