@@ -1127,17 +1127,14 @@ void ShowList(const Action& action, const Json& reply, std::ostream& out,
 // command 'lst' for 'hfctl tasks'; one of: create, list, ..."); nullopt
 // where the missing piece is not a command.
 std::optional<std::string> UnknownCommand(const CLI::App& app) {
+  // The deepest command the words named.
   const CLI::App* at = &app;
   std::string path = app.get_name();
-  for (std::vector<const CLI::App*> parsed = at->get_subcommands({}); true;) {
-    const CLI::App* next = nullptr;
-    for (const CLI::App* sub : parsed) {
-      if (sub->parsed()) next = sub;
-    }
-    if (next == nullptr) break;
-    at = next;
+  const auto parsed = [](const CLI::App* sub) { return sub->parsed(); };
+  for (std::vector<const CLI::App*> named = at->get_subcommands(parsed);
+       !named.empty(); named = at->get_subcommands(parsed)) {
+    at = named.back();
     path += " " + at->get_name();
-    parsed = at->get_subcommands({});
   }
   std::string names;
   for (const CLI::App* sub : at->get_subcommands({})) {
