@@ -71,18 +71,17 @@ const Route* FindRoute(httplib::Request& req) {
 // The answer to a request no route takes: 405 (method_not_allowed, with the
 // Allow header) when routes serve the path with other methods, else 404.
 void WriteNoRoute(const httplib::Request& req, httplib::Response& res) {
-  std::vector<std::string> methods;
+  std::vector<std::string> methods;  // in route order, each once
+  std::string allowed;
   const std::vector<const Route*>& all = routes::AllRoutes();
   const std::vector<std::regex>& patterns = RoutePatterns();
   for (std::size_t i = 0; i < all.size(); ++i) {
-    if (std::regex_match(req.path, patterns[i]) &&
-        std::find(methods.begin(), methods.end(), all[i]->method) ==
-            methods.end()) {
-      methods.push_back(all[i]->method);
+    const std::string& m = all[i]->method;
+    if (!std::regex_match(req.path, patterns[i]) ||
+        std::find(methods.begin(), methods.end(), m) != methods.end()) {
+      continue;
     }
-  }
-  std::string allowed;
-  for (const std::string& m : methods) {
+    methods.push_back(m);
     allowed += allowed.empty() ? m : ", " + m;
   }
   if (allowed.empty()) {

@@ -148,13 +148,6 @@ MemoryMib ClusterView::MigChargedMemory(const GpuRecord& g,
   return g.spec.memory_mib * profile.memory_slices / g.mig->memory_slices;
 }
 
-std::optional<gpu::MigInstance> ClusterView::MigInstanceFor(
-    const GpuRecord& g, const PlacementRequest& request) const {
-  const std::optional<gpu::MigFit> fit = MigFitFor(g, request);
-  if (!fit.has_value()) return std::nullopt;
-  return gpu::MigInstance{fit->profile->name, fit->placement};
-}
-
 std::optional<gpu::MigFit> ClusterView::MigFitFor(
     const GpuRecord& g, const PlacementRequest& request) {
   if (g.mig == nullptr || request.kind != RequestKind::kSlice) {

@@ -204,15 +204,11 @@ class ClusterView {
   bool ModelAllowed(const PlacementRequest& request, const GpuRecord& g) const;
 
   // The partition a slice `request` would get on `gpu` (a GPU in MIG mode:
-  // gpu.mig set): the smallest profile covering its memory and compute (an
-  // explicitly asked percent only) at the lowest free legal placement
-  // (gpu::ChooseMigInstance over gpu.mig_instances). nullopt when none fits
-  // or the GPU is not in MIG mode.
-  std::optional<gpu::MigInstance> MigInstanceFor(
-      const GpuRecord& gpu, const PlacementRequest& request) const;
-  // The same choice as the table's profile and the placement
-  // (gpu::FitMigInstance: nothing built that an admission check would not
-  // read).
+  // gpu.mig set), as the table's profile and the placement: the smallest
+  // profile covering its memory and compute (an explicitly asked percent
+  // only) at the lowest free legal placement (gpu::FitMigInstance over
+  // gpu.mig_instances). nullopt when none fits or the GPU is not in MIG
+  // mode.
   static std::optional<gpu::MigFit> MigFitFor(const GpuRecord& gpu,
                                               const PlacementRequest& request);
   // What a partition of `profile` on `gpu` is charged: its memory slots'

@@ -539,7 +539,8 @@ Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
     if (gpu.mig != nullptr) {
       // A MIG partition: charged as its profile, where it sits.
       // ValidateChoiceLocked has checked that one fits.
-      if (const std::optional<gpu::MigFit> fit = view.MigFitFor(gpu, request)) {
+      if (const std::optional<gpu::MigFit> fit =
+              ClusterView::MigFitFor(gpu, request)) {
         a.memory_mib = ClusterView::MigChargedMemory(gpu, *fit->profile);
         a.compute_percent = gpu::MigComputePercent(*gpu.mig, *fit->profile);
         a.compute_defaulted = false;

@@ -301,15 +301,12 @@ StatusOr<std::map<RowId, std::vector<SliceTarget>>> ControlPlane::SliceTargets(
         for (std::size_t i = 0; i < asked.size(); ++i) {
           const Asked& a = asked[i];
           if (key == a.own) continue;
-          if (view.CheckSlice(g, a.request, tenant_keys[i])) continue;
+          gpu::MigFit fit;  // the partition it gets on a GPU in MIG mode
+          if (view.CheckSlice(g, a.request, tenant_keys[i], &fit)) continue;
           SliceTarget t;
           t.gpu_index = key.index;
           t.slices = g.allocation_count;
-          if (g.mig != nullptr) {
-            if (auto instance = view.MigInstanceFor(g, a.request)) {
-              t.mig_profile = instance->profile;
-            }
-          }
+          if (fit.profile != nullptr) t.mig_profile = fit.profile->name;
           found[a.id].emplace_back(key, std::move(t));
         }
       }
