@@ -18,7 +18,10 @@
 //     after it, and a failing create puts the task back to be bound again;
 //   - cancel stops the task's whole process group;
 //   - an agent killed (or stopped) leaves its tasks running and a new agent
-//     adopts them; a server crash loses nothing the agent has to say;
+//     adopts them; a server crash loses nothing the agent has to say, and
+//     after it the learned default policy still binds a slice without a
+//     compute share on a GPU in MIG mode with less than half its compute
+//     left (charged as its partition);
 //   - a lost GPU keeps its slices, takes no new ones until it recovers;
 //   - the Docker runtime (silver and gold, adoption by a new agent), against
 //     the runtime's fake docker CLI (src/runtime/testing/fake-docker).
@@ -892,6 +895,66 @@ TEST_F(AgentE2eTest, KilledAgentFinishesAGoldTaskAndDestroysItsPartition) {
   json state = json::parse(state_file, nullptr, false);
   ASSERT_TRUE(state.is_object()) << "no readable MIG state file";
   EXPECT_EQ(state["gpus"][0]["devices"], json::array()) << state.dump();
+}
+
+// The server's default policy (hf-frag, learned from the task history)
+// after a crash: the history and the GPU's MIG charges are rebuilt from the
+// database, and a slice without a compute share still goes to a GPU in MIG
+// mode with less than half its compute left, charged as its partition (a 1g
+// is 14%), where a plain GPU would account it at 50%. Before the node scan
+// knew that, the task stayed pending ("retrying later") for good.
+TEST_F(AgentE2eTest,
+       AfterAServerCrashTheLearnedPolicyBindsAShareOnAFullMigGpu) {
+  server_->flags().insert(server_->flags().end(),
+                          {"--policy-cold-start-tasks", "1"});
+  ASSERT_TRUE(server_->Restart());
+  AgentProcess& agent = StartAgent("migfull", {H100Mig()});
+  const fs::path go = agent.dir() / "go";
+  const std::string hold = WaitForFileCommand(go, "exit 0");
+  // 1g.10gb (14%) and 3g.40gb (42%): 44% of the compute is left.
+  const std::int64_t small = CreateId({{"name", "small"},
+                                       {"command", hold},
+                                       {"gpu_memory_mb", 4096},
+                                       {"gpu_compute_ratio", 0.1}});
+  ASSERT_EQ(WaitStatus(small, "running")["status"], "running") << Logs(agent);
+  const std::int64_t big =
+      CreateId({{"name", "big"}, {"command", hold}, {"gpu_memory_mb", 30000}});
+  ASSERT_EQ(WaitStatus(big, "running")["status"], "running") << Logs(agent);
+
+  ASSERT_TRUE(server_->Restart(/*kill=*/true));
+  HttpReply stats = api_->http().Get("/api/v1/slices/stats", api_->admin());
+  ASSERT_EQ(stats.status, 200) << stats.Describe();
+  EXPECT_EQ(stats.body["placement"]["policy"], "hf-frag") << stats.raw;
+  EXPECT_EQ(stats.body["placement"]["mode"], "hf-frag") << stats.raw;
+  EXPECT_EQ(stats.body["gpus"][0]["accounted_compute_percent"], 56)
+      << stats.raw;
+
+  const std::int64_t id = CreateId({{"name", "defaulted"},
+                                    {"command", "echo ran"},
+                                    {"gpu_memory_mb", 15000}});
+  json t = WaitTerminal(id);
+  ASSERT_EQ(t["status"], "succeeded")
+      << t.dump() << "\n"
+      << api_->GetTask(id, user_).dump() << Logs(agent);
+  EXPECT_EQ(t["qos_level"], "gold") << t.dump();
+  EXPECT_EQ(TaskLog(id), "ran\n");
+  json slice = api_->GetSlice(t["slice_id"].get<std::int64_t>(), user_);
+  // Charged as its partition, not at the 50% default.
+  EXPECT_EQ(slice["compute_percent"], 14) << slice.dump();
+  EXPECT_EQ(slice["compute_defaulted"], false) << slice.dump();
+  EXPECT_EQ(slice["enforcement"], json({"mig"})) << slice.dump();
+  bool charged_as_1g = false;
+  for (const json& row : Requests("migfull")) {
+    if (row["slice_id"] == t["slice_id"] && row["action"] == "create") {
+      charged_as_1g = row["profile"] == "1g.20gb";
+    }
+  }
+  EXPECT_TRUE(charged_as_1g) << Requests("migfull").dump();
+
+  // The two held through the crash finish where they were.
+  Touch(go);
+  EXPECT_EQ(WaitTerminal(small)["status"], "succeeded") << Logs(agent);
+  EXPECT_EQ(WaitTerminal(big)["status"], "succeeded") << Logs(agent);
 }
 
 TEST_F(AgentE2eTest, ServerCrashLosesNothingTheAgentHasToSay) {

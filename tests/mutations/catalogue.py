@@ -404,4 +404,16 @@ MUTATIONS = [
         tests=["nodes_test/NodesTest.ARunningTaskWithoutASliceIsRecordedLedgerOnlyOnceWritten"],
         simulation=False,
     ),
+    dict(
+        name="node-scan-mig-at-default-share",
+        hole="the node scan demands a defaulted share's 50% free of a GPU in MIG mode, which charges the partition (a 1g is 14%)",
+        file="src/scheduler/policy/node_scan.cc",
+        old="""          (node.mig_slices ? need.least_compute : need.compute) >""",
+        new="""          need.compute >""",
+        old2="""                (gpu.mig != nullptr ? need.least_compute : need.compute) &&""",
+        new2="""                need.compute &&""",
+        tests=["ControlPlaneTest.HfFragBindsADefaultedShareOnAMigGpuWithLessThanHalfLeft",
+               "agent_e2e_test/AgentE2eTest.AfterAServerCrashTheLearnedPolicyBindsAShareOnAFullMigGpu"],
+        simulation=False,
+    ),
 ]
