@@ -422,6 +422,10 @@ const std::vector<MigModelTable>& AllMigTables() {
   return tables;
 }
 
+const MigModelTable* MigTableByKey(std::string_view key) {
+  return TableByKey(key);
+}
+
 const MigModelTable* FindMigTable(std::string_view model,
                                   MemoryMib total_memory_mib) {
   const std::vector<std::string> words = Words(model);

@@ -96,6 +96,11 @@ const std::vector<MigModelTable>& AllMigTables();
 const MigModelTable* FindMigTable(std::string_view model,
                                   MemoryMib total_memory_mib);
 
+// The table whose `model_key` is `key` ("A100-80GB"), or nullptr. For a GPU
+// whose model name does not say which geometry it has (the simulator's
+// anonymised models).
+const MigModelTable* MigTableByKey(std::string_view key);
+
 // The profile named `name` ("3g.40gb"; case-insensitive, an "MIG " prefix as
 // nvidia-smi prints it is accepted), or nullptr.
 const MigProfile* FindProfile(const MigModelTable& table,

@@ -9,12 +9,18 @@ namespace hf::ledger {
 
 namespace {
 
+// The MIG profile table of the GPU's model (its spec's `mig_table` where
+// set), in MIG mode or not; nullptr for a model without one.
+const gpu::MigModelTable* ModelMigTable(const GpuSpec& spec) {
+  return spec.mig_table.empty() ? gpu::FindMigTable(spec.model, spec.memory_mib)
+                                : gpu::MigTableByKey(spec.mig_table);
+}
+
 // The MIG profile table a GPU's slices are partitions of: in MIG mode, of a
 // model the tables know; nullptr otherwise (its slices are then charged as
 // asked, and the server offers no gold tier there).
 const gpu::MigModelTable* MigTableOf(const GpuSpec& spec) {
-  return spec.mig_capable ? gpu::FindMigTable(spec.model, spec.memory_mib)
-                          : nullptr;
+  return spec.mig_capable ? ModelMigTable(spec) : nullptr;
 }
 
 }  // namespace
@@ -221,6 +227,11 @@ StatusOr<GpuId> Ledger::AddGpu(NodeId node_id, const GpuSpec& spec) {
     return Status::InvalidArgument("must be > 0", "memory_mib");
   }
   if (spec.index < 0) return Status::InvalidArgument("must be >= 0", "index");
+  if (!spec.mig_table.empty() &&
+      gpu::MigTableByKey(spec.mig_table) == nullptr) {
+    return Status::InvalidArgument(
+        "no MIG profile table '" + spec.mig_table + "'", "mig_table");
+  }
   MutexLock lock(mu_);
   if (!ClusterView(state_).HasNode(node_id)) {
     return Status::NotFound("node " + std::to_string(node_id.value()));
@@ -486,9 +497,7 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
           // The model's table even when MIG mode reads off (a lost GPU):
           // the partition keeps its slots until released.
           const gpu::MigModelTable* table =
-              gpu.mig != nullptr
-                  ? gpu.mig
-                  : gpu::FindMigTable(gpu.spec.model, gpu.spec.memory_mib);
+              gpu.mig != nullptr ? gpu.mig : ModelMigTable(gpu.spec);
           const gpu::MigProfile* profile =
               table != nullptr ? gpu::FindProfile(*table, a.mig_profile)
                                : nullptr;
@@ -684,9 +693,7 @@ Status Ledger::RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const {
   // The model's table, even where MIG mode reads off now (a lost GPU reads
   // so): a partition keeps its slots, as on a live ledger, until released.
   const gpu::MigModelTable* table =
-      gpu.mig != nullptr
-          ? gpu.mig
-          : gpu::FindMigTable(gpu.spec.model, gpu.spec.memory_mib);
+      gpu.mig != nullptr ? gpu.mig : ModelMigTable(gpu.spec);
   if (a.mig_profile.empty() && gpu.mig == nullptr) return Status::Ok();
   if (table == nullptr) {
     return Status::InvalidArgument(

@@ -2063,6 +2063,41 @@ TEST_F(LedgerTest, MigSliceIsChargedAsItsPartitionWhereItSits) {
   EXPECT_EQ(MustPlace(SliceReq(kAlice, 30000, std::nullopt)).mig_start, 4);
 }
 
+// A GPU whose model name says nothing of its geometry (the simulator's
+// anonymised models) takes the table its spec names; an unknown table is
+// refused, naming the field.
+TEST_F(LedgerTest, AGpuSpecMayNameItsMigTable) {
+  const NodeId n = AddNode();
+  GpuSpec spec;
+  spec.uuid = "GPU-anon";
+  spec.model = "G3";
+  spec.memory_mib = 64000;
+  spec.mig_capable = true;
+  spec.mig_table = "A100-80GB";
+  ASSERT_TRUE(ledger_->AddGpu(n, spec).ok());
+  const Allocation a = MustPlace(SliceReq(kAlice, 6400, 10));
+  EXPECT_EQ(a.mig_profile, "1g.10gb");
+  EXPECT_EQ(a.memory_mib, 64000 / 8);
+  EXPECT_EQ(a.compute_percent, 14);
+  // Without the table, the same model is charged as asked.
+  GpuSpec plain = spec;
+  plain.uuid = "GPU-anon-2";
+  plain.index = 1;
+  plain.mig_table.clear();
+  const NodeId m = AddNode();
+  ASSERT_TRUE(ledger_->AddGpu(m, plain).ok());
+  const Allocation b = MustPlace(SliceReq(kBob, 6400, 10));
+  EXPECT_TRUE(b.mig_profile.empty());
+  EXPECT_EQ(b.memory_mib, 6400);
+  GpuSpec unknown = spec;
+  unknown.uuid = "GPU-anon-3";
+  unknown.index = 2;
+  unknown.mig_table = "Z9-1GB";
+  const StatusOr<GpuId> refused = ledger_->AddGpu(n, unknown);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().field(), "mig_table");
+}
+
 TEST_F(LedgerTest, MigSliceBeyondTheLargestPartitionIsInfeasible) {
   const NodeId n = AddNode();
   AddGpu(n, k40G, "A100-SXM4-40GB", /*mig=*/true);

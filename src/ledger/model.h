@@ -42,6 +42,10 @@ struct GpuSpec {
   int compute_capability_major = 0;
   int compute_capability_minor = 0;
   bool mig_capable = false;  // MIG mode is currently Enabled
+  // The MIG profile table's key (gpu::MigModelTable::model_key, e.g.
+  // "A100-80GB") where the model name does not say it (the simulator's
+  // anonymised models); empty: found from `model` and `memory_mib`.
+  std::string mig_table;
   bool mps_capable = false;  // MPS daemon alive and compute capability >= 7.0
   GpuHealth health = GpuHealth::kOk;
 };

@@ -114,8 +114,9 @@ StatusOr<SeedRun> RunSeed(const std::vector<TraceNode>& nodes,
       result = ledger->Place(request, *policy);
       if (result.outcome == ledger::PlacementOutcome::kInvalid) break;
       if (result.placed()) {
+        // A slice on a GPU in MIG mode is charged its partition.
         charged = request.kind == ledger::RequestKind::kSlice
-                      ? request.memory_mib.value_or(0) / kSimMibPerMilli
+                      ? result.allocation.memory_mib / kSimMibPerMilli
                       : std::int64_t{request.gpu_count} * kMilliPerGpu;
         if (!options.mig.enabled()) charged = pod.total_gpu_milli();
         break;

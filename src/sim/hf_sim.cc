@@ -145,8 +145,9 @@ static int Main(int argc, char** argv) {
   std::string mig_models, mig_table = "A100-80GB";
   app.add_option("--mig", mig_models,
                  "MIG variant: GPU models of the node list put in MIG mode, "
-                 "comma-separated (e.g. G2,G3); tasks there take the smallest "
-                 "MIG profile that covers them");
+                 "comma-separated (e.g. G2,G3); the ledger charges a sharing "
+                 "task there the smallest MIG profile that covers it, at a "
+                 "free placement");
   app.add_option("--mig-table", mig_table,
                  "MIG variant: the profile table of those GPUs")
       ->capture_default_str();

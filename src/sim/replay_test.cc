@@ -8,6 +8,7 @@
 
 #include <random>
 
+#include "scheduler/policy/best_fit.h"
 #include "sim/experiment.h"
 #include "sim/sim_cluster.h"
 
@@ -272,22 +273,16 @@ SimMig A100Mig(std::vector<std::string> models,
   return mig;
 }
 
-TEST(MigVariantTest, ChargesTheSmallestProfileThatCovers) {
+TEST(MigVariantTest, TheLedgerChargesTheSmallestProfileThatCovers) {
   const SimMig mig = A100Mig({"G3"}, {"T4"});
-  // 100 milli: 8.2 GB and 10% -> 1g.10gb (1 of 8 memory slices, 14%).
+  // The request is the task's own, on the MIG models only.
   auto small = ToMigRequest(Pod("s", 1, 100, 1000, 0, 1), mig);
   ASSERT_TRUE(small.has_value());
-  EXPECT_EQ(small->memory_mib, kSimGpuMemoryMib / 8);
-  EXPECT_EQ(small->compute_percent, 14);
+  EXPECT_EQ(small->memory_mib, 100 * kSimMibPerMilli);
+  EXPECT_EQ(small->compute_percent, 10);
   EXPECT_EQ(small->allowed_models, std::vector<std::string>{"G3"});
-  // 460 milli: 37.7 GB fits 3g.40gb, but 46% needs 4g.40gb (57%).
-  auto mid = ToMigRequest(Pod("m", 1, 460, 1000, 0, 1), mig);
-  ASSERT_TRUE(mid.has_value());
-  EXPECT_EQ(mid->memory_mib, kSimGpuMemoryMib / 2);
-  EXPECT_EQ(mid->compute_percent, 57);
-  // Whole GPUs, the full card and other models: no MIG instance.
+  // Whole GPUs and other models: no MIG instance.
   EXPECT_FALSE(ToMigRequest(Pod("w", 1, 1000, 1000, 0, 1), mig).has_value());
-  EXPECT_FALSE(ToMigRequest(Pod("f", 1, 950, 1000, 0, 1), mig).has_value());
   TracePod t4 = Pod("t", 1, 100, 1000, 0, 1);
   t4.gpu_spec = {"T4"};
   EXPECT_FALSE(ToMigRequest(t4, mig).has_value());
@@ -298,6 +293,66 @@ TEST(MigVariantTest, ChargesTheSmallestProfileThatCovers) {
   TracePod g3 = Pod("g", 1, 1000, 1000, 0, 1);
   g3.gpu_spec = {"G3"};
   EXPECT_FALSE(ToPlainRequest(g3, mig).has_value());
+
+  // The ledger, on a G3 in MIG mode with the A100-80GB table, charges each
+  // the partition that covers it.
+  auto built = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ledger::Ledger& l = **built;
+  const scheduler::BestFitPolicy policy;
+  const auto place = [&](int milli) {
+    return l.Place(*ToMigRequest(Pod("x", 1, milli, 1000, 0, 1), mig), policy);
+  };
+  // 100 milli: 6.4 GB and 10% -> 1g.10gb (1 of 8 memory slices, 14%).
+  ledger::PlacementResult r = place(100);
+  ASSERT_TRUE(r.placed()) << r.message;
+  EXPECT_EQ(r.allocation.mig_profile, "1g.10gb");
+  EXPECT_EQ(r.allocation.memory_mib, kSimGpuMemoryMib / 8);
+  EXPECT_EQ(r.allocation.compute_percent, 14);
+  // 460 milli: 29.4 GB fits 3g.40gb, but 46% needs 4g.40gb (57%), whose one
+  // placement (slots 0-3) the 1g.10gb at slot 0 blocks, as it blocks the
+  // full card's 7g.80gb.
+  r = place(460);
+  EXPECT_FALSE(r.placed()) << r.allocation.mig_profile;
+  // 950 milli: above the ledger's 90% slice limit anywhere.
+  EXPECT_FALSE(place(950).placed());
+  // On an empty card, a task above every partition short of the full card
+  // (600 milli: 38.4 GB and 60%, more than a 4g.40gb) takes the 7g.80gb.
+  auto fresh = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  const ledger::PlacementResult full =
+      (*fresh)->Place(*ToMigRequest(Pod("y", 1, 600, 1000, 0, 1), mig), policy);
+  ASSERT_TRUE(full.placed()) << full.message;
+  EXPECT_EQ(full.allocation.mig_profile, "7g.80gb");
+  EXPECT_EQ(full.allocation.memory_mib, kSimGpuMemoryMib);
+}
+
+// Placements, not only counts: five 1g.10gb partitions take slots 0-4, and
+// a 250-milli task (a 2g.20gb: slots 0-1, 2-3 or 4-5; 3g and 4g overlap the
+// taken slots too) finds none free, although 3 of the 8 memory slices and
+// 30% of the compute are; a 100-milli task after it takes slot 5. (Charged
+// by counts alone, the 250-milli task was placed.)
+TEST(MigVariantTest, APartitionNeedsAFreePlacement) {
+  const SimMig mig = A100Mig({"G3"}, {});
+  auto built = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  ledger::Ledger& l = **built;
+  const scheduler::BestFitPolicy policy;
+  const auto place = [&](int milli) {
+    return l.Place(*ToMigRequest(Pod("x", 1, milli, 1000, 0, 1), mig), policy);
+  };
+  for (int i = 0; i < 5; ++i) {
+    const ledger::PlacementResult r = place(100);
+    ASSERT_TRUE(r.placed()) << r.message;
+    EXPECT_EQ(r.allocation.mig_start, i);
+  }
+  const ledger::PlacementResult two = place(250);
+  EXPECT_FALSE(two.placed())
+      << two.allocation.mig_profile << "@" << two.allocation.mig_start;
+  EXPECT_NE(two.message.find("MIG"), std::string::npos) << two.message;
+  const ledger::PlacementResult last = place(100);
+  ASSERT_TRUE(last.placed()) << last.message;
+  EXPECT_EQ(last.allocation.mig_start, 5);
 }
 
 TEST(MigVariantTest, SharingTasksHoldTheirProfileOnMigGpus) {

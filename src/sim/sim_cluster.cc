@@ -36,14 +36,15 @@ StatusOr<std::unique_ptr<ledger::Ledger>> BuildSimLedger(
       gpu.model = n->model;
       gpu.memory_mib = kSimGpuMemoryMib;
       gpu.compute_capability_major = 7;
-      auto id = ledger->AddGpu(*node, gpu);
-      if (!id.ok()) return id.status().WithContext("node " + n->name);
       if (mig.enabled() && std::find(mig.models.begin(), mig.models.end(),
                                      n->model) != mig.models.end()) {
-        Status set = ledger->SetGpuCapabilities(*id, /*mig_capable=*/true,
-                                                /*mps_capable=*/false);
-        if (!set.ok()) return set.WithContext("node " + n->name);
+        // In MIG mode, with the table's geometry: the ledger charges each
+        // slice the partition it gets, at a free placement.
+        gpu.mig_capable = true;
+        gpu.mig_table = mig.table->model_key;
       }
+      auto id = ledger->AddGpu(*node, gpu);
+      if (!id.ok()) return id.status().WithContext("node " + n->name);
     }
   }
   return ledger;
@@ -97,24 +98,8 @@ std::optional<ledger::PlacementRequest> ToMigRequest(const TracePod& pod,
     }
   }
   if (models.empty()) return std::nullopt;
-  const gpu::MigModelTable& t = *mig.table;
-  // The task's share of the card, in the table's nominal memory and in
-  // compute percent.
-  const MemoryMib memory = std::max<MemoryMib>(
-      1, (t.memory_mib * pod.gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu);
-  const ComputePercent compute = std::clamp(pod.gpu_milli / 10, 1, 100);
-  auto chosen = gpu::ChooseMigInstance(t, memory, compute, {});
-  if (!chosen.ok()) return std::nullopt;
-  const gpu::MigProfile* profile = gpu::FindProfile(t, chosen->profile);
-  // The full card is no slice the ledger hands out (its 90% limit).
-  if (profile == nullptr || profile->memory_slices >= t.memory_slices) {
-    return std::nullopt;
-  }
-  ledger::PlacementRequest r = ledger::PlacementRequest::Slice(
-      kSimTenant, kSimGpuMemoryMib * profile->memory_slices / t.memory_slices,
-      gpu::MigComputePercent(t, *profile));
-  r.cpu_milli = std::max<CpuMilli>(1, pod.cpu_milli);
-  r.host_memory_mib = pod.memory_mib;
+  // The task as it asks; the ledger charges the partition.
+  ledger::PlacementRequest r = ToRequest(pod);
   r.allowed_models = std::move(models);
   return r;
 }

@@ -33,13 +33,16 @@ inline constexpr MemoryMib kSimMibPerMilli = kSimGpuMemoryMib / kMilliPerGpu;
 inline constexpr TenantId kSimTenant{1};
 
 // The MIG variant: the GPUs of `models` are in MIG mode with `table`'s
-// profiles (an A100/H100-class geometry: 7 compute, 8 memory slices). The
+// profiles and placements (an A100/H100-class geometry: 7 compute, 8 memory
+// slices; GpuSpec::mig_table, since the trace's models are anonymised). The
 // ledger never hands a MIG GPU out whole, so a task there holds a MIG
-// instance: the smallest profile (ChooseMigInstance) whose memory share of
-// the card (memory_slices / 8) and compute share (MigComputePercent) cover
-// the task's GPU milli. Only sharing tasks run on MIG instances: the
-// full-card profile is above the ledger's 90% slice limit, so whole-GPU
-// tasks need GPUs out of MIG mode.
+// instance, which the ledger chooses and charges as it does for the
+// server: the smallest profile whose memory share of the card
+// (memory_slices / 8) and compute share (MigComputePercent) cover the
+// task's GPU milli, at a placement free on that GPU (a task above the
+// largest partition short of the card takes the full-card one). Only
+// sharing tasks run on MIG instances: the ledger hands no GPU in MIG mode
+// out whole, so whole-GPU tasks need GPUs out of MIG mode.
 struct SimMig {
   std::vector<std::string> models;
   std::vector<std::string> plain_models;  // the cluster's other GPU models
@@ -60,12 +63,11 @@ std::int64_t CapacityMilli(const std::vector<TraceNode>& nodes);
 // The ledger request for one trace task.
 ledger::PlacementRequest ToRequest(const TracePod& pod);
 
-// The request for one trace task on the MIG GPUs of `mig`: a slice of the
-// smallest profile that covers the task (memory = profile's share of
-// kSimGpuMemoryMib, compute = its MigComputePercent), allowed only on MIG
-// models; nullopt for tasks that cannot run on a MIG instance (not a
-// sharing task, needing the full card, or constrained to models not in MIG
-// mode).
+// The request for one trace task on the MIG GPUs of `mig`: the task's own
+// request (ToRequest), allowed only on MIG models; the ledger charges it
+// the smallest partition of the table that covers it at a free placement.
+// nullopt for tasks that cannot run on a MIG instance (not a sharing task,
+// or constrained to models not in MIG mode).
 std::optional<ledger::PlacementRequest> ToMigRequest(const TracePod& pod,
                                                      const SimMig& mig);
 
