@@ -187,4 +187,34 @@ TEST_F(HfSimCliTest, UnknownPolicyAndBadSeedsAreRefused) {
   EXPECT_NE(missing.output.find("--nodes"), std::string::npos);
 }
 
+// The MIG variant through the binary: the V100 node's GPUs in MIG mode with
+// the A100-80GB table; sharing tasks are charged partitions there, so what
+// is allocated differs from the run without it; unknown models and tables
+// are refused, naming the flag.
+TEST_F(HfSimCliTest, TheMigVariantRunsAndRefusesWhatItDoesNotKnow) {
+  const std::string base = "--nodes " + Path("nodes.csv") + " --pods " +
+                           Path("pods.csv") + " --policy hf-frag --seeds 1-2";
+  const Outcome plain = RunHfSim(base + " --json " + Path("plain.json"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  const Outcome mig =
+      RunHfSim(base + " --mig V100M32 --json " + Path("mig.json"));
+  ASSERT_EQ(mig.exit_code, 0) << mig.output;
+  const auto without = nlohmann::json::parse(Read("plain.json"));
+  const auto with = nlohmann::json::parse(Read("mig.json"));
+  EXPECT_GT(with.at("placed").get<int>(), 0);
+  EXPECT_NE(with.at("points").at(100).at("unallocated_pct"),
+            without.at("points").at(100).at("unallocated_pct"))
+      << "rounding up to partitions must change what is allocated";
+  const Outcome model = RunHfSim(base + " --mig P100 --json " + Path("x.json"));
+  EXPECT_EQ(model.exit_code, 2) << model.output;
+  EXPECT_NE(model.output.find("--mig: no GPU node of model 'P100'"),
+            std::string::npos)
+      << model.output;
+  const Outcome table =
+      RunHfSim(base + " --mig V100M32 --mig-table Z9 --json " + Path("x.json"));
+  EXPECT_EQ(table.exit_code, 2) << table.output;
+  EXPECT_NE(table.output.find("--mig-table"), std::string::npos)
+      << table.output;
+}
+
 }  // namespace
