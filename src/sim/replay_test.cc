@@ -273,6 +273,27 @@ SimMig A100Mig(std::vector<std::string> models,
   return mig;
 }
 
+// One G3 GPU in MIG mode (the table of `mig`) placing trace tasks through
+// ToMigRequest with Best-Fit.
+class OneMigGpu {
+ public:
+  explicit OneMigGpu(SimMig mig) : mig_(std::move(mig)) {
+    auto built = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig_);
+    EXPECT_TRUE(built.ok()) << built.status().ToString();
+    if (built.ok()) ledger_ = std::move(built).value();
+  }
+  bool ok() const { return ledger_ != nullptr; }
+  ledger::PlacementResult Place(int milli) {
+    return ledger_->Place(*ToMigRequest(Pod("x", 1, milli, 1000, 0, 1), mig_),
+                          policy_);
+  }
+
+ private:
+  SimMig mig_;
+  std::unique_ptr<ledger::Ledger> ledger_;
+  scheduler::BestFitPolicy policy_;
+};
+
 TEST(MigVariantTest, TheLedgerChargesTheSmallestProfileThatCovers) {
   const SimMig mig = A100Mig({"G3"}, {"T4"});
   // The request is the task's own, on the MIG models only.
@@ -296,15 +317,10 @@ TEST(MigVariantTest, TheLedgerChargesTheSmallestProfileThatCovers) {
 
   // The ledger, on a G3 in MIG mode with the A100-80GB table, charges each
   // the partition that covers it.
-  auto built = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig);
-  ASSERT_TRUE(built.ok()) << built.status().ToString();
-  ledger::Ledger& l = **built;
-  const scheduler::BestFitPolicy policy;
-  const auto place = [&](int milli) {
-    return l.Place(*ToMigRequest(Pod("x", 1, milli, 1000, 0, 1), mig), policy);
-  };
+  OneMigGpu gpu(mig);
+  ASSERT_TRUE(gpu.ok());
   // 100 milli: 6.4 GB and 10% -> 1g.10gb (1 of 8 memory slices, 14%).
-  ledger::PlacementResult r = place(100);
+  ledger::PlacementResult r = gpu.Place(100);
   ASSERT_TRUE(r.placed()) << r.message;
   EXPECT_EQ(r.allocation.mig_profile, "1g.10gb");
   EXPECT_EQ(r.allocation.memory_mib, kSimGpuMemoryMib / 8);
@@ -312,16 +328,15 @@ TEST(MigVariantTest, TheLedgerChargesTheSmallestProfileThatCovers) {
   // 460 milli: 29.4 GB fits 3g.40gb, but 46% needs 4g.40gb (57%), whose one
   // placement (slots 0-3) the 1g.10gb at slot 0 blocks, as it blocks the
   // full card's 7g.80gb.
-  r = place(460);
+  r = gpu.Place(460);
   EXPECT_FALSE(r.placed()) << r.allocation.mig_profile;
   // 950 milli: above the ledger's 90% slice limit anywhere.
-  EXPECT_FALSE(place(950).placed());
+  EXPECT_FALSE(gpu.Place(950).placed());
   // On an empty card, a task above every partition short of the full card
   // (600 milli: 38.4 GB and 60%, more than a 4g.40gb) takes the 7g.80gb.
-  auto fresh = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig);
-  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
-  const ledger::PlacementResult full =
-      (*fresh)->Place(*ToMigRequest(Pod("y", 1, 600, 1000, 0, 1), mig), policy);
+  OneMigGpu fresh(mig);
+  ASSERT_TRUE(fresh.ok());
+  const ledger::PlacementResult full = fresh.Place(600);
   ASSERT_TRUE(full.placed()) << full.message;
   EXPECT_EQ(full.allocation.mig_profile, "7g.80gb");
   EXPECT_EQ(full.allocation.memory_mib, kSimGpuMemoryMib);
@@ -333,24 +348,18 @@ TEST(MigVariantTest, TheLedgerChargesTheSmallestProfileThatCovers) {
 // 30% of the compute are; a 100-milli task after it takes slot 5. (Charged
 // by counts alone, the 250-milli task was placed.)
 TEST(MigVariantTest, APartitionNeedsAFreePlacement) {
-  const SimMig mig = A100Mig({"G3"}, {});
-  auto built = BuildSimLedger({{"mig", 64000, 262144, 1, "G3"}}, 7, mig);
-  ASSERT_TRUE(built.ok()) << built.status().ToString();
-  ledger::Ledger& l = **built;
-  const scheduler::BestFitPolicy policy;
-  const auto place = [&](int milli) {
-    return l.Place(*ToMigRequest(Pod("x", 1, milli, 1000, 0, 1), mig), policy);
-  };
+  OneMigGpu gpu(A100Mig({"G3"}, {}));
+  ASSERT_TRUE(gpu.ok());
   for (int i = 0; i < 5; ++i) {
-    const ledger::PlacementResult r = place(100);
+    const ledger::PlacementResult r = gpu.Place(100);
     ASSERT_TRUE(r.placed()) << r.message;
     EXPECT_EQ(r.allocation.mig_start, i);
   }
-  const ledger::PlacementResult two = place(250);
+  const ledger::PlacementResult two = gpu.Place(250);
   EXPECT_FALSE(two.placed())
       << two.allocation.mig_profile << "@" << two.allocation.mig_start;
   EXPECT_NE(two.message.find("MIG"), std::string::npos) << two.message;
-  const ledger::PlacementResult last = place(100);
+  const ledger::PlacementResult last = gpu.Place(100);
   ASSERT_TRUE(last.placed()) << last.message;
   EXPECT_EQ(last.allocation.mig_start, 5);
 }
