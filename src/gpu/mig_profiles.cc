@@ -216,13 +216,6 @@ std::vector<MigModelTable> BuildTables() {
   return tables;
 }
 
-const MigModelTable* TableByKey(std::string_view key) {
-  for (const MigModelTable& table : AllMigTables()) {
-    if (table.model_key == key) return &table;
-  }
-  return nullptr;
-}
-
 std::string ToLower(std::string_view s) {
   std::string out(s);
   for (char& c : out) {
@@ -276,25 +269,25 @@ constexpr MemoryMib Gib(int gib) { return MemoryMib{gib} * kMibPerGb; }
 
 // A100 / A800: 40 or 80 GB.
 const MigModelTable* FindA100(int size_gb, MemoryMib total_memory_mib) {
-  if (size_gb == 40) return TableByKey("A100-40GB");
-  if (size_gb == 80) return TableByKey("A100-80GB");
+  if (size_gb == 40) return MigTableByKey("A100-40GB");
+  if (size_gb == 80) return MigTableByKey("A100-80GB");
   if (total_memory_mib <= 0) return nullptr;
   // Reported totals sit a little under nominal (40537 MiB on a 40GB card).
-  return TableByKey(total_memory_mib >= Gib(60) ? "A100-80GB" : "A100-40GB");
+  return MigTableByKey(total_memory_mib >= Gib(60) ? "A100-80GB" : "A100-40GB");
 }
 
 // H100 / H800: 80, 94 (NVL) or 96 GB.
 const MigModelTable* FindH100(const std::vector<std::string>& words,
                               int size_gb, MemoryMib total_memory_mib) {
-  if (HasWord(words, "nvl")) return TableByKey("H100-94GB");
-  if (size_gb == 80) return TableByKey("H100-80GB");
-  if (size_gb == 94) return TableByKey("H100-94GB");
-  if (size_gb == 96) return TableByKey("H100-96GB");
+  if (HasWord(words, "nvl")) return MigTableByKey("H100-94GB");
+  if (size_gb == 80) return MigTableByKey("H100-80GB");
+  if (size_gb == 94) return MigTableByKey("H100-94GB");
+  if (size_gb == 96) return MigTableByKey("H100-96GB");
   if (total_memory_mib <= 0) return nullptr;
   // An H100 NVL reports 95830 MiB, an H100 80GB about 81559 MiB.
-  if (total_memory_mib <= Gib(88)) return TableByKey("H100-80GB");
-  if (total_memory_mib <= Gib(95)) return TableByKey("H100-94GB");
-  return TableByKey("H100-96GB");
+  if (total_memory_mib <= Gib(88)) return MigTableByKey("H100-80GB");
+  if (total_memory_mib <= Gib(95)) return MigTableByKey("H100-94GB");
+  return MigTableByKey("H100-96GB");
 }
 
 // "1-3", or "5" for a one-slot placement.
@@ -423,14 +416,17 @@ const std::vector<MigModelTable>& AllMigTables() {
 }
 
 const MigModelTable* MigTableByKey(std::string_view key) {
-  return TableByKey(key);
+  for (const MigModelTable& table : AllMigTables()) {
+    if (table.model_key == key) return &table;
+  }
+  return nullptr;
 }
 
 const MigModelTable* FindMigTable(std::string_view model,
                                   MemoryMib total_memory_mib) {
   const std::vector<std::string> words = Words(model);
   const int size_gb = SizeWordGb(words);
-  if (HasWord(words, "a30")) return TableByKey("A30-24GB");
+  if (HasWord(words, "a30")) return MigTableByKey("A30-24GB");
   if (HasWord(words, "a100") || HasWord(words, "a800")) {
     return FindA100(size_gb, total_memory_mib);
   }
@@ -438,16 +434,16 @@ const MigModelTable* FindMigTable(std::string_view model,
   // the 96GB variant has a table in the guide.
   if (HasWord(words, "gh200")) {
     if (total_memory_mib > 0 && total_memory_mib <= Gib(100)) {
-      return TableByKey("H100-96GB");
+      return MigTableByKey("H100-96GB");
     }
     return nullptr;
   }
   if (HasWord(words, "h100") || HasWord(words, "h800")) {
     return FindH100(words, size_gb, total_memory_mib);
   }
-  if (HasWord(words, "h20")) return TableByKey("H100-96GB");
-  if (HasWord(words, "h200")) return TableByKey("H200-141GB");
-  if (HasWord(words, "b200")) return TableByKey("B200-180GB");
+  if (HasWord(words, "h20")) return MigTableByKey("H100-96GB");
+  if (HasWord(words, "h200")) return MigTableByKey("H200-141GB");
+  if (HasWord(words, "b200")) return MigTableByKey("B200-180GB");
   return nullptr;
 }
 

@@ -216,9 +216,7 @@ static int Main(int argc, char** argv) {
   const std::int64_t capacity = CapacityMilli(*nodes);
   if (capacity == 0) return Fail(nodes_file + ": no node has a GPU");
   if (!mig_models.empty()) {
-    for (const gpu::MigModelTable& t : gpu::AllMigTables()) {
-      if (t.model_key == mig_table) options.mig.table = &t;
-    }
+    options.mig.table = gpu::MigTableByKey(mig_table);
     if (options.mig.table == nullptr) {
       return Fail("--mig-table: no MIG table '" + mig_table + "'");
     }

@@ -266,9 +266,7 @@ SimMig A100Mig(std::vector<std::string> models,
   SimMig mig;
   mig.models = std::move(models);
   mig.plain_models = std::move(plain);
-  for (const gpu::MigModelTable& t : gpu::AllMigTables()) {
-    if (t.model_key == "A100-80GB") mig.table = &t;
-  }
+  mig.table = gpu::MigTableByKey("A100-80GB");
   EXPECT_NE(mig.table, nullptr);
   return mig;
 }
