@@ -23,6 +23,13 @@ const gpu::MigModelTable* MigTableOf(const GpuSpec& spec) {
   return spec.mig_capable ? ModelMigTable(spec) : nullptr;
 }
 
+// The table a partition recorded on `gpu` belongs to: its MIG mode's, or its
+// model's where MIG mode reads off now (a lost GPU reads so), since a
+// partition keeps its slots, as on a live ledger, until released.
+const gpu::MigModelTable* PartitionTable(const GpuRecord& gpu) {
+  return gpu.mig != nullptr ? gpu.mig : ModelMigTable(gpu.spec);
+}
+
 }  // namespace
 namespace {
 
@@ -411,7 +418,8 @@ Status Ledger::WithdrawSharing(TenantId a, TenantId b) {
 // --------------------------------------------------------------- allocation
 
 Status Ledger::ValidateChoiceLocked(const PlacementRequest& request,
-                                    const std::vector<GpuId>& gpus) const {
+                                    const std::vector<GpuId>& gpus,
+                                    gpu::MigFit* mig_fit) const {
   const ClusterView view(state_);
   if (request.kind == RequestKind::kSlice) {
     if (gpus.size() != 1) {
@@ -423,7 +431,9 @@ Status Ledger::ValidateChoiceLocked(const PlacementRequest& request,
         MaxSliceMemoryMib(view.largest_gpu_memory_mib())) {
       return Status::Internal("slice above 90% of the largest GPU chosen");
     }
-    if (auto reason = view.CheckSlice(view.gpu(gpus[0]), request)) {
+    const GpuRecord& gpu = view.gpu(gpus[0]);
+    if (auto reason = view.CheckSlice(
+            gpu, request, view.SharingKeyOf(request.tenant), mig_fit)) {
       return Status::Internal(std::string("chosen GPU fails rule ") +
                               RejectReasonName(*reason));
     }
@@ -494,10 +504,7 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
       if (!a.mig_profile.empty()) {
         auto& instances = gpu.mig_instances;
         if (sign > 0) {
-          // The model's table even when MIG mode reads off (a lost GPU):
-          // the partition keeps its slots until released.
-          const gpu::MigModelTable* table =
-              gpu.mig != nullptr ? gpu.mig : ModelMigTable(gpu.spec);
+          const gpu::MigModelTable* table = PartitionTable(gpu);
           const gpu::MigProfile* profile =
               table != nullptr ? gpu::FindProfile(*table, a.mig_profile)
                                : nullptr;
@@ -530,7 +537,8 @@ void Ledger::ApplyLocked(const Allocation& a, int sign) {
 }
 
 Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
-                                const std::vector<GpuId>& gpus, SliceId id) {
+                                const std::vector<GpuId>& gpus, SliceId id,
+                                const gpu::MigFit& mig_fit) {
   const ClusterView view(state_);
   Allocation a;
   a.id = id;
@@ -545,17 +553,14 @@ Allocation Ledger::CommitLocked(const PlacementRequest& request, NodeId node,
     a.compute_percent = view.AccountedCompute(request);
     a.compute_defaulted = !request.compute_percent.has_value();
     const GpuRecord& gpu = view.gpu(gpus.front());
-    if (gpu.mig != nullptr) {
-      // A MIG partition: charged as its profile, where it sits.
-      // ValidateChoiceLocked has checked that one fits.
-      if (const std::optional<gpu::MigFit> fit =
-              ClusterView::MigFitFor(gpu, request)) {
-        a.memory_mib = ClusterView::MigChargedMemory(gpu, *fit->profile);
-        a.compute_percent = gpu::MigComputePercent(*gpu.mig, *fit->profile);
-        a.compute_defaulted = false;
-        a.mig_profile = fit->profile->name;
-        a.mig_start = fit->placement.start;
-      }
+    if (gpu.mig != nullptr && mig_fit.profile != nullptr) {
+      // A MIG partition: charged as its profile, where it sits (the one
+      // ValidateChoiceLocked found).
+      a.memory_mib = ClusterView::MigChargedMemory(gpu, *mig_fit.profile);
+      a.compute_percent = gpu::MigComputePercent(*gpu.mig, *mig_fit.profile);
+      a.compute_defaulted = false;
+      a.mig_profile = mig_fit.profile->name;
+      a.mig_start = mig_fit.placement.start;
     }
   } else if (request.kind == RequestKind::kWholeGpus) {
     for (GpuId g : gpus) a.memory_mib += view.gpu(g).spec.memory_mib;
@@ -587,6 +592,7 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
   const ClusterView view(state_);
   NodeId node;  // node-only requests: the policy's node
   std::vector<GpuId> gpus;
+  gpu::MigFit mig_fit;  // a slice's partition on a GPU in MIG mode
   if (request.kind == RequestKind::kNodeOnly) {
     const std::optional<NodeId> chosen = policy.ChooseNode(view, request);
     if (!chosen.has_value()) return ExplainNoPlacement(view, request);
@@ -600,7 +606,7 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
   } else {
     std::optional<std::vector<GpuId>> chosen = policy.Choose(view, request);
     if (!chosen.has_value()) return ExplainNoPlacement(view, request);
-    if (Status s = ValidateChoiceLocked(request, *chosen); !s.ok()) {
+    if (Status s = ValidateChoiceLocked(request, *chosen, &mig_fit); !s.ok()) {
       return InvalidResult(
           s.WithContext("placement policy " + std::string(policy.name())));
     }
@@ -608,8 +614,8 @@ PlacementResult Ledger::Place(const PlacementRequest& request,
   }
   PlacementResult result;
   result.outcome = PlacementOutcome::kPlaced;
-  result.allocation =
-      CommitLocked(request, node, gpus, SliceId(state_.next_slice_id++));
+  result.allocation = CommitLocked(request, node, gpus,
+                                   SliceId(state_.next_slice_id++), mig_fit);
   result.message = "placed";
   return result;
 }
@@ -690,10 +696,7 @@ StatusOr<Allocation> Ledger::ResizeSlice(SliceId id, MemoryMib memory_mib) {
 }
 
 Status Ledger::RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const {
-  // The model's table, even where MIG mode reads off now (a lost GPU reads
-  // so): a partition keeps its slots, as on a live ledger, until released.
-  const gpu::MigModelTable* table =
-      gpu.mig != nullptr ? gpu.mig : ModelMigTable(gpu.spec);
+  const gpu::MigModelTable* table = PartitionTable(gpu);
   if (a.mig_profile.empty() && gpu.mig == nullptr) return Status::Ok();
   if (table == nullptr) {
     return Status::InvalidArgument(

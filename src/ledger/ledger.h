@@ -171,13 +171,16 @@ class Ledger {
   // profile, slot and charge. Elsewhere clears them.
   Status RestoreMigLocked(const GpuRecord& gpu, Allocation& a) const
       HF_REQUIRES(mu_);
+  // Whether `gpus` is an admissible choice for `request`; for a slice on a
+  // GPU in MIG mode, `mig_fit` gets the partition it gets there.
   Status ValidateChoiceLocked(const PlacementRequest& request,
-                              const std::vector<GpuId>& gpus) const
-      HF_REQUIRES(mu_);
-  // `node` is used only when `gpus` is empty (kNodeOnly).
+                              const std::vector<GpuId>& gpus,
+                              gpu::MigFit* mig_fit) const HF_REQUIRES(mu_);
+  // `node` is used only when `gpus` is empty (kNodeOnly); `mig_fit`, a
+  // slice's partition on a GPU in MIG mode, as ValidateChoiceLocked found it.
   Allocation CommitLocked(const PlacementRequest& request, NodeId node,
-                          const std::vector<GpuId>& gpus, SliceId id)
-      HF_REQUIRES(mu_);
+                          const std::vector<GpuId>& gpus, SliceId id,
+                          const gpu::MigFit& mig_fit) HF_REQUIRES(mu_);
   void ApplyLocked(const Allocation& allocation, int sign) HF_REQUIRES(mu_);
   void RecomputeDomainsLocked() HF_REQUIRES(mu_);
 

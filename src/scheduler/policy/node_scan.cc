@@ -68,8 +68,7 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
   switch (need.kind) {
     case RequestKind::kSlice:
       if (need.memory > node.max_free_memory_mib ||
-          (node.mig_slices ? need.least_compute : need.compute) >
-              node.max_free_compute_percent) {
+          need.ComputeFloor(node.mig_slices) > node.max_free_compute_percent) {
         return false;
       }
       break;
@@ -124,12 +123,11 @@ bool Gather(const ClusterView& view, std::size_t slot, const Need& need,
           break;
         }
         gpu::MigFit fit;
-        f.candidate =
-            gpu.live && !gpu.whole_owned &&
-            gpu.free_memory_mib() >= need.memory &&
-            gpu.free_compute_percent() >=
-                (gpu.mig != nullptr ? need.least_compute : need.compute) &&
-            !view.CheckSlice(gpu, request, need.ask.tenant_key, &fit);
+        f.candidate = gpu.live && !gpu.whole_owned &&
+                      gpu.free_memory_mib() >= need.memory &&
+                      gpu.free_compute_percent() >=
+                          need.ComputeFloor(gpu.mig != nullptr) &&
+                      !view.CheckSlice(gpu, request, need.ask.tenant_key, &fit);
         if (f.candidate && fit.profile != nullptr) {
           // In MIG mode: measured at the partition's charge, as the ledger
           // charges it.

@@ -33,6 +33,11 @@ struct Need {
   // Slice: the least compute a GPU in MIG mode may charge it
   // (ClusterView::LeastChargedCompute), what a MIG GPU must have free.
   ComputePercent least_compute = 0;
+  // The compute a slice needs free on a GPU (or a node's best GPU), in MIG
+  // mode or not.
+  ComputePercent ComputeFloor(bool mig) const {
+    return mig ? least_compute : compute;
+  }
   // The requester's sharing key and the request's model bits (a node whose
   // GPUs have none of them is passed over); for a slice, what
   // CheckSliceBrief reads.
