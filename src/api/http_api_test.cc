@@ -239,6 +239,90 @@ TEST_F(HttpApiTest, UserPostingABadSliceBodyIsRefusedNotValidated) {
   EXPECT_EQ(admin.status, 400) << admin.body;
 }
 
+// Who may call is checked before what they sent where the "who" is named in
+// the request: a tenant role acting for another tenant, a tenant-admin
+// granting a token it may not, another tenant's slice. Each was answered
+// with the body's first invalid field (400) instead.
+TEST_F(HttpApiTest, WhatARequestActsForIsCheckedBeforeItsBody) {
+  ASSERT_TRUE(cp_->CreateTenant(admin_, "t2", std::nullopt).ok());
+  const std::string user = tokens_[Role::kUser];
+  const std::string tenant_admin = tokens_[Role::kTenantAdmin];
+  const auto expect = [&](int status, const std::string& method,
+                          const std::string& target, const std::string& bearer,
+                          const std::string& body) {
+    SCOPED_TRACE(method + " " + target + " " + body);
+    const LocalResponse res = Call(method, target, bearer, body);
+    EXPECT_EQ(res.status, status) << res.body;
+    if (status != 400) {
+      EXPECT_FALSE(Body(res).contains("field")) << res.body;
+    }
+  };
+  // Tasks: a user acts for its own tenant only.
+  expect(403, "POST", "/api/v1/tasks", user,
+         R"({"tenant": "t2", "name": "x", "gpu_memory_mb": 1, "bad": 1})");
+  expect(400, "POST", "/api/v1/tasks", user,
+         R"({"tenant": "t1", "name": "x", "gpu_memory_mb": 1, "bad": 1})");
+  expect(400, "POST", "/api/v1/tasks", user,
+         R"({"name": "x", "gpu_memory_mb": 1})");
+  // Operator slices: a tenant-admin reserves for its own tenant only.
+  expect(403, "POST", "/api/v1/slices", tenant_admin,
+         R"({"tenant": "t2", "gpu_memory_mb": 1})");
+  expect(400, "POST", "/api/v1/slices", tenant_admin,
+         R"({"tenant": "t1", "gpu_memory_mb": 1})");
+  // Tokens: a tenant-admin grants user and tenant-admin tokens of its
+  // tenant only.
+  expect(403, "POST", "/api/v1/tokens", tenant_admin,
+         R"({"role": "admin", "description": 5})");
+  expect(403, "POST", "/api/v1/tokens", tenant_admin,
+         R"({"role": "no-such-role"})");
+  expect(403, "POST", "/api/v1/tokens", tenant_admin,
+         R"({"role": "user", "tenant": "t2", "description": 5})");
+  expect(400, "POST", "/api/v1/tokens", tenant_admin,
+         R"({"role": "user", "description": 5})");
+  expect(400, "POST", "/api/v1/tokens", tokens_[Role::kAdmin],
+         R"({"role": "no-such-role"})");
+
+  // Another tenant's slice is not found, whatever the request says.
+  server::NodeReport node;
+  node.name = "n1";
+  server::GpuReport gpu;
+  gpu.uuid = "GPU-0";
+  gpu.model = "NVIDIA A100-SXM4-80GB";
+  gpu.memory_mib = 81920;
+  gpu.cc_major = 8;
+  node.gpus.push_back(gpu);
+  ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  const LocalResponse t2_slice =
+      Call("POST", "/api/v1/slices", tokens_[Role::kAdmin],
+           R"({"tenant": "t2", "gpu_memory_mb": 1024})");
+  ASSERT_EQ(t2_slice.status, 201) << t2_slice.body;
+  const std::string path =
+      "/api/v1/slices/" + std::to_string(Body(t2_slice)["id"].get<int>());
+  const std::string long_reason(1025, 'r');
+  expect(404, "PATCH", path, tenant_admin, R"({"gpu_memory_mb": 1})");
+  expect(404, "DELETE", path + "?reason=" + long_reason, tenant_admin, "");
+  expect(404, "GET", path + "/usage?limit=0", user, "");
+  expect(400, "PATCH", path, tokens_[Role::kAdmin], R"({"gpu_memory_mb": 1})");
+  expect(400, "GET", path + "/usage?limit=0", tokens_[Role::kAdmin], "");
+  expect(400, "DELETE", path + "?reason=" + long_reason, tokens_[Role::kAdmin],
+         "");
+  // Another tenant's task: the same.
+  const LocalResponse t2_task =
+      Call("POST", "/api/v1/tasks", tokens_[Role::kAdmin],
+           R"({"tenant": "t2", "name": "x", "gpu_memory_mb": 1024,
+               "command": "true"})");
+  ASSERT_EQ(t2_task.status, 201) << t2_task.body;
+  const std::string logs = "/api/v1/tasks/" +
+                           std::to_string(Body(t2_task)["id"].get<int>()) +
+                           "/logs?offset=x";
+  expect(404, "GET", logs, user, "");
+  expect(403, "GET", "/api/v1/tasks?tenant=t2&limit=0", user, "");
+  expect(400, "GET", "/api/v1/tasks?tenant=t1&limit=0", user, "");
+  expect(400, "GET", logs, tokens_[Role::kAdmin], "");
+  // Nothing was created or changed by the refused requests.
+  EXPECT_EQ(Body(Call("GET", path, tokens_[Role::kAdmin]))["memory_mb"], 1024);
+}
+
 TEST_F(HttpApiTest, ANodeTokenBoundToAnotherNodeIsRefusedBeforeParsing) {
   const LocalResponse res = Call("POST", "/api/v1/nodes/n2/heartbeat",
                                  tokens_[Role::kNode], "{not json");

@@ -121,4 +121,10 @@ json PageBody(json items, std::optional<std::string> next, std::string resume) {
 
 StatusOr<json> Body(const Ctx& ctx) { return ParseBody(ctx.req.body); }
 
+std::optional<std::string> StringField(const json& body, const char* field) {
+  const auto it = body.find(field);
+  if (it == body.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
 }  // namespace hf::api::routes

@@ -241,6 +241,11 @@ json PageJson(const server::Page<T>& page, std::string start, F&& render) {
 
 StatusOr<json> Body(const Ctx& ctx);
 
+// The string `body` (an object) holds at `field`, or nullopt where it holds
+// none (absent, null, or another type, which validation then names): what
+// a check of who may call reads before the body is validated.
+std::optional<std::string> StringField(const json& body, const char* field);
+
 // Pages an in-memory list (the admin lists are small) the same way the
 // store pages the big ones: ascending id, ?limit= and ?cursor=.
 template <typename T, typename IdFn, typename RenderFn>

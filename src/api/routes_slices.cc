@@ -9,6 +9,12 @@ using store::RowId;
 
 namespace {
 
+// Who may call before what they sent: another tenant's slice (or none) is
+// not found, before the request's query or body is read.
+Status SliceVisible(Ctx& c, RowId id) {
+  return c.cp.GetSlice(c.caller, id).status();
+}
+
 // GET /api/v1/slices/stats
 StatusOr<Reply> SliceStats(Ctx& c) {
   ControlPlane& cp = c.cp;
@@ -77,6 +83,9 @@ StatusOr<Reply> CreateSlice(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto body = Body(c);
   if (!body.ok()) return body.status();
+  // Who may call (the tenant it acts for) before what they sent.
+  HF_RETURN_IF_ERROR(
+      server::CheckActsFor(c.caller, StringField(*body, "tenant")));
   auto request = ParseSliceCreate(*body);
   if (!request.ok()) return request.status();
   auto slice = cp.CreateSlice(c.caller, *request);
@@ -101,6 +110,7 @@ StatusOr<Reply> SliceUsageHistory(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+  HF_RETURN_IF_ERROR(SliceVisible(c, *id));
   store::Millis since = 0;
   if (auto v = Query(c.req, "since"); v && !v->empty()) {
     auto at = ParseTime(*v, "since");
@@ -128,6 +138,7 @@ StatusOr<Reply> ResizeSlice(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+  HF_RETURN_IF_ERROR(SliceVisible(c, *id));
   auto body = Body(c);
   if (!body.ok()) return body.status();
   auto request = ParseSliceResize(*body);
@@ -144,6 +155,7 @@ StatusOr<Reply> DeleteSlice(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return Status::NotFound("no slice '" + c.params[0] + "'");
+  HF_RETURN_IF_ERROR(SliceVisible(c, *id));
   const std::string reason = Query(c.req, "reason").value_or("");
   if (reason.size() > 1024) {
     return Status::InvalidArgument("must be at most 1024 bytes", "reason");

@@ -14,6 +14,9 @@ StatusOr<Reply> CreateTask(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto body = Body(c);
   if (!body.ok()) return body.status();
+  // Who may call (the tenant it acts for) before what they sent.
+  HF_RETURN_IF_ERROR(
+      server::CheckActsFor(c.caller, StringField(*body, "tenant")));
   auto task = ParseTaskCreate(*body);
   if (!task.ok()) return task.status();
   if (c.idempotency != nullptr) {
@@ -49,6 +52,12 @@ StatusOr<Reply> ReplayCreateTask(Ctx& c, RowId task_id) {
 StatusOr<Reply> ListTasks(Ctx& c) {
   ControlPlane& cp = c.cp;
   server::TaskQuery q;
+  const std::optional<std::string> tenant = Query(c.req, "tenant");
+  // Who may call (a tenant role filters by its own tenant only; a node
+  // token sees no tasks) before what they sent.
+  if (tenant && !tenant->empty() && c.caller.role != store::Role::kNode) {
+    HF_RETURN_IF_ERROR(server::CheckActsFor(c.caller, *tenant));
+  }
   if (auto s = Query(c.req, "status"); s && !s->empty()) {
     q.state = store::ParseTaskState(*s);
     if (!q.state) {
@@ -58,7 +67,7 @@ StatusOr<Reply> ListTasks(Ctx& c) {
           "status");
     }
   }
-  if (auto t = Query(c.req, "tenant"); t && !t->empty()) q.tenant = *t;
+  if (tenant && !tenant->empty()) q.tenant = *tenant;
   HF_RETURN_IF_ERROR(ParsePositionPage(c.req, q));
   auto page = cp.ListTasks(c.caller, q);
   if (!page.ok()) return page.status();
@@ -81,6 +90,11 @@ StatusOr<Reply> ReadTaskLog(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return id.status();
+  // Who may call (another tenant's task is not found) before what they
+  // sent.
+  if (auto visible = cp.GetTask(c.caller, *id); !visible.ok()) {
+    return visible.status();
+  }
   std::int64_t offset = 0;
   std::int64_t limit = 65536;
   if (auto v = Query(c.req, "offset"); v && !v->empty()) {

@@ -129,6 +129,9 @@ StatusOr<Reply> CreateToken(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto body = Body(c);
   if (!body.ok()) return body.status();
+  // Who may call (the role and tenant it grants) before what they sent.
+  HF_RETURN_IF_ERROR(server::CheckTokenGrant(
+      c.caller, StringField(*body, "role"), StringField(*body, "tenant")));
   HF_RETURN_IF_ERROR(
       CheckFields(*body, {"role", "tenant", "description", "node"}));
   const json& b = *body;

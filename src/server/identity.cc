@@ -129,23 +129,43 @@ StatusOr<std::optional<std::string>> Identity::BootstrapAdmin(
 
 // ------------------------------------------------------------------ tokens
 
+Status CheckActsFor(const Caller& caller,
+                    const std::optional<std::string>& tenant) {
+  if (caller.role == Role::kNode) {
+    return Status::PermissionDenied("node tokens cannot act for tenants");
+  }
+  if (!caller.admin() && tenant && *tenant != caller.tenant) {
+    return Status::PermissionDenied(
+        "only platform admins act on behalf of another tenant");
+  }
+  return Status::Ok();
+}
+
+Status CheckTokenGrant(const Caller& caller,
+                       const std::optional<std::string>& role,
+                       const std::optional<std::string>& tenant) {
+  if (caller.admin()) return Status::Ok();
+  if (caller.role != Role::kTenantAdmin) {
+    return Status::PermissionDenied(
+        "only admins and tenant-admins create tokens");
+  }
+  if (role && *role != store::RoleName(Role::kUser) &&
+      *role != store::RoleName(Role::kTenantAdmin)) {
+    return Status::PermissionDenied(
+        "a tenant-admin creates only user and tenant-admin tokens");
+  }
+  if (tenant && *tenant != caller.tenant) {
+    return Status::PermissionDenied(
+        "a tenant-admin creates tokens for its own tenant only");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::pair<TokenRow, std::string>> Identity::CreateToken(
     const Caller& caller, Role role, const std::optional<std::string>& tenant,
     const std::string& description, const std::optional<std::string>& node) {
-  if (!caller.admin()) {
-    if (caller.role != Role::kTenantAdmin) {
-      return Status::PermissionDenied(
-          "only admins and tenant-admins create tokens");
-    }
-    if (role != Role::kUser && role != Role::kTenantAdmin) {
-      return Status::PermissionDenied(
-          "a tenant-admin creates only user and tenant-admin tokens");
-    }
-    if (tenant && *tenant != caller.tenant) {
-      return Status::PermissionDenied(
-          "a tenant-admin creates tokens for its own tenant only");
-    }
-  }
+  HF_RETURN_IF_ERROR(
+      CheckTokenGrant(caller, std::string(store::RoleName(role)), tenant));
   const bool needs_tenant = role == Role::kUser || role == Role::kTenantAdmin;
   std::optional<std::string> tenant_name = tenant;
   if (!tenant_name && needs_tenant && !caller.admin()) {

@@ -51,6 +51,24 @@ inline bool CanSee(const Caller& caller, store::RowId tenant_id) {
   return caller.tenant_id && *caller.tenant_id == tenant_id;
 }
 
+// The checks of who may call that depend on what a request names, made
+// before the rest of it is read (who may call is checked before what they
+// sent). The request's own validation comes after, and the operation checks
+// again.
+//
+// Whether `caller` may act for the tenant named `tenant` (absent: its own):
+// admins for any, tenant-admins and users for their own only, node tokens
+// for none.
+Status CheckActsFor(const Caller& caller,
+                    const std::optional<std::string>& tenant);
+// Whether `caller` may create a token of the role named `role` (as sent;
+// absent: left to validation) for the tenant named `tenant` (absent: its
+// own): admins any, tenant-admins only user and tenant-admin tokens of
+// their own tenant, no one else.
+Status CheckTokenGrant(const Caller& caller,
+                       const std::optional<std::string>& role,
+                       const std::optional<std::string>& tenant);
+
 class Identity {
  public:
   // `store`, `clock` and `names` (a caller's tenant name) must outlive the

@@ -20,6 +20,10 @@ StatusOr<SliceRow> OperatorSlices::Create(const Caller& caller,
     return Status::PermissionDenied(
         "operator slices need an admin or tenant-admin token");
   }
+  std::optional<std::string> tenant_name;
+  if (!request.tenant.empty()) tenant_name = request.tenant;
+  // Who may call is checked before what they sent.
+  HF_RETURN_IF_ERROR(CheckActsFor(caller, tenant_name));
   if (!request.memory_mib && !request.compute_percent) {
     return Status::InvalidArgument(
         "a slice needs gpu_memory_mb and/or gpu_compute_ratio",
@@ -31,8 +35,6 @@ StatusOr<SliceRow> OperatorSlices::Create(const Caller& caller,
   if (request.gpu_index && !request.node) {
     return Status::InvalidArgument("needs node_id", "gpu_index");
   }
-  std::optional<std::string> tenant_name;
-  if (!request.tenant.empty()) tenant_name = request.tenant;
   auto tenant = tenancy_->ResolveTenantForWrite(caller, tenant_name);
   if (!tenant.ok()) return tenant.status();
   std::optional<store::NodeRow> node;
@@ -199,6 +201,9 @@ StatusOr<SliceResize> OperatorSlices::Resize(
     return Status::PermissionDenied(
         "resizing slices needs an admin or tenant-admin token");
   }
+  // Who may call (404 for another tenant's slice) before what they sent.
+  auto visible = host_->GetSlice(caller, id);
+  if (!visible.ok()) return visible.status();
   const std::int64_t memory = request.memory_mib;
   if (memory < ledger::kMinSliceMemoryMib || memory % 32 != 0 ||
       memory > (std::int64_t{1} << 40)) {
@@ -207,8 +212,6 @@ StatusOr<SliceResize> OperatorSlices::Resize(
             std::to_string(memory),
         "memory_mb");
   }
-  auto visible = host_->GetSlice(caller, id);  // 404 for another tenant's slice
-  if (!visible.ok()) return visible.status();
   const std::string why = request.reason.substr(0, 1024);
   // One resize at a time: each reads the size it changes from the store
   // and commits without mu_, so two at once could leave the ledger with

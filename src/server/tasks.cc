@@ -179,10 +179,7 @@ StatusOr<Page<TaskRow>> Tasks::ListTasks(const Caller& caller,
   f.after = query.after;
   f.limit = query.limit + 1;
   if (!caller.admin()) {
-    if (query.tenant && *query.tenant != caller.tenant) {
-      return Status::PermissionDenied(
-          "the tenant filter is for platform admins");
-    }
+    HF_RETURN_IF_ERROR(CheckActsFor(caller, query.tenant));
     f.tenant_id = caller.tenant_id;
   } else if (query.tenant) {
     auto t = tenancy_->ResolveTenantForWrite(caller, query.tenant);

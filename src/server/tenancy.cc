@@ -322,19 +322,10 @@ StatusOr<ApprovalRow> Tenancy::RevokeApproval(const Caller& caller, RowId id) {
 
 StatusOr<store::TenantRow> Tenancy::ResolveTenantForWrite(
     const Caller& caller, const std::optional<std::string>& tenant) {
-  if (caller.role == store::Role::kNode) {
-    return Status::PermissionDenied("node tokens cannot act for tenants");
-  }
-  std::string name;
-  if (caller.admin()) {
-    name = tenant.value_or(std::string(kDefaultTenant));
-  } else {
-    if (tenant && *tenant != caller.tenant) {
-      return Status::PermissionDenied(
-          "only platform admins act on behalf of another tenant");
-    }
-    name = caller.tenant;
-  }
+  HF_RETURN_IF_ERROR(CheckActsFor(caller, tenant));
+  const std::string name = caller.admin()
+                               ? tenant.value_or(std::string(kDefaultTenant))
+                               : caller.tenant;
   std::optional<store::TenantRow> row;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
     auto t = txn.FindTenant(name);

@@ -323,6 +323,15 @@ MUTATIONS = [
         simulation=False,
     ),
     dict(
+        name="acts-for-after-validation",
+        hole="13: a user naming another tenant in a task's body is told which field is wrong (400), not refused (403)",
+        file="src/api/routes_tasks.cc",
+        old="""      server::CheckActsFor(c.caller, StringField(*body, "tenant")));""",
+        new="""      Status::Ok());""",
+        tests=["http_api_test/HttpApiTest.WhatARequestActsForIsCheckedBeforeItsBody*"],
+        simulation=False,
+    ),
+    dict(
         name="idempotency-no-replay",
         hole="10: a POST retried with its Idempotency-Key is not answered with the first reply",
         file="src/api/idempotency.cc",
