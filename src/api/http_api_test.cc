@@ -316,6 +316,11 @@ TEST_F(HttpApiTest, WhatARequestActsForIsCheckedBeforeItsBody) {
                            std::to_string(Body(t2_task)["id"].get<int>()) +
                            "/logs?offset=x";
   expect(404, "GET", logs, user, "");
+  const std::string cancel = "/api/v1/tasks/" +
+                             std::to_string(Body(t2_task)["id"].get<int>()) +
+                             "/cancel";
+  expect(404, "POST", cancel, user, R"({"bad": 1})");
+  expect(400, "POST", cancel, tokens_[Role::kAdmin], R"({"bad": 1})");
   expect(403, "GET", "/api/v1/tasks?tenant=t2&limit=0", user, "");
   expect(400, "GET", "/api/v1/tasks?tenant=t1&limit=0", user, "");
   expect(400, "GET", logs, tokens_[Role::kAdmin], "");
@@ -334,6 +339,40 @@ TEST_F(HttpApiTest, ANodeTokenBoundToAnotherNodeIsRefusedBeforeParsing) {
   const LocalResponse own = Call("POST", "/api/v1/nodes/n1/heartbeat",
                                  tokens_[Role::kNode], "{not json");
   EXPECT_EQ(own.status, 400) << own.body;
+
+  // A MIG command of another node: refused before its result is read.
+  server::NodeReport n2;
+  n2.name = "n2";
+  ASSERT_TRUE(cp_->RegisterNode(admin_, n2).ok());
+  RowId command = 0;
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Txn& txn) -> Status {
+                    auto node = txn.FindNode("n2");
+                    if (!node.ok()) return node.status();
+                    store::SliceRequestRow row;
+                    row.node_id = node->id;
+                    row.slice_id = 1;
+                    row.action = "create";
+                    row.profile = "1g.10gb";
+                    row.created_at = clock_.NowMillis();
+                    row.deadline_at = row.created_at + 60'000;
+                    auto inserted = txn.InsertSliceRequest(row);
+                    if (!inserted.ok()) return inserted.status();
+                    command = inserted->id;
+                    return Status::Ok();
+                  })
+                  .ok());
+  const std::string result =
+      "/api/v1/slice-requests/" + std::to_string(command) + "/result";
+  const LocalResponse other =
+      Call("POST", result, tokens_[Role::kNode], "{not json");
+  EXPECT_EQ(other.status, 403) << other.body;
+  EXPECT_NE(Body(other).value("message", "").find("bound to node 'n1'"),
+            std::string::npos)
+      << other.body;
+  // An admin (no node binding) has its body read.
+  EXPECT_EQ(Call("POST", result, tokens_[Role::kAdmin], "{not json").status,
+            400);
 }
 
 // Every served path with each method it is not served with: 405 naming the

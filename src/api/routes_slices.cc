@@ -200,6 +200,8 @@ StatusOr<Reply> ReportSliceRequest(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return id.status();
+  // Who may call (a node token bound to another node) before what they sent.
+  HF_RETURN_IF_ERROR(cp.CheckSliceRequestReporter(c.caller, *id));
   auto body = Body(c);
   if (!body.ok()) return body.status();
   auto result = ParseMigResult(*body);

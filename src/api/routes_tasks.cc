@@ -9,6 +9,12 @@ using store::RowId;
 
 namespace {
 
+// Who may call before what they sent: another tenant's task (or none) is
+// not found, before the request's query or body is read.
+Status TaskVisible(Ctx& c, RowId id) {
+  return c.cp.GetTask(c.caller, id).status();
+}
+
 // POST /api/v1/tasks
 StatusOr<Reply> CreateTask(Ctx& c) {
   ControlPlane& cp = c.cp;
@@ -90,11 +96,7 @@ StatusOr<Reply> ReadTaskLog(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return id.status();
-  // Who may call (another tenant's task is not found) before what they
-  // sent.
-  if (auto visible = cp.GetTask(c.caller, *id); !visible.ok()) {
-    return visible.status();
-  }
+  HF_RETURN_IF_ERROR(TaskVisible(c, *id));
   std::int64_t offset = 0;
   std::int64_t limit = 65536;
   if (auto v = Query(c.req, "offset"); v && !v->empty()) {
@@ -121,6 +123,7 @@ StatusOr<Reply> CancelTask(Ctx& c) {
   ControlPlane& cp = c.cp;
   auto id = ParseId(c.params[0], "id");
   if (!id.ok()) return id.status();
+  HF_RETURN_IF_ERROR(TaskVisible(c, *id));
   if (!c.req.body.empty()) {
     auto body = Body(c);
     if (!body.ok()) return body.status();

@@ -319,6 +319,10 @@ StatusOr<store::SliceRequestRow> ControlPlane::ReportSliceRequest(
   return mig_channel_.Report(caller, id, result);
 }
 
+Status ControlPlane::CheckSliceRequestReporter(const Caller& caller, RowId id) {
+  return mig_channel_.CheckReporter(caller, id);
+}
+
 // --------------------------------------------------------------- identity
 
 StatusOr<Caller> ControlPlane::Authenticate(std::string_view secret) {

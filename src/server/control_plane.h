@@ -381,6 +381,8 @@ class ControlPlane : private LeaderWriter,
   StatusOr<store::SliceRequestRow> ReportSliceRequest(const Caller& caller,
                                                       RowId id,
                                                       const MigResult& result);
+  // Whether `caller` may report on slice request `id` (MigChannel).
+  Status CheckSliceRequestReporter(const Caller& caller, RowId id);
   // An agent ships a task's output: `data` at `offset` (bytes the server
   // already holds are skipped, so a retry is harmless; a gap is
   // InvalidArgument). Returns the log size the server holds afterwards.

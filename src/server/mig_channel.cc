@@ -142,6 +142,26 @@ StatusOr<std::vector<store::SliceRequestRow>> MigChannel::Claim(
   return out;
 }
 
+Status MigChannel::CheckReporter(const Caller& caller, RowId id) {
+  HF_RETURN_IF_ERROR(RequireAgent(caller));
+  return store_->Read([&](Txn& txn) -> Status {
+    return CheckReporterIn(txn, caller, id).status();
+  });
+}
+
+StatusOr<store::SliceRequestRow> MigChannel::CheckReporterIn(
+    Txn& txn, const Caller& caller, RowId id) {
+  auto r = txn.GetSliceRequest(id);
+  if (!r.ok())
+    return Status::NotFound("no slice request " + std::to_string(id));
+  if (caller.node) {
+    auto node = txn.GetNode(r->node_id);
+    if (!node.ok()) return node.status();
+    HF_RETURN_IF_ERROR(RequireAgentFor(caller, node->name));
+  }
+  return *r;
+}
+
 StatusOr<store::SliceRequestRow> MigChannel::Report(
     const Caller& caller, RowId id, const wire::MigResult& result) {
   HF_RETURN_IF_ERROR(RequireAgent(caller));
@@ -156,15 +176,9 @@ StatusOr<store::SliceRequestRow> MigChannel::Report(
         requeue = false;
         repeated = false;
         full.reset();
-        auto r = txn.GetSliceRequest(id);
-        if (!r.ok())
-          return Status::NotFound("no slice request " + std::to_string(id));
+        auto r = CheckReporterIn(txn, caller, id);
+        if (!r.ok()) return r.status();
         store::SliceRequestRow cmd = *r;
-        if (caller.node) {
-          auto node = txn.GetNode(cmd.node_id);
-          if (!node.ok()) return node.status();
-          HF_RETURN_IF_ERROR(RequireAgentFor(caller, node->name));
-        }
         if (cmd.state == store::SliceRequestState::kDone ||
             cmd.state == store::SliceRequestState::kFailed) {
           out = cmd;  // repeated report: idempotent

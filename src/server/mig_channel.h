@@ -90,6 +90,10 @@ class MigChannel {
   // releases the slice.
   StatusOr<store::SliceRequestRow> Report(const Caller& caller, store::RowId id,
                                           const wire::MigResult& result);
+  // Whether `caller` may report on command `id` (Report checks it too):
+  // an agent's token, bound to the command's node if bound at all.
+  // NotFound for no such command.
+  Status CheckReporter(const Caller& caller, store::RowId id);
   // Records the MIG devices a heartbeat of `node` reports that no live
   // slice owns (and no command in flight is about to own) as
   // MIG_PARTITION_ORPHANED in the history, once per device.
@@ -104,6 +108,11 @@ class MigChannel {
   const MigBook& book() const { return book_; }
 
  private:
+  // CheckReporter inside `txn`; the command.
+  static StatusOr<store::SliceRequestRow> CheckReporterIn(store::Txn& txn,
+                                                          const Caller& caller,
+                                                          store::RowId id);
+
   store::Store* const store_;
   const Clock* const clock_;
   const Clock* const monotonic_;

@@ -207,6 +207,13 @@ TEST_F(MigChannelTest, ACommandIsOfferedAgainUntilItsResultIsReported) {
             StatusCode::kPermissionDenied);
   EXPECT_EQ(channel_->Report(other, create.id, made).status().code(),
             StatusCode::kPermissionDenied);
+  // The same answers before a report is read (the API's check of who may
+  // call), and none for a command that does not exist.
+  EXPECT_EQ(channel_->CheckReporter(other, create.id).code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(channel_->CheckReporter(agent_, create.id).ok());
+  EXPECT_EQ(channel_->CheckReporter(agent_, create.id + 1000).code(),
+            StatusCode::kNotFound);
 }
 
 TEST_F(MigChannelTest, ACreateWithNoRoomReleasesAfterTheGpuIsBlocked) {
