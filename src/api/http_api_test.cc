@@ -78,6 +78,19 @@ class HttpApiTest : public ::testing::Test {
     return api_->Handle(request);
   }
 
+  // Node n1 with one A100 (80 GB), so slices can be reserved.
+  void RegisterNodeN1() {
+    server::NodeReport node;
+    node.name = "n1";
+    server::GpuReport gpu;
+    gpu.uuid = "GPU-0";
+    gpu.model = "NVIDIA A100-SXM4-80GB";
+    gpu.memory_mib = 81920;
+    gpu.cc_major = 8;
+    node.gpus.push_back(gpu);
+    ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  }
+
   static json Body(const LocalResponse& r) {
     return json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   }
@@ -283,15 +296,7 @@ TEST_F(HttpApiTest, WhatARequestActsForIsCheckedBeforeItsBody) {
          R"({"role": "no-such-role"})");
 
   // Another tenant's slice is not found, whatever the request says.
-  server::NodeReport node;
-  node.name = "n1";
-  server::GpuReport gpu;
-  gpu.uuid = "GPU-0";
-  gpu.model = "NVIDIA A100-SXM4-80GB";
-  gpu.memory_mib = 81920;
-  gpu.cc_major = 8;
-  node.gpus.push_back(gpu);
-  ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  RegisterNodeN1();
   const LocalResponse t2_slice =
       Call("POST", "/api/v1/slices", tokens_[Role::kAdmin],
            R"({"tenant": "t2", "gpu_memory_mb": 1024})");
@@ -442,15 +447,7 @@ TEST_F(HttpApiTest, AuthenticationComesBeforeEverythingElse) {
 // Issue 14: next_cursor is null on the last page, so a client following the
 // history could not resume after it. resume_cursor is always set.
 TEST_F(HttpApiTest, HistoryResumeCursorFollowsTheLogAsItGrows) {
-  server::NodeReport node;
-  node.name = "n1";
-  server::GpuReport gpu;
-  gpu.uuid = "GPU-0";
-  gpu.model = "NVIDIA A100-SXM4-80GB";
-  gpu.memory_mib = 81920;
-  gpu.cc_major = 8;
-  node.gpus.push_back(gpu);
-  ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  RegisterNodeN1();
   const std::string admin = tokens_[Role::kAdmin];
   const auto reserve = [&] {
     const LocalResponse r = Call(
@@ -678,15 +675,7 @@ TEST_F(HttpApiTest, OtherPostsAreDoneOnceToo) {
   EXPECT_EQ(tenant_again.status, 201) << tenant_again.body;
   EXPECT_EQ(tenant_again.body, tenant.body);
 
-  server::NodeReport node;
-  node.name = "n1";
-  server::GpuReport gpu;
-  gpu.uuid = "GPU-0";
-  gpu.model = "NVIDIA A100-SXM4-80GB";
-  gpu.memory_mib = 81920;
-  gpu.cc_major = 8;
-  node.gpus.push_back(gpu);
-  ASSERT_TRUE(cp_->RegisterNode(admin_, node).ok());
+  RegisterNodeN1();
   const std::string reserve =
       R"({"tenant": "t1", "gpu_memory_mb": 1024, "gpu_compute_ratio": 0.1})";
   const LocalResponse slice =
