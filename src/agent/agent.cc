@@ -242,6 +242,7 @@ void Agent::Stop() {
 
 Status Agent::Run() {
   for (;;) {
+    const auto start = std::chrono::steady_clock::now();
     Status s = RunOnce();
     if (!s.ok()) {
       // A revoked token or a node another token owns will not heal by
@@ -253,14 +254,46 @@ Status Agent::Run() {
       }
       spdlog::warn("cycle: {}", s.ToString());
     }
-    MutexLock lock(stop_mu_);
-    if (stop_cv_.WaitFor(stop_mu_, options_.heartbeat_interval, [&] {
-          stop_mu_.AssertHeld();  // a predicate runs with the lock held
-          return stop_;
-        })) {
-      return Status::Ok();
+    if (WaitForNextCycle(start)) return Status::Ok();
+  }
+}
+
+bool Agent::WaitForNextCycle(std::chrono::steady_clock::time_point start) {
+  using std::chrono::milliseconds;
+  const auto due = start + options_.heartbeat_interval;
+  const bool poll =
+      options_.exit_poll_interval > milliseconds(0) && runtime_->PollIsCheap();
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= due) return false;
+    milliseconds wait = std::chrono::ceil<milliseconds>(due - now);
+    if (poll) wait = std::min(wait, options_.exit_poll_interval);
+    {
+      MutexLock lock(stop_mu_);
+      if (stop_cv_.WaitFor(stop_mu_, wait, [&] {
+            stop_mu_.AssertHeld();  // a predicate runs with the lock held
+            return stop_;
+          })) {
+        return true;
+      }
+    }
+    if (poll && NoteEndedTasks()) return false;
+  }
+}
+
+bool Agent::NoteEndedTasks() {
+  bool ended = false;
+  for (auto& [id, task] : tasks_) {
+    if (task.finished) continue;  // known; reported by a cycle
+    auto polled = runtime_->Poll(id);
+    if (polled.ok() && polled->finished()) {
+      // What ReportFinished would find; noted once, so a cycle that cannot
+      // report it (the server away) is not run again and again for it.
+      task.finished = *polled;
+      ended = true;
     }
   }
+  return ended;
 }
 
 Status Agent::RunOnce() {

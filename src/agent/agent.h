@@ -77,6 +77,12 @@ struct AgentOptions {
   std::string agent_version;
   std::filesystem::path state_dir;  // required; created when missing
   std::chrono::milliseconds heartbeat_interval{5000};
+  // Between heartbeats, how often Run looks for a task that ended, to run
+  // the next cycle at once (its slice goes back to the server then, not at
+  // the next heartbeat); zero: only at heartbeats. Only with a runtime
+  // whose Poll is cheap (runtime::Runtime::PollIsCheap: processes, not
+  // Docker, where a poll is an engine call per task).
+  std::chrono::milliseconds exit_poll_interval{250};
   // SIGTERM to SIGKILL when the server cancels a task.
   std::chrono::milliseconds kill_grace{10'000};
   // How long a MIG destroy waits for the task's processes to be gone before
@@ -174,6 +180,13 @@ class Agent {
         const Clock* clock);
 
   Status Cycle();  // RunOnce's work
+  // Waits until the next cycle is due: `heartbeat_interval` after `start`,
+  // or sooner when a task ended (exit_poll_interval). True when Stop was
+  // called.
+  bool WaitForNextCycle(std::chrono::steady_clock::time_point start);
+  // Notes the tasks this agent tracks as running that have ended (runtime
+  // Poll, as ReportFinished does); whether there was one.
+  bool NoteEndedTasks();
   // Copies what CollectMetrics reports out of the cycle's state.
   void SnapshotMetrics();
   Status Adopt();

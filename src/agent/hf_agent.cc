@@ -41,6 +41,7 @@ struct Flags {
   std::string runtime = "process";
   std::string state_dir;
   double heartbeat_interval_s = 5;
+  double exit_poll_interval_s = 0.25;
   double kill_grace_s = 10;
   double mig_destroy_wait_s = 60;
   double mps_wait_s = 60;
@@ -116,6 +117,13 @@ int Main(int argc, char** argv) {
                  "Seconds between heartbeats")
       ->envname("HF_AGENT_HEARTBEAT_INTERVAL")
       ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  app.add_option("--exit-poll-interval", f.exit_poll_interval_s,
+                 "Seconds between looks for ended tasks between heartbeats "
+                 "(their slices go back at once); 0: at heartbeats only. "
+                 "Runtime process only")
+      ->envname("HF_AGENT_EXIT_POLL_INTERVAL")
+      ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app.add_option("--kill-grace", f.kill_grace_s,
                  "Seconds between SIGTERM and SIGKILL when a task is cancelled")
@@ -329,6 +337,8 @@ int Main(int argc, char** argv) {
   options.state_dir = state_dir;
   options.heartbeat_interval = std::chrono::milliseconds(
       static_cast<std::int64_t>(f.heartbeat_interval_s * 1000));
+  options.exit_poll_interval = std::chrono::milliseconds(
+      static_cast<std::int64_t>(f.exit_poll_interval_s * 1000));
   options.kill_grace = std::chrono::milliseconds(
       static_cast<std::int64_t>(f.kill_grace_s * 1000));
   options.mig_destroy_wait = std::chrono::milliseconds(

@@ -56,6 +56,7 @@ class ProcessRuntime final : public Runtime {
   // Runs spec.command; spec.image is ignored.
   Status Start(const TaskSpec& spec) override;
   StatusOr<TaskStatus> Poll(std::int64_t task_id) override;
+  bool PollIsCheap() const override { return true; }  // the task's files
   Status Kill(std::int64_t task_id, std::chrono::milliseconds grace) override;
   StatusOr<std::vector<AdoptedTask>> Adopt() override;
   Status Remove(std::int64_t task_id) override;

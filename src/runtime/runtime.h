@@ -156,6 +156,10 @@ class Runtime {
   // The task's current state. NotFound for a task this runtime does not
   // hold (never started, or removed).
   virtual StatusOr<TaskStatus> Poll(std::int64_t task_id) = 0;
+  // Whether Poll is cheap enough to call for every running task several
+  // times a second (a file read, not an engine call): the agent then looks
+  // for ended tasks between heartbeats (AgentOptions::exit_poll_interval).
+  virtual bool PollIsCheap() const { return false; }
 
   // Asks the task's whole process group (container) to stop with SIGTERM,
   // and sends SIGKILL once `grace` has passed. Blocks until the task has

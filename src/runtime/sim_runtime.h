@@ -109,6 +109,7 @@ class SimRuntime final : public Runtime {
   std::string_view Name() const override { return "sim"; }
   Status Start(const TaskSpec& spec) override;
   StatusOr<TaskStatus> Poll(std::int64_t task_id) override;
+  bool PollIsCheap() const override { return true; }  // in memory
   Status Kill(std::int64_t task_id, std::chrono::milliseconds grace) override;
   StatusOr<std::vector<AdoptedTask>> Adopt() override;
   Status Remove(std::int64_t task_id) override;

@@ -454,6 +454,31 @@ TEST_F(AgentE2eTest, ExitCodesReachTheServerAndReleaseTheSlice) {
   })) << Logs(agent);
 }
 
+// A task that ends between heartbeats gives its slice back when it ends, not
+// at the next heartbeat: the agent looks for ended tasks every
+// --exit-poll-interval (a task's files, with the process runtime). Here the
+// heartbeat is 8 s: before, the slice stayed charged until the next one.
+TEST_F(AgentE2eTest, ATaskEndingBetweenHeartbeatsReleasesItsSliceAtOnce) {
+  AgentProcess& agent = NewAgent("prompt", {A100()});
+  agent.options().heartbeat_interval_s = 8;
+  agent.options().flags = {"--exit-poll-interval", "0.1"};
+  ASSERT_TRUE(StartAndRegister(agent));
+  const std::int64_t id = CreateId(
+      {{"name", "short"}, {"command", "sleep 1"}, {"gpu_memory_mb", 1024}});
+  // Started at the agent's next heartbeat (up to 8 s).
+  json running = WaitStatus(id, "running", milliseconds(20'000));
+  ASSERT_EQ(running["status"], "running") << running.dump() << Logs(agent);
+  const auto seen_running = std::chrono::steady_clock::now();
+  json done = WaitTerminal(id, milliseconds(20'000));
+  const auto took = std::chrono::steady_clock::now() - seen_running;
+  EXPECT_EQ(done["status"], "succeeded") << done.dump() << Logs(agent);
+  // About 1 s of sleep and a poll; a heartbeat later would be 8 s.
+  EXPECT_LT(took, milliseconds(5'000)) << Logs(agent);
+  json slice = WaitSliceReleased(done["slice_id"].get<std::int64_t>(),
+                                 milliseconds(1'000));
+  EXPECT_EQ(slice["state"], "released") << slice.dump();
+}
+
 TEST_F(AgentE2eTest, LargeOutputReachesTheServerWhole) {
   AgentProcess& agent = StartAgent("chatty", {A100()});
   // 3 MB in lines of 100 bytes: more than the agent ships in one cycle.
