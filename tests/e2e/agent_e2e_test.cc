@@ -36,6 +36,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hook/region.h"
@@ -477,6 +478,51 @@ TEST_F(AgentE2eTest, ATaskEndingBetweenHeartbeatsReleasesItsSliceAtOnce) {
   json slice = WaitSliceReleased(done["slice_id"].get<std::int64_t>(),
                                  milliseconds(1'000));
   EXPECT_EQ(slice["state"], "released") << slice.dump();
+}
+
+// The same across crashes: the task ends while the server is down, so the
+// early cycle cannot report it. The ended task is noted once, so the agent
+// does not run a cycle every poll while the server is away, and an agent
+// killed meanwhile (its note lost with it) reports the real exit status
+// from the runtime's files once the server is back.
+TEST_F(AgentE2eTest, ATaskEndingWhileTheServerIsDownIsReportedOnceItIsBack) {
+  AgentProcess& agent = NewAgent("prompt-crash", {A100()});
+  agent.options().heartbeat_interval_s = 2;
+  agent.options().flags = {"--exit-poll-interval", "0.05"};
+  ASSERT_TRUE(StartAndRegister(agent));
+  const fs::path go = agent.dir() / "go";
+  const std::int64_t id =
+      CreateId({{"name", "ends-alone"},
+                {"command", WaitForFileCommand(go, "exit 4")},
+                {"gpu_memory_mb", 2048}});
+  json t = WaitStatus(id, "running", milliseconds(20'000));
+  ASSERT_EQ(t["status"], "running") << t.dump() << Logs(agent);
+  const std::int64_t slice_id = t["slice_id"].get<std::int64_t>();
+
+  ASSERT_TRUE(server_->Kill());
+  Touch(go);
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(agent.TaskDir(id) / "exit"); },
+                      kTaskTimeout))
+      << Logs(agent);
+  std::this_thread::sleep_for(milliseconds(3'000));
+  // A failed cycle logs "cycle:"; in 3 s with a 2 s heartbeat, a few, not
+  // one per 50 ms poll.
+  const std::string log = agent.Log(1 << 20);
+  std::size_t failed_cycles = 0;
+  for (auto at = log.find("cycle:"); at != std::string::npos;
+       at = log.find("cycle:", at + 1)) {
+    ++failed_cycles;
+  }
+  EXPECT_GE(failed_cycles, 1u) << log;
+  EXPECT_LE(failed_cycles, 5u) << log;
+
+  ASSERT_TRUE(agent.Restart(/*kill=*/true));
+  ASSERT_TRUE(server_->Start());
+  t = WaitTerminal(id);
+  EXPECT_EQ(t["status"], "failed") << t.dump() << Logs(agent);
+  EXPECT_EQ(t["exit_code"], 4) << t.dump();
+  json s = WaitSliceReleased(slice_id);
+  EXPECT_EQ(s["state"], "released") << s.dump();
 }
 
 TEST_F(AgentE2eTest, LargeOutputReachesTheServerWhole) {

@@ -332,6 +332,15 @@ MUTATIONS = [
         simulation=False,
     ),
     dict(
+        name="exit-poll-storm",
+        hole="16: an ended task the server cannot hear of yet wakes the agent for a cycle at every exit poll",
+        file="src/agent/agent.cc",
+        old="""    if (task.finished) continue;  // known; reported by a cycle""",
+        new="""    // (every poll asks again)""",
+        tests=["agent_e2e_test/AgentE2eTest.ATaskEndingWhileTheServerIsDown*"],
+        simulation=False,
+    ),
+    dict(
         name="idempotency-no-replay",
         hole="10: a POST retried with its Idempotency-Key is not answered with the first reply",
         file="src/api/idempotency.cc",
