@@ -285,15 +285,26 @@ bool Agent::NoteEndedTasks() {
   bool ended = false;
   for (auto& [id, task] : tasks_) {
     if (task.finished) continue;  // known; reported by a cycle
-    auto polled = runtime_->Poll(id);
-    if (polled.ok() && polled->finished()) {
-      // What ReportFinished would find; noted once, so a cycle that cannot
-      // report it (the server away) is not run again and again for it.
-      task.finished = *polled;
-      ended = true;
-    }
+    // Noted once, so a cycle that cannot report it (the server away) is
+    // not run again and again for it.
+    auto noted = NoteIfEnded(id, task);
+    if (noted.ok() && *noted) ended = true;
   }
   return ended;
+}
+
+StatusOr<bool> Agent::NoteIfEnded(std::int64_t task_id, LocalTask& task) {
+  auto polled = runtime_->Poll(task_id);
+  if (!polled.ok()) {
+    if (polled.status().code() != StatusCode::kNotFound) {
+      return polled.status();
+    }
+    task.finished = runtime::TaskStatus{runtime::TaskState::kLost, 0, 0, false,
+                                        "the runtime lost the task"};
+  } else if (polled->finished()) {
+    task.finished = *polled;
+  }
+  return task.finished.has_value();
 }
 
 Status Agent::RunOnce() {
@@ -1545,18 +1556,10 @@ Status Agent::ReportFinished() {
     const std::int64_t id = it->first;
     LocalTask& t = it->second;
     if (!t.finished) {
-      auto polled = runtime_->Poll(id);
-      if (!polled.ok()) {
-        if (polled.status().code() == StatusCode::kNotFound) {
-          t.finished = runtime::TaskStatus{runtime::TaskState::kLost, 0, 0,
-                                           false, "the runtime lost the task"};
-        } else {
-          if (first.ok()) first = polled.status();
-          ++it;
-          continue;
-        }
-      } else if (polled->finished()) {
-        t.finished = *polled;
+      if (auto noted = NoteIfEnded(id, t); !noted.ok()) {
+        if (first.ok()) first = noted.status();
+        ++it;
+        continue;
       }
     }
     Status shipped = ShipLogs(id, t, /*drain=*/t.finished.has_value());

@@ -187,6 +187,10 @@ class Agent {
   // Notes the tasks this agent tracks as running that have ended (runtime
   // Poll, as ReportFinished does); whether there was one.
   bool NoteEndedTasks();
+  // Polls running task `task_id` once and notes in `task` how it ended (one
+  // the runtime no longer holds: lost); whether it has. The poll's error
+  // otherwise.
+  StatusOr<bool> NoteIfEnded(std::int64_t task_id, LocalTask& task);
   // Copies what CollectMetrics reports out of the cycle's state.
   void SnapshotMetrics();
   Status Adopt();
