@@ -1215,6 +1215,14 @@ json StatsJson(const server::SliceStats& s) {
       placement["mode"] = s.policy_cold_start ? "best-fit" : "hf-frag";
       placement["tasks_learned"] = s.policy_tasks_learned;
     }
+    // The GPUs held for the task that waited longest (Scheduler), or null.
+    placement["hold"] = nullptr;
+    if (s.hold.has_value()) {
+      placement["hold"] = {{"task_id", s.hold->task_id},
+                           {"node_id", s.hold->node},
+                           {"gpu_indices", s.hold->gpu_indices},
+                           {"since", FormatTime(s.hold->since)}};
+    }
     j["placement"] = std::move(placement);
   } else {
     j["fragmentation"] = nullptr;

@@ -206,6 +206,43 @@ std::optional<RejectReason> ClusterView::CheckSlice(
   return CheckNodeResources(node(g.node), request);
 }
 
+std::optional<RejectReason> ClusterView::CheckOnceEmpty(
+    const GpuRecord& g, const PlacementRequest& request) const {
+  if (auto filtered = CheckFilters(g, request)) return filtered;
+  if (!g.live || !g.healthy()) return RejectReason::kLost;
+  if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
+  const NodeRecord& n = node(g.node);
+  if (request.cpu_milli > n.spec.cpu_milli) return RejectReason::kNodeCpu;
+  if (request.host_memory_mib > n.spec.host_memory_mib) {
+    return RejectReason::kNodeHostMemory;
+  }
+  switch (request.kind) {
+    case RequestKind::kWholeGpus:
+      if (g.spec.mig_capable) return RejectReason::kMigMode;
+      return std::nullopt;
+    case RequestKind::kNodeOnly:
+      return std::nullopt;
+    case RequestKind::kSlice:
+      break;
+  }
+  const MemoryMib memory = request.memory_mib.value_or(0);
+  if (memory > g.spec.memory_mib) return RejectReason::kNoMemory;
+  if (g.mig != nullptr) {
+    const std::optional<gpu::MigFit> fit =
+        gpu::FitMigInstance(*g.mig, request.memory_mib, request.compute_percent,
+                            {}, g.spec.memory_mib);
+    if (!fit.has_value() ||
+        MigChargedMemory(g, *fit->profile) > g.spec.memory_mib) {
+      return RejectReason::kMigGeometry;
+    }
+    return std::nullopt;
+  }
+  if (AccountedCompute(request) > kFullComputePercent) {
+    return RejectReason::kNoCompute;
+  }
+  return std::nullopt;
+}
+
 ClusterView::SliceAsk ClusterView::AskFor(
     const PlacementRequest& request) const {
   SliceAsk ask;

@@ -238,6 +238,14 @@ class ClusterView {
                                          const PlacementRequest& request,
                                          const SharingKey& tenant_key,
                                          gpu::MigFit* mig_fit = nullptr) const;
+  // The first reason `gpu` could not take `request` (a slice, or one GPU of
+  // a whole-GPU request) even once every allocation on it has ended: the
+  // filters, health, models, the card's own memory and compute (in MIG
+  // mode: a partition of the empty card), MIG mode for whole GPUs, and the
+  // node's total CPU and host memory. What a hold for a waiting task
+  // (scheduler/hold.h) asks of the GPUs it holds.
+  std::optional<RejectReason> CheckOnceEmpty(
+      const GpuRecord& gpu, const PlacementRequest& request) const;
   // What CheckSliceBrief needs of a slice request (and a node scan of any
   // request: the sharing key, the model bits), worked out once per request.
   struct SliceAsk {

@@ -104,7 +104,8 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
             *monotonic_, std::move(policy), options_.policy_for_testing),
       scheduler_(
           store, clock,
-          SchedulerOptions{options_.bind_batch, options_.retry_interval_ms},
+          SchedulerOptions{options_.bind_batch, options_.retry_interval_ms,
+                           options_.hold_after_ms},
           &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this, this),
       nodes_(store, clock, monotonic_,
              NodesOptions{options_.default_compute_percent}, &core_, &beats_,
@@ -136,6 +137,9 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   }
   if (options.gc_min_age_ms < 0) {
     return Status::InvalidArgument("must not be negative", "gc_min_age");
+  }
+  if (options.hold_after_ms < 0) {
+    return Status::InvalidArgument("must not be negative", "hold_after");
   }
   if (options.bind_batch <= 0) options.bind_batch = 1;
   auto policy = scheduler::MakePolicy(options.policy, options.learned);

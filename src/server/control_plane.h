@@ -82,6 +82,9 @@ struct ControlPlaneOptions {
   int heartbeat_interval_s = 5;            // told to agents at registration
   int bind_batch = 512;                    // most tasks bound per store commit
   std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
+  // A task waiting this long for room gets GPUs held for it (Scheduler;
+  // 0: never).
+  std::int64_t hold_after_ms = 120'000;
   // Every pending task is re-read from the store this often: a safety
   // sweep. Tasks other server instances create reach the leader at once
   // through the store's task feed (Store::WatchTasks) where there is one.
@@ -176,6 +179,14 @@ struct GpuStats {
   std::vector<std::string> tenants;
 };
 
+// The GPUs held for a task that waited long (Scheduler), as stats show them.
+struct HoldStats {
+  RowId task_id = 0;
+  std::string node;
+  std::vector<int> gpu_indices;
+  store::Millis since = 0;
+};
+
 struct SliceStats {
   bool cluster_scope = true;  // false: narrowed to `tenant`
   std::string tenant;
@@ -195,6 +206,8 @@ struct SliceStats {
   bool policy_learns = false;
   bool policy_cold_start = false;
   std::int64_t policy_tasks_learned = 0;
+  // Cluster scope only: the GPUs held for a waiting task, if any.
+  std::optional<HoldStats> hold;
 };
 
 class ControlPlane : private LeaderWriter,

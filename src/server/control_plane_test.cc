@@ -553,6 +553,147 @@ TEST_F(ControlPlaneTest, UnplaceableTaskWaitsWithReasonAndBindsWhenFreed) {
   EXPECT_EQ(Get(waiting.id).state, TaskState::kScheduled);
 }
 
+// Holds (Scheduler): under a stream of small tasks a large one waits for
+// ever without them, since every slice that ends makes room that a newer
+// small task takes at once.
+class HoldTest : public ControlPlaneTest {
+ protected:
+  void SetUp() override {
+    ControlPlaneOptions options;
+    options.hold_after_ms = 120'000;
+    Open(options);
+    admin_.role = Role::kAdmin;
+    admin_.token_id = 1;
+    Register(Node("n1", {Gpu(0, 40960), Gpu(1, 40960)}));
+    alice_ = TenantUser("alice");
+  }
+
+  void Finish(RowId id) {
+    ASSERT_TRUE(
+        cp_->ReportTaskStates(admin_, "n1", {{id, TaskState::kRunning, {}, ""}})
+            .ok());
+    ASSERT_TRUE(cp_->ReportTaskStates(admin_, "n1",
+                                      {{id, TaskState::kSucceeded, 0, "done"}})
+                    .ok());
+  }
+
+  int GpuOf(RowId id) {
+    const TaskRow t = Get(id);
+    EXPECT_EQ(t.state, TaskState::kScheduled) << t.pending_reason;
+    return t.gpu_indices.empty() ? -1 : t.gpu_indices.front();
+  }
+
+  std::optional<HoldStats> Hold() {
+    auto stats = cp_->Stats(admin_);
+    EXPECT_TRUE(stats.ok());
+    return stats.ok() ? stats->hold : std::nullopt;
+  }
+
+  // Two 20,000 MB slices on each GPU (960 MB left on each), and a 30,000 MB
+  // task that waits; a slice on GPU 0 ends and a new one takes its room
+  // while the large task waits on.
+  void FillAndStarve() {
+    for (int i = 0; i < 4; ++i) small_.push_back(Submit(alice_, 20000, 10).id);
+    Bind();
+    ASSERT_EQ(GpuOf(small_[0]), 0);
+    ASSERT_EQ(GpuOf(small_[2]), 1);
+    big_ = Submit(alice_, 30000, 10).id;
+    EXPECT_EQ(Bind(), 0);
+    Finish(small_[0]);
+    const RowId next = Submit(alice_, 20000, 10).id;
+    EXPECT_EQ(Bind(), 1);
+    EXPECT_EQ(GpuOf(next), 0);
+    EXPECT_EQ(Get(big_).state, TaskState::kPending);
+    EXPECT_FALSE(Hold().has_value());
+  }
+
+  Caller alice_;
+  std::vector<RowId> small_;
+  RowId big_ = 0;
+};
+
+TEST_F(HoldTest, ATaskThatWaitedLongGetsAGpuHeldUntilItFits) {
+  FillAndStarve();
+  clock_.Advance(121'000);
+  // GPU 1 ends a slice too; the large task, waiting longest, gets GPU 1 held
+  // (20,000 MB in use there, 40,000 on GPU 0), and the newer task that
+  // would have taken the room waits.
+  Finish(small_[2]);
+  const RowId newer = Submit(alice_, 20000, 10).id;
+  EXPECT_EQ(Bind(), 0);
+  const std::optional<HoldStats> hold = Hold();
+  ASSERT_TRUE(hold.has_value());
+  EXPECT_EQ(hold->task_id, big_);
+  EXPECT_EQ(hold->node, "n1");
+  EXPECT_EQ(hold->gpu_indices, std::vector<int>{1});
+  const std::string held = "GPU 1 of node n1 is held for task " +
+                           std::to_string(big_) +
+                           ", waiting longest, and takes no other task until "
+                           "it fits";
+  EXPECT_NE(Get(big_).pending_reason.find(held), std::string::npos)
+      << Get(big_).pending_reason;
+  EXPECT_EQ(Get(newer).state, TaskState::kPending);
+  EXPECT_NE(Get(newer).pending_reason.find("1 GPU excluded for now"),
+            std::string::npos)
+      << Get(newer).pending_reason;
+  EXPECT_NE(Get(newer).pending_reason.find(held), std::string::npos);
+  // Once GPU 1 drains, the large task is bound there and the hold ends.
+  Finish(small_[3]);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(GpuOf(big_), 1);
+  EXPECT_FALSE(Hold().has_value());
+  // The newer task still waits (10,960 MB on GPU 1), and its reason no
+  // longer names a hold.
+  EXPECT_EQ(Get(newer).state, TaskState::kPending);
+  EXPECT_EQ(Get(newer).pending_reason.find("held for task"), std::string::npos)
+      << Get(newer).pending_reason;
+  Finish(small_[1]);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(GpuOf(newer), 0);
+}
+
+TEST_F(HoldTest, AHoldEndsWhenItsTaskIsCancelled) {
+  FillAndStarve();
+  clock_.Advance(121'000);
+  Finish(small_[2]);
+  const RowId newer = Submit(alice_, 20000, 10).id;
+  EXPECT_EQ(Bind(), 0);
+  ASSERT_TRUE(Hold().has_value());
+  ASSERT_TRUE(cp_->CancelTask(alice_, big_).ok());
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_FALSE(Hold().has_value());
+  EXPECT_EQ(GpuOf(newer), 1);
+}
+
+TEST_F(HoldTest, NoHoldBeforeItsTimeOrWhenHoldsAreOff) {
+  FillAndStarve();
+  clock_.Advance(100'000);  // waited 100 s of the 120
+  Finish(small_[2]);
+  RowId next = Submit(alice_, 20000, 10).id;
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(GpuOf(next), 1);
+  EXPECT_FALSE(Hold().has_value());
+
+  ControlPlaneOptions off;
+  off.hold_after_ms = 0;
+  Open(off);  // the same store, holds off
+  clock_.Advance(3'600'000);
+  Finish(small_[3]);
+  next = Submit(alice_, 20000, 10).id;
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(GpuOf(next), 1);
+  EXPECT_FALSE(Hold().has_value());
+  EXPECT_EQ(Get(big_).state, TaskState::kPending);
+}
+
+TEST_F(HoldTest, ANegativeHoldAfterIsRefused) {
+  ControlPlaneOptions options;
+  options.hold_after_ms = -1;
+  auto cp = ControlPlane::Create(store_.get(), &clock_, options);
+  ASSERT_FALSE(cp.ok());
+  EXPECT_EQ(cp.status().field(), "hold_after");
+}
+
 TEST_F(ControlPlaneTest, WholeGpuTasksAvoidMigGpusAndSlicedGpus) {
   Register(Node("n1", {Gpu(0, 81920, true), Gpu(1), Gpu(2)}));
   const Caller alice = TenantUser("alice");

@@ -47,6 +47,7 @@ struct Flags {
   double defrag_auto_threshold = 0.5;
   double defrag_auto_interval_s = 60;
   double gc_min_age_s = 60;
+  double hold_after_s = 120;
   double mig_command_deadline_s = 120;
   double node_lost_after_s = 600;
   double heartbeat_write_every_s = 15;
@@ -163,6 +164,12 @@ int Main(int argc, char** argv) {
                  "Seconds at least between two automatic plans")
       ->envname("HF_DEFRAG_AUTO_INTERVAL")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--hold-after", f.hold_after_s,
+                 "Seconds a task may wait for room before GPUs are held for "
+                 "it, taking no other task until it fits (0: never)")
+      ->envname("HF_HOLD_AFTER")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--gc-interval", f.gc_interval_s,
                  "Seconds between orphan-GC passes")
@@ -338,6 +345,7 @@ int Main(int argc, char** argv) {
   options.defrag_auto_interval_ms =
       static_cast<std::int64_t>(f.defrag_auto_interval_s * 1000);
   options.gc_min_age_ms = static_cast<std::int64_t>(f.gc_min_age_s * 1000);
+  options.hold_after_ms = static_cast<std::int64_t>(f.hold_after_s * 1000);
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
   options.node_lost_ms = static_cast<std::int64_t>(f.node_lost_after_s * 1000);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "scheduler/hold.h"
+
 namespace hf::server {
 
 Placement::Placement(ledger::Ledger& ledger, const Inventory& inventory,
@@ -88,6 +90,73 @@ std::set<GpuId> Placement::PrepareTargets() {
   for (const auto& [key, gpu] : inventory_.gpus()) {
     if (inventory_.Fenced(key)) out.insert(gpu);
   }
+  if (hold_.has_value()) out.insert(hold_->gpus.begin(), hold_->gpus.end());
+  return out;
+}
+
+void Placement::ApplyHold(store::RowId task_id,
+                          ledger::PlacementRequest& request) const {
+  if (!hold_.has_value() || hold_->task_id == task_id) return;
+  request.excluded_gpus.insert(request.excluded_gpus.end(), hold_->gpus.begin(),
+                               hold_->gpus.end());
+}
+
+std::vector<GpuId> Placement::ChooseHold(
+    ledger::PlacementRequest request) const {
+  for (const auto& [gpu, why] : Blocked()) request.excluded_gpus.push_back(gpu);
+  for (const auto& [key, gpu] : inventory_.gpus()) {
+    if (inventory_.Fenced(key)) request.excluded_gpus.push_back(gpu);
+  }
+  std::vector<GpuId> out;
+  ledger_.Read([&](const ledger::ClusterView& view) {
+    out = scheduler::ChooseHold(view, request);
+  });
+  return out;
+}
+
+bool Placement::HoldDrained() const {
+  if (!hold_.has_value()) return false;
+  bool drained = true;
+  ledger_.Read([&](const ledger::ClusterView& view) {
+    for (GpuId g : hold_->gpus) {
+      drained = drained && view.HasGpu(g) && view.gpu(g).empty();
+    }
+  });
+  return drained;
+}
+
+bool Placement::HoldCanTake(const ledger::PlacementRequest& request) const {
+  if (!hold_.has_value()) return false;
+  bool can = true;
+  ledger_.Read([&](const ledger::ClusterView& view) {
+    for (GpuId g : hold_->gpus) {
+      can = can && view.HasGpu(g) && !view.CheckOnceEmpty(view.gpu(g), request);
+    }
+  });
+  return can;
+}
+
+std::string Placement::DescribeHold() const {
+  if (!hold_.has_value()) return "";
+  std::string node;
+  std::vector<int> indices;
+  ledger_.Read([&](const ledger::ClusterView& view) {
+    for (GpuId g : hold_->gpus) {
+      if (!view.HasGpu(g)) continue;
+      const ledger::GpuRecord& gpu = view.gpu(g);
+      node = view.node(gpu.node).spec.name;
+      indices.push_back(gpu.spec.index);
+    }
+  });
+  std::string out = indices.size() == 1 ? "GPU " : "GPUs ";
+  for (std::size_t i = 0; i < indices.size(); ++i) {
+    if (i > 0) out += i + 1 == indices.size() ? " and " : ", ";
+    out += std::to_string(indices[i]);
+  }
+  out += " of node " + node + (indices.size() == 1 ? " is" : " are") +
+         " held for task " + std::to_string(hold_->task_id) +
+         ", waiting longest, and take" + (indices.size() == 1 ? "s" : "") +
+         " no other task until it fits";
   return out;
 }
 

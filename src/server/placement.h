@@ -16,8 +16,10 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "ledger/ledger.h"
@@ -57,8 +59,38 @@ class Placement {
   // For callers that judge targets on the ledger without placing (a
   // defragmentation plan, a slice's other targets): withdraws the
   // approvals past their expiry, as Place does first, and returns the GPUs
-  // to leave out — the blocked MIG GPUs and the fenced ones (held lost).
+  // to leave out — the blocked MIG GPUs, the fenced ones (held lost) and
+  // the GPUs held for a waiting task.
   std::set<GpuId> PrepareTargets();
+
+  // A hold (scheduler/hold.h): GPUs that take no task but `task_id`'s, so
+  // that they drain until it fits. The Scheduler sets and ends it.
+  struct Hold {
+    store::RowId task_id = 0;
+    std::vector<GpuId> gpus;
+    store::Millis since = 0;
+  };
+  const std::optional<Hold>& hold() const { return hold_; }
+  void SetHold(Hold hold) { hold_ = std::move(hold); }
+  void EndHold() { hold_.reset(); }
+  // Leaves the held GPUs out of `request`, task `task_id`'s, unless the hold
+  // is that task's own.
+  void ApplyHold(store::RowId task_id, ledger::PlacementRequest& request) const;
+  // The GPUs to hold for `request` (scheduler::ChooseHold), leaving out the
+  // GPUs Place would.
+  std::vector<GpuId> ChooseHold(ledger::PlacementRequest request) const;
+  // Whether every held GPU holds nothing (drained).
+  bool HoldDrained() const;
+  // Whether every held GPU could still take `request` once empty.
+  bool HoldCanTake(const ledger::PlacementRequest& request) const;
+  // The hold as a pending reason names it, e.g. "GPU 1 of node gpu-a is held
+  // for task 7, waiting longest, and takes no other task until it fits"; ""
+  // without a hold.
+  std::string DescribeHold() const;
+  // Whether a pending reason names a hold (DescribeHold's text).
+  static bool NamesHold(const std::string& reason) {
+    return reason.find(" held for task ") != std::string::npos;
+  }
 
   const ledger::PlacementPolicy& policy() const { return *policy_; }
   // The learning side of the policy; null when it learns nothing.
@@ -82,6 +114,7 @@ class Placement {
   scheduler::WorkloadObserver* const observer_;
   const ledger::PlacementPolicy* const policy_;
   store::RowId learned_through_ = 0;  // tasks up to this id are learned
+  std::optional<Hold> hold_;
 };
 
 }  // namespace hf::server

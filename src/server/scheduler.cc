@@ -90,6 +90,11 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     for (TaskRow& t : rows) pending_.Add(std::move(t));
   }
 
+  HF_RETURN_IF_ERROR(EndHoldIfStale());
+  std::erase_if(no_hold_, [&](store::RowId id) {
+    return !pending_.Unknown({id}).empty();
+  });
+
   const std::uint64_t generation = queue_->generation();
   const store::Millis now = clock_->NowMillis();
   std::vector<TaskRow> batch = pending_.Due(
@@ -106,16 +111,26 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
   std::vector<Decision> decisions;
   decisions.reserve(batch.size());
   MutexLock lock(ledger_->mu());
+  Placement& placement = ledger_->placement();
+  bool hold_ended = false;
   for (TaskRow& due : batch) {
     Decision d;
     d.task_id = due.id;
     d.updated = std::move(due);  // the copy Due() made is the row to write
     // The task as read: each branch below reads it before changing it.
     const TaskRow& task = d.updated;
-    const ledger::PlacementRequest request =
-        ledger_->placement().RequestFor(task);
-    ledger_->placement().Learn(task, request);  // once: ids only grow
-    ledger::PlacementResult result = ledger_->placement().Place(request);
+    const ledger::PlacementRequest request = placement.RequestFor(task);
+    placement.Learn(task, request);  // once: ids only grow
+    ledger::PlacementRequest asked = request;
+    placement.ApplyHold(task.id, asked);
+    ledger::PlacementResult result = placement.Place(std::move(asked));
+    const bool holder =
+        placement.hold().has_value() && placement.hold()->task_id == task.id;
+    if (result.placed() && holder) {
+      spdlog::info("scheduler: hold for task {} ended: bound", task.id);
+      placement.EndHold();
+      hold_ended = true;
+    }
     if (result.placed()) {
       const ledger::Allocation& a = result.allocation;
       SliceRow& slice = d.slice;
@@ -168,9 +183,16 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
       // text changed and the stored one is kPendingReasonRefreshMs old:
       // the counts in it move with every capacity change, and would
       // otherwise rewrite every waiting task each time.
-      const std::string& reason = result.message;
+      UpdateHold(task, request, result.message, now, holder, hold_ended);
+      std::string reason = result.message;
+      if (placement.hold().has_value()) {
+        reason += "; " + placement.DescribeHold();
+      }
+      // A hold that began or ended is written at once, like a new class.
       const bool class_changed = std::string_view(PendingReasonClass(reason)) !=
-                                 PendingReasonClass(task.pending_reason);
+                                     PendingReasonClass(task.pending_reason) ||
+                                 Placement::NamesHold(reason) !=
+                                     Placement::NamesHold(task.pending_reason);
       if (reason != task.pending_reason &&
           (class_changed || now - task.updated_at >= kPendingReasonRefreshMs)) {
         d.updated.pending_reason = reason;
@@ -256,6 +278,7 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     }
     pending_.Remove(d.task_id);
   }
+  if (hold_ended) queue_->CapacityFreed();  // its GPUs take tasks again
   if (!undo.empty()) {
     lock.Lock();
     for (SliceId id : undo) (void)ledger_->ledger().Release(id);
@@ -268,6 +291,81 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     return written.WithContext("persisting a bind batch");
   }
   return bound;
+}
+
+Status Scheduler::EndHoldIfStale() {
+  store::RowId holder = 0;
+  {
+    MutexLock lock(ledger_->mu());
+    if (const auto& hold = ledger_->placement().hold(); hold.has_value()) {
+      holder = hold->task_id;
+    }
+  }
+  if (holder == 0) return Status::Ok();
+  // Its row, not what pending_ holds: a task cancelled while it waits
+  // stays there until its next try.
+  bool waiting = false;
+  HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
+    auto t = txn.GetTask(holder);
+    if (t.ok()) {
+      waiting = t->state == TaskState::kPending;
+    } else if (t.status().code() != StatusCode::kNotFound) {
+      return t.status();
+    }
+    return Status::Ok();
+  }));
+  if (waiting) return Status::Ok();
+  pending_.Remove(holder);
+  {
+    MutexLock lock(ledger_->mu());
+    const auto& hold = ledger_->placement().hold();
+    if (!hold.has_value() || hold->task_id != holder) return Status::Ok();
+    spdlog::info("scheduler: hold for task {} ended: it no longer waits",
+                 holder);
+    ledger_->placement().EndHold();
+  }
+  queue_->CapacityFreed();  // its GPUs take tasks again
+  return Status::Ok();
+}
+
+void Scheduler::UpdateHold(const TaskRow& task,
+                           const ledger::PlacementRequest& request,
+                           const std::string& message, store::Millis now,
+                           bool holder, bool& hold_ended) {
+  Placement& placement = ledger_->placement();
+  if (holder) {
+    // Its GPUs drained, or can no longer take it: the hold does not help.
+    const bool drained = placement.HoldDrained();
+    if (drained || !placement.HoldCanTake(request)) {
+      spdlog::warn(
+          "scheduler: hold for task {} ended: {} and it still does not fit "
+          "there",
+          task.id, drained ? "its GPUs drained" : "its GPUs changed");
+      placement.EndHold();
+      no_hold_.insert(task.id);
+      hold_ended = true;
+    }
+    return;
+  }
+  if (placement.hold().has_value() || options_.hold_after_ms <= 0 ||
+      now - task.created_at < options_.hold_after_ms ||
+      no_hold_.contains(task.id)) {
+    return;
+  }
+  // Only a task waiting for room: more of it will not come otherwise.
+  const std::string_view why = PendingReasonClass(message);
+  if (why != "memory" && why != "compute" && why != "whole_gpus" &&
+      why != "no_fit") {
+    return;
+  }
+  std::vector<GpuId> gpus = placement.ChooseHold(request);
+  if (gpus.empty()) {
+    no_hold_.insert(task.id);
+    return;
+  }
+  placement.SetHold(Placement::Hold{task.id, std::move(gpus), now});
+  spdlog::info("scheduler: task {} waited {} s for room: {}", task.id,
+               (now - task.created_at) / 1000, placement.DescribeHold());
 }
 
 StatusOr<int> Scheduler::Pass(bool* more) {

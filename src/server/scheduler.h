@@ -15,6 +15,16 @@
 // moved) and are tried again when capacity frees up (the queue's
 // generation moves) or every retry interval.
 //
+// Holds (scheduler/hold.h): the first task found waiting for room for
+// `hold_after_ms` or longer, while no task has a hold, gets GPUs held for
+// it (Placement::SetHold), where it fits once they drain; no other task is
+// placed there, and its pending_reason says which GPUs and why (and so do
+// the reasons of the others while the hold lasts). One hold at a time. A
+// hold ends when its task is bound, or is no longer pending, or its GPUs
+// drained (or changed) and it still does not fit there; such a task gets
+// no second hold. Holds are the leader's own state: a new leader makes
+// them again from the tasks' ages.
+//
 // Thread-safety: one bind pass at a time (bind_mu_, taken before the
 // ledger's write gate); safe from any thread. Calls SchedulerHost holding
 // no lock, or (SliceEnvFor) the ledger's lock only; writes through the
@@ -23,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -51,6 +62,9 @@ class SchedulerHost {
 struct SchedulerOptions {
   int bind_batch = 512;                    // most tasks bound per commit
   std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
+  // A task that has waited this long for room (since it was created) gets
+  // GPUs held for it, when no other task has a hold (0: never).
+  std::int64_t hold_after_ms = 120'000;
 };
 
 class Scheduler {
@@ -88,6 +102,18 @@ class Scheduler {
   int pending() const { return pending_.size(); }
 
  private:
+  // Ends the hold of a task that no longer waits (bound by another path,
+  // cancelled, failed), as its stored row says.
+  Status EndHoldIfStale() HF_REQUIRES(bind_mu_);
+  // After task `task` (`request`, as asked without holds) failed to place
+  // with `message`: ends the hold that is its own (`holder`) where it did
+  // not help, setting `hold_ended`, or gives it one where it qualifies
+  // (above).
+  void UpdateHold(const store::TaskRow& task,
+                  const ledger::PlacementRequest& request,
+                  const std::string& message, store::Millis now, bool holder,
+                  bool& hold_ended) HF_REQUIRES(bind_mu_, ledger_->mu());
+
   store::Store* const store_;
   const Clock* const clock_;
   const SchedulerOptions options_;
@@ -102,6 +128,8 @@ class Scheduler {
   // The tasks waiting to be bound, and when each is due to be tried again.
   // Its own lock, a leaf; the bind pass is its only writer.
   PendingTasks pending_;
+  // Tasks whose hold ended without them fitting: none gets another.
+  std::set<store::RowId> no_hold_ HF_GUARDED_BY(bind_mu_);
 };
 
 }  // namespace hf::server

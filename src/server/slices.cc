@@ -93,6 +93,18 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         stats.policy_cold_start = learner->ColdStart();
         stats.policy_tasks_learned = learner->tasks_observed();
       }
+      if (const auto& hold = core_.placement().hold(); hold.has_value()) {
+        HoldStats& out = stats.hold.emplace();
+        out.task_id = hold->task_id;
+        out.since = hold->since;
+        core_.ledger().Read([&](const ledger::ClusterView& view) {
+          for (GpuId g : hold->gpus) {
+            if (!view.HasGpu(g)) continue;
+            out.node = view.node(view.gpu(g).node).spec.name;
+            out.gpu_indices.push_back(view.gpu(g).spec.index);
+          }
+        });
+      }
     }
     std::map<RowId, bool> hooks = core_.inventory().hooks();
     core_.ledger().Read([&](const ledger::ClusterView& view) {

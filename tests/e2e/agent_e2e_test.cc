@@ -62,13 +62,17 @@ class AgentE2eTest : public ::testing::Test {
     ASSERT_EQ(fs::path(HF_TASK_SHIM_PATH).parent_path(),
               fs::path(HF_AGENT_PATH).parent_path());
     ServerOptions options;
-    options.flags = {"--gc-interval", "1"};
+    options.flags = ServerFlags();
     server_ = std::make_unique<ServerProcess>(options);
     ASSERT_TRUE(server_->Start());
     api_ = std::make_unique<Api>(*server_);
     tenant_ = api_->NewTenant("agent");
     user_ = api_->CreateToken("user", tenant_);
     ASSERT_FALSE(user_.empty());
+  }
+
+  virtual std::vector<std::string> ServerFlags() const {
+    return {"--gc-interval", "1"};
   }
 
   void TearDown() override {
@@ -523,6 +527,80 @@ TEST_F(AgentE2eTest, ATaskEndingWhileTheServerIsDownIsReportedOnceItIsBack) {
   EXPECT_EQ(t["exit_code"], 4) << t.dump();
   json s = WaitSliceReleased(slice_id);
   EXPECT_EQ(s["state"], "released") << s.dump();
+}
+
+// Holds, with the real server and agent: a large task waiting behind a
+// backlog of small ones. Without a hold it would run only once the backlog
+// drained, since every slice that ends makes room a small task takes; with
+// --hold-after 2 a GPU is held for it and drains, and it runs while most of
+// the backlog still waits.
+class HoldE2eTest : public AgentE2eTest {
+ protected:
+  std::vector<std::string> ServerFlags() const override {
+    return {"--gc-interval", "1", "--hold-after", "2"};
+  }
+};
+
+TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
+  AgentProcess& agent = StartAgent("hold", {A100(), A100()});
+  const auto small = [&] {
+    return CreateId({{"name", "small"},
+                     {"command", "sleep 2"},
+                     {"gpu_memory_mb", 25000},
+                     {"gpu_compute_ratio", 0.1}});
+  };
+  // Three on each GPU (75,000 of 81,920 MB): one ending leaves 31,920 MB.
+  std::vector<std::int64_t> backlog;
+  backlog.reserve(30);
+  for (int i = 0; i < 6; ++i) backlog.push_back(small());
+  for (std::int64_t id : backlog) {
+    ASSERT_EQ(WaitStatus(id, "running")["status"], "running") << Logs(agent);
+  }
+  const std::int64_t big = CreateId({{"name", "big"},
+                                     {"command", "sleep 1"},
+                                     {"gpu_memory_mb", 50000},
+                                     {"gpu_compute_ratio", 0.1}});
+  for (int i = 0; i < 24; ++i) backlog.push_back(small());
+  // Until the large task is bound: the hold appears in the stats, and no
+  // GPU is ever charged more than it has.
+  bool hold_seen = false;
+  int waiting_when_bound = -1;
+  const bool bound = WaitFor(
+      [&] {
+        HttpReply stats =
+            api_->http().Get("/api/v1/slices/stats", api_->admin());
+        EXPECT_EQ(stats.status, 200) << stats.raw;
+        const json& hold = stats.body["placement"]["hold"];
+        if (hold.is_object() && hold["task_id"] == big) hold_seen = true;
+        for (const json& gpu : stats.body["gpus"]) {
+          EXPECT_LE(gpu["accounted_memory_mb"].get<std::int64_t>(),
+                    gpu["total_memory_mb"].get<std::int64_t>())
+              << stats.raw;
+        }
+        HttpReply t =
+            api_->http().Get("/api/v1/tasks/" + std::to_string(big), user_);
+        if (t.body.value("status", "pending") == "pending") return false;
+        waiting_when_bound = 0;
+        for (std::int64_t id : backlog) {
+          HttpReply s =
+              api_->http().Get("/api/v1/tasks/" + std::to_string(id), user_);
+          waiting_when_bound += s.body.value("status", "") == "pending";
+        }
+        return true;
+      },
+      milliseconds(60'000), milliseconds(100));
+  ASSERT_TRUE(bound) << Logs(agent);
+  EXPECT_TRUE(hold_seen);
+  // 24 small tasks of 2 s on six slots take about 8 s; the hold takes about
+  // 2 s to begin and 2 s to drain.
+  EXPECT_GE(waiting_when_bound, 8) << Logs(agent);
+  EXPECT_EQ(WaitTerminal(big)["status"], "succeeded") << Logs(agent);
+  for (std::int64_t id : backlog) {
+    EXPECT_EQ(WaitTerminal(id, milliseconds(60'000))["status"], "succeeded")
+        << id << Logs(agent);
+  }
+  HttpReply stats = api_->http().Get("/api/v1/slices/stats", api_->admin());
+  EXPECT_TRUE(stats.body["placement"]["hold"].is_null()) << stats.raw;
 }
 
 TEST_F(AgentE2eTest, LargeOutputReachesTheServerWhole) {

@@ -434,4 +434,14 @@ MUTATIONS = [
                "agent_e2e_test/AgentE2eTest.AfterAServerCrashTheLearnedPolicyBindsAShareOnAFullMigGpu"],
         simulation=False,
     ),
+    dict(
+        name="hold-not-applied",
+        hole="16: the GPUs held for the task that waited longest still take newer tasks, so a large task starves behind a stream of small ones",
+        file="src/server/placement.cc",
+        old="""  if (!hold_.has_value() || hold_->task_id == task_id) return;""",
+        new="""  if (task_id >= 0 || request.excluded_gpus.empty()) return;""",
+        tests=["control_plane_test/HoldTest.*",
+               "agent_e2e_test/HoldE2eTest.*"],
+        simulation=False,
+    ),
 ]

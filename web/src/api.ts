@@ -246,7 +246,13 @@ export interface Stats {
     stranded_memory_mb: number;
   } | null;
   // Cluster scope only: the placement policy and what hf-frag has learned.
-  placement?: { policy: string; mode?: "best-fit" | "hf-frag"; tasks_learned?: number } | null;
+  // `hold`: the GPUs held for the task that has waited longest, or null.
+  placement?: {
+    policy: string;
+    mode?: "best-fit" | "hf-frag";
+    tasks_learned?: number;
+    hold?: { task_id: number; node_id: string; gpu_indices: number[]; since: string } | null;
+  } | null;
 }
 
 export interface HistoryEntry {
