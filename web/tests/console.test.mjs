@@ -602,3 +602,43 @@ test("every page renders without console errors at 1366x768 and 390x844", async 
   await user.context.close();
   assert.deepEqual(user.errors, []);
 });
+
+test("the stats page shows the GPU held for a task that waited long", async () => {
+  // A platform of its own: tasks here wait 1 s before a hold.
+  const q = await startPlatform({ serverFlags: ["--hold-after", "1"] });
+  const { context, page, errors } = await newPage();
+  try {
+    await q.tenant("th");
+    const whole = { name: "whole", command: "sleep 600", gpu_required: 1, tenant: "th" };
+    // The two GPUs out of MIG mode taken whole; a third whole-GPU task waits.
+    const taken = [await q.api("POST", "/api/v1/tasks", whole), await q.api("POST", "/api/v1/tasks", whole)];
+    for (const t of taken) {
+      await waitFor(`task ${t.id} bound`, async () => (await q.api("GET", `/api/v1/tasks/${t.id}`)).status !== "pending");
+    }
+    const waiting = await q.api("POST", "/api/v1/tasks", { ...whole, name: "waiting" });
+    // The P100 (GPU 2) has the least memory in use: it is held.
+    const hold = await waitFor("the hold", async () => (await q.api("GET", "/api/v1/slices/stats")).placement.hold);
+    assert.equal(hold.task_id, waiting.id);
+    assert.deepEqual(hold.gpu_indices, [2]);
+    const reason = await waitFor("the reason", async () => {
+      const t = await q.api("GET", `/api/v1/tasks/${waiting.id}`);
+      return t.pending_reason.includes("held for task") && t.pending_reason;
+    });
+    assert.match(reason, new RegExp(`GPU 2 of node local is held for task ${waiting.id}, waiting longest`));
+    await page.goto(q.url + "/");
+    await page.fill("#signin-token", q.adminToken);
+    await page.click("button[type=submit]");
+    await page.waitForSelector("[data-testid=whoami]");
+    await go(page, "#/stats");
+    const tile = page.locator("[data-testid=hold]");
+    await tile.waitFor();
+    const text = await tile.textContent();
+    assert.match(text, /GPU 2 of local/);
+    assert.match(text, new RegExp(`held for task ${waiting.id} since `));
+    for (const t of [...taken, waiting]) await q.api("POST", `/api/v1/tasks/${t.id}/cancel`, {});
+    assert.deepEqual(errors, []);
+  } finally {
+    await context.close();
+    await q.stop();
+  }
+});

@@ -80,7 +80,8 @@ async function stopProcess(child) {
 // Starts hf-server and one simulated hf-agent ("local"). Returns
 // { url, adminToken, api(method, path, body?, token?), tenant(name),
 //   token(role, tenant), stop() }.
-export async function startPlatform({ inventory = "configs/local-node.json" } = {}) {
+// `serverFlags` go to hf-server after the harness's own.
+export async function startPlatform({ inventory = "configs/local-node.json", serverFlags = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "hf-console-"));
   const source = need("HF_SOURCE_DIR");
   const port = await freePort();
@@ -95,6 +96,7 @@ export async function startPlatform({ inventory = "configs/local-node.json" } = 
       "--admin-token-file", join(dir, "admin.token"),
       "--console-dir", need("HF_CONSOLE_DIR"),
       "--heartbeat-interval", "1",
+      ...serverFlags,
     ],
     join(dir, "server.log"),
   );
