@@ -603,6 +603,60 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
   EXPECT_TRUE(stats.body["placement"]["hold"].is_null()) << stats.raw;
 }
 
+// A hold is the leader's memory: killed (SIGKILL) and started again, the
+// server holds the GPU again for the task that still waits, from its age,
+// and a newer task does not take the room a slice leaves there.
+TEST_F(HoldE2eTest, AfterTheServerIsKilledTheWaitingTaskIsHeldAgain) {
+  AgentProcess& agent = StartAgent("hold-crash", {A100()});
+  std::vector<fs::path> go;
+  std::vector<std::int64_t> small;
+  for (int i = 0; i < 3; ++i) {
+    go.push_back(agent.dir() / ("go" + std::to_string(i)));
+    small.push_back(
+        CreateId({{"name", "small"},
+                  {"command", WaitForFileCommand(go.back(), "true")},
+                  {"gpu_memory_mb", 25000},
+                  {"gpu_compute_ratio", 0.1}}));
+  }
+  for (std::int64_t id : small) {
+    ASSERT_EQ(WaitStatus(id, "running")["status"], "running") << Logs(agent);
+  }
+  const std::int64_t big = CreateId({{"name", "big"},
+                                     {"command", "true"},
+                                     {"gpu_memory_mb", 50000},
+                                     {"gpu_compute_ratio", 0.1}});
+  const auto held_for = [&](std::int64_t task) {
+    return WaitFor([&] {
+      HttpReply stats = api_->http().Get("/api/v1/slices/stats", api_->admin());
+      const json& hold = stats.body["placement"]["hold"];
+      return hold.is_object() && hold["task_id"] == task;
+    });
+  };
+  ASSERT_TRUE(held_for(big)) << Logs(agent);
+  ASSERT_TRUE(server_->Kill());
+  ASSERT_TRUE(server_->Start());
+  ASSERT_TRUE(held_for(big)) << Logs(agent);
+  const std::int64_t newer = CreateId({{"name", "newer"},
+                                       {"command", "true"},
+                                       {"gpu_memory_mb", 25000},
+                                       {"gpu_compute_ratio", 0.1}});
+  // One slice ends: 31,920 MB free, room for the newer task but for the
+  // hold.
+  Touch(go[0]);
+  ASSERT_EQ(WaitTerminal(small[0])["status"], "succeeded") << Logs(agent);
+  std::this_thread::sleep_for(milliseconds(1'500));
+  json waiting = api_->GetTask(newer, user_);
+  EXPECT_EQ(waiting["status"], "pending") << waiting.dump();
+  EXPECT_NE(waiting.value("pending_reason", "")
+                .find("held for task " + std::to_string(big)),
+            std::string::npos)
+      << waiting.dump();
+  Touch(go[1]);
+  Touch(go[2]);
+  EXPECT_EQ(WaitTerminal(big)["status"], "succeeded") << Logs(agent);
+  EXPECT_EQ(WaitTerminal(newer)["status"], "succeeded") << Logs(agent);
+}
+
 TEST_F(AgentE2eTest, LargeOutputReachesTheServerWhole) {
   AgentProcess& agent = StartAgent("chatty", {A100()});
   // 3 MB in lines of 100 bytes: more than the agent ships in one cycle.
