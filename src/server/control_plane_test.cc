@@ -607,20 +607,26 @@ class HoldTest : public ControlPlaneTest {
     EXPECT_FALSE(Hold().has_value());
   }
 
+  // Then, past --hold-after, GPU 1 ends a slice too; the large task,
+  // waiting longest, gets GPU 1 held (20,000 MB in use there, 40,000 on
+  // GPU 0), and the newer task that would have taken the room waits.
+  // Returns the newer task.
+  RowId StarveThenHold() {
+    FillAndStarve();
+    clock_.Advance(121'000);
+    Finish(small_[2]);
+    const RowId newer = Submit(alice_, 20000, 10).id;
+    EXPECT_EQ(Bind(), 0);
+    return newer;
+  }
+
   Caller alice_;
   std::vector<RowId> small_;
   RowId big_ = 0;
 };
 
 TEST_F(HoldTest, ATaskThatWaitedLongGetsAGpuHeldUntilItFits) {
-  FillAndStarve();
-  clock_.Advance(121'000);
-  // GPU 1 ends a slice too; the large task, waiting longest, gets GPU 1 held
-  // (20,000 MB in use there, 40,000 on GPU 0), and the newer task that
-  // would have taken the room waits.
-  Finish(small_[2]);
-  const RowId newer = Submit(alice_, 20000, 10).id;
-  EXPECT_EQ(Bind(), 0);
+  const RowId newer = StarveThenHold();
   const std::optional<HoldStats> hold = Hold();
   ASSERT_TRUE(hold.has_value());
   EXPECT_EQ(hold->task_id, big_);
@@ -653,11 +659,7 @@ TEST_F(HoldTest, ATaskThatWaitedLongGetsAGpuHeldUntilItFits) {
 }
 
 TEST_F(HoldTest, AHoldEndsWhenItsTaskIsCancelled) {
-  FillAndStarve();
-  clock_.Advance(121'000);
-  Finish(small_[2]);
-  const RowId newer = Submit(alice_, 20000, 10).id;
-  EXPECT_EQ(Bind(), 0);
+  const RowId newer = StarveThenHold();
   ASSERT_TRUE(Hold().has_value());
   ASSERT_TRUE(cp_->CancelTask(alice_, big_).ok());
   EXPECT_EQ(Bind(), 1);

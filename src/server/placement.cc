@@ -101,12 +101,8 @@ void Placement::ApplyHold(store::RowId task_id,
                                hold_->gpus.end());
 }
 
-std::vector<GpuId> Placement::ChooseHold(
-    ledger::PlacementRequest request) const {
-  for (const auto& [gpu, why] : Blocked()) request.excluded_gpus.push_back(gpu);
-  for (const auto& [key, gpu] : inventory_.gpus()) {
-    if (inventory_.Fenced(key)) request.excluded_gpus.push_back(gpu);
-  }
+std::vector<GpuId> Placement::ChooseHold(ledger::PlacementRequest request) {
+  for (GpuId gpu : PrepareTargets()) request.excluded_gpus.push_back(gpu);
   std::vector<GpuId> out;
   ledger_.Read([&](const ledger::ClusterView& view) {
     out = scheduler::ChooseHold(view, request);

@@ -76,9 +76,9 @@ class Placement {
   // Leaves the held GPUs out of `request`, task `task_id`'s, unless the hold
   // is that task's own.
   void ApplyHold(store::RowId task_id, ledger::PlacementRequest& request) const;
-  // The GPUs to hold for `request` (scheduler::ChooseHold), leaving out the
-  // GPUs Place would.
-  std::vector<GpuId> ChooseHold(ledger::PlacementRequest request) const;
+  // The GPUs to hold for `request` (scheduler::ChooseHold), leaving out
+  // those PrepareTargets names.
+  std::vector<GpuId> ChooseHold(ledger::PlacementRequest request);
   // Whether every held GPU holds nothing (drained).
   bool HoldDrained() const;
   // Whether every held GPU could still take `request` once empty.
