@@ -298,6 +298,7 @@ Status World::StartServer() {
   o.mig_command_deadline_ms = options_.mig_deadline_ms;
   o.heartbeat_interval_s = static_cast<int>(options_.heartbeat_ms / 1000);
   o.node_lost_ms = options_.node_lost_ms;
+  o.hold_after_ms = options_.hold_after_ms;
   o.monotonic_clock = &monotonic_;
   auto cp = server::ControlPlane::Create(s->store.get(), &clock_, o);
   if (!cp.ok()) return cp.status().WithContext("starting the control plane");

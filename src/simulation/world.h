@@ -69,6 +69,10 @@ struct WorldOptions {
   std::int64_t gc_min_age_ms = 30'000;
   std::int64_t mig_deadline_ms = 60'000;
   std::int64_t node_lost_ms = 600'000;
+  // Holds (ControlPlaneOptions::hold_after_ms): shorter than the server's
+  // default, so that the random runs' waiting tasks are held, and the holds
+  // meet the faults.
+  std::int64_t hold_after_ms = 20'000;
   // A MIG instance no live slice owns must be in the history as
   // MIG_PARTITION_ORPHANED within this long.
   std::int64_t orphan_report_bound_ms = 120'000;
