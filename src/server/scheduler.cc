@@ -202,6 +202,9 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     }
     decisions.push_back(std::move(d));
   }
+  telemetry_->SetHeldGpus(placement.hold().has_value()
+                              ? static_cast<int>(placement.hold()->gpus.size())
+                              : 0);
   lock.Unlock();
 
   Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
@@ -301,7 +304,10 @@ Status Scheduler::EndHoldIfStale() {
       holder = hold->task_id;
     }
   }
-  if (holder == 0) return Status::Ok();
+  if (holder == 0) {
+    telemetry_->SetHeldGpus(0);
+    return Status::Ok();
+  }
   // Its row, not what pending_ holds: a task cancelled while it waits
   // stays there until its next try.
   bool waiting = false;
@@ -324,6 +330,7 @@ Status Scheduler::EndHoldIfStale() {
                  holder);
     ledger_->placement().EndHold();
   }
+  telemetry_->SetHeldGpus(0);
   queue_->CapacityFreed();  // its GPUs take tasks again
   return Status::Ok();
 }

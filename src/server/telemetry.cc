@@ -159,14 +159,23 @@ void Telemetry::SetPending(std::map<std::string, int> by_reason) {
   pending_ = std::move(by_reason);
 }
 
+void Telemetry::SetHeldGpus(int gpus) {
+  MutexLock lock(mu_);
+  held_gpus_ = gpus;
+}
+
 metrics::Families Telemetry::CollectState() const {
   metrics::FamilyBuilder slices("heteroflow_slices",
                                 "Live slices by QoS tier and enforcement.");
   metrics::FamilyBuilder pending(
       "heteroflow_pending_tasks",
       "Tasks waiting to be bound, by the class of their pending reason.");
+  metrics::FamilyBuilder held(
+      "heteroflow_held_gpus",
+      "GPUs held for the task that waited longest for room (0: none).");
   {
     MutexLock lock(mu_);
+    held.Add({}, held_gpus_);
     for (const auto& [key, n] : slice_counts_) {
       slices.Add({{"qos", key.first}, {"enforcement", key.second}}, n);
     }
@@ -178,6 +187,7 @@ metrics::Families Telemetry::CollectState() const {
   metrics::Families out;
   out.push_back(slices.Take());
   out.push_back(pending.Take());
+  out.push_back(held.Take());
   return out;
 }
 

@@ -63,8 +63,10 @@ class Telemetry {
                    int code, double seconds);
   // Pending tasks by reason class, after each bind pass.
   void SetPending(std::map<std::string, int> by_reason);
+  // GPUs held for a task that waited long (0: no hold), after each pass.
+  void SetHeldGpus(int gpus);
 
-  // heteroflow_slices and heteroflow_pending_tasks.
+  // heteroflow_slices, heteroflow_pending_tasks and heteroflow_held_gpus.
   metrics::Families CollectState() const;
 
  private:
@@ -87,6 +89,7 @@ class Telemetry {
   std::map<std::pair<std::string, std::string>, int> slice_counts_
       HF_GUARDED_BY(mu_);
   std::map<std::string, int> pending_ HF_GUARDED_BY(mu_);
+  int held_gpus_ HF_GUARDED_BY(mu_) = 0;
   std::unordered_map<store::RowId, const char*> release_paths_
       HF_GUARDED_BY(mu_);
 };

@@ -564,6 +564,7 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
   // Until the large task is bound: the hold appears in the stats, and no
   // GPU is ever charged more than it has.
   bool hold_seen = false;
+  bool held_gpus_metric = false;  // heteroflow_held_gpus said 1
   int waiting_when_bound = -1;
   const bool bound = WaitFor(
       [&] {
@@ -571,7 +572,13 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
             api_->http().Get("/api/v1/slices/stats", api_->admin());
         EXPECT_EQ(stats.status, 200) << stats.raw;
         const json& hold = stats.body["placement"]["hold"];
-        if (hold.is_object() && hold["task_id"] == big) hold_seen = true;
+        if (hold.is_object() && hold["task_id"] == big) {
+          hold_seen = true;
+          held_gpus_metric |=
+              api_->http()
+                  .Get("/metrics", api_->admin())
+                  .raw.find("\nheteroflow_held_gpus 1\n") != std::string::npos;
+        }
         for (const json& gpu : stats.body["gpus"]) {
           EXPECT_LE(gpu["accounted_memory_mb"].get<std::int64_t>(),
                     gpu["total_memory_mb"].get<std::int64_t>())
@@ -591,6 +598,7 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
       milliseconds(60'000), milliseconds(100));
   ASSERT_TRUE(bound) << Logs(agent);
   EXPECT_TRUE(hold_seen);
+  EXPECT_TRUE(held_gpus_metric);
   // 24 small tasks of 2 s on six slots take about 8 s; the hold takes about
   // 2 s to begin and 2 s to drain.
   EXPECT_GE(waiting_when_bound, 8) << Logs(agent);
@@ -599,8 +607,12 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
     EXPECT_EQ(WaitTerminal(id, milliseconds(60'000))["status"], "succeeded")
         << id << Logs(agent);
   }
+  // Nothing waits: no hold (the backlog's own, past 2 s, ended too).
   HttpReply stats = api_->http().Get("/api/v1/slices/stats", api_->admin());
   EXPECT_TRUE(stats.body["placement"]["hold"].is_null()) << stats.raw;
+  const std::string metrics = api_->http().Get("/metrics", api_->admin()).raw;
+  EXPECT_NE(metrics.find("\nheteroflow_held_gpus 0\n"), std::string::npos)
+      << metrics;
 }
 
 // A hold is the leader's memory: killed (SIGKILL) and started again, the

@@ -408,6 +408,7 @@ TEST_F(MetricsE2eTest, PrometheusScrapesTheServerAndTheAgents) {
   EXPECT_EQ(prometheus_->Value(
                 "count(heteroflow_pending_tasks{reason=\"not_tried\"})"),
             2);  // one per server job
+  EXPECT_EQ(prometheus_->Value("max(heteroflow_held_gpus)"), 0);  // no hold
   value_at_least("max(heteroflow_leader)", 1);
   value_at_least(
       "max(heteroflow_http_requests_total{route=\"/api/v1/tasks\","
