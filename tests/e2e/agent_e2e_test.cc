@@ -175,6 +175,21 @@ class AgentE2eTest : public ::testing::Test {
     return s;
   }
 
+  // Kills the server, then lets task `id` end (its command waits for `go`)
+  // with nobody to tell: true once the runtime has its exit file.
+  ::testing::AssertionResult EndTaskWithTheServerDown(AgentProcess& agent,
+                                                      std::int64_t id,
+                                                      const fs::path& go) {
+    if (!server_->Kill()) return ::testing::AssertionFailure() << "kill";
+    Touch(go);
+    if (WaitFor([&] { return fs::exists(agent.TaskDir(id) / "exit"); },
+                kTaskTimeout)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "task " << id << " never ended" << Logs(agent);
+  }
+
   // Diagnostics for a failed expectation.
   std::string Logs(const AgentProcess& agent) const {
     return "\nagent log:\n" + agent.Log(8192) + "\nserver log:\n" +
@@ -503,11 +518,7 @@ TEST_F(AgentE2eTest, ATaskEndingWhileTheServerIsDownIsReportedOnceItIsBack) {
   ASSERT_EQ(t["status"], "running") << t.dump() << Logs(agent);
   const std::int64_t slice_id = t["slice_id"].get<std::int64_t>();
 
-  ASSERT_TRUE(server_->Kill());
-  Touch(go);
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(agent.TaskDir(id) / "exit"); },
-                      kTaskTimeout))
-      << Logs(agent);
+  ASSERT_TRUE(EndTaskWithTheServerDown(agent, id, go));
   std::this_thread::sleep_for(milliseconds(3'000));
   // A failed cycle logs "cycle:"; in 3 s with a 2 s heartbeat, a few, not
   // one per 50 ms poll.
@@ -1184,12 +1195,7 @@ TEST_F(AgentE2eTest, ServerCrashLosesNothingTheAgentHasToSay) {
   ASSERT_EQ(t["status"], "running") << t.dump() << Logs(agent);
   const std::int64_t slice_id = t["slice_id"].get<std::int64_t>();
 
-  ASSERT_TRUE(server_->Kill());
-  // The task ends while there is nobody to tell.
-  Touch(go);
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(agent.TaskDir(id) / "exit"); },
-                      kTaskTimeout))
-      << Logs(agent);
+  ASSERT_TRUE(EndTaskWithTheServerDown(agent, id, go));
   ASSERT_TRUE(agent.WaitForLog("cycle:"));  // it noticed, and keeps going
   EXPECT_FALSE(agent.WaitExit(milliseconds(0)).has_value()) << agent.Log();
 
