@@ -155,13 +155,23 @@ class ClusterE2eTest : public ::testing::Test {
         << gold_view.dump() << "\n"
         << silver_view.dump() << "\n"
         << bronze_view.dump() << AllLogs();
-    // The tier a slice would get on each GPU.
-    const json stats = Stats();
+    // The tier a slice would get on each GPU. A registration reaches the
+    // ledger (which the stats read) just after its row is stored (which
+    // the node view reads): wait for all three GPUs.
+    json stats;
     std::map<std::string, std::string> tiers;
-    for (const json& g : stats["gpus"]) {
-      tiers[Str(g, "node_id") + "/" +
-            std::to_string(g.value("gpu_index", -1))] = Str(g, "qos_level");
-    }
+    WaitFor(
+        [&] {
+          stats = Stats();
+          tiers.clear();
+          for (const json& g : stats["gpus"]) {
+            tiers[Str(g, "node_id") + "/" +
+                  std::to_string(g.value("gpu_index", -1))] =
+                Str(g, "qos_level");
+          }
+          return tiers.size() == 3;
+        },
+        milliseconds(5'000));
     ASSERT_EQ(tiers, (std::map<std::string, std::string>{
                          {std::string(kGoldNode) + "/0", "gold"},
                          {std::string(kSilverNode) + "/0", "silver"},
