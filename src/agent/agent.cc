@@ -784,6 +784,7 @@ void Agent::Probe() {
   report_.name = options_.node_id;
   report_.containerized = host_.containerized;
   report_.hook_available = !options_.hook_library.empty();
+  report_.runtime = std::string(runtime_->Name());
   report_.cpu_milli = host_.cpu_milli;
   report_.host_memory_mib = host_.host_memory_mib;
   report_.agent_version = options_.agent_version;

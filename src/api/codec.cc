@@ -558,10 +558,10 @@ StatusOr<store::Millis> ParseTime(std::string_view text,
 
 StatusOr<server::NodeReport> ParseNodeReport(const json& body,
                                              bool name_required) {
-  HF_RETURN_IF_ERROR(
-      CheckFields(body, {"node_id", "containerized", "hook_available",
-                         "cpu_milli", "host_memory_mb", "gpus", "agent_version",
-                         "tasks", "report_epoch", "report_seq"}));
+  HF_RETURN_IF_ERROR(CheckFields(
+      body, {"node_id", "containerized", "hook_available", "runtime",
+             "cpu_milli", "host_memory_mb", "gpus", "agent_version", "tasks",
+             "report_epoch", "report_seq"}));
   HF_RETURN_IF_ERROR(CheckStrings(body, 4096, ""));
   server::NodeReport r;
   auto name = GetString(body, "node_id", name_required);
@@ -574,6 +574,19 @@ StatusOr<server::NodeReport> ParseNodeReport(const json& body,
   auto hook = GetBool(body, "hook_available", false);
   if (!hook.ok()) return hook.status();
   r.hook_available = *hook;
+  auto runtime = GetString(body, "runtime", false);
+  if (!runtime.ok()) return runtime.status();
+  if (runtime->size() > 32 ||
+      !std::all_of(runtime->begin(), runtime->end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+               c == '_';
+      })) {
+    return Wrong("runtime",
+                 "must name the agent's task runtime, such as \"process\" or "
+                 "\"docker\" (lower-case letters, digits, '-' and '_', at "
+                 "most 32)");
+  }
+  r.runtime = *runtime;
   auto cpu = GetIntIn(body, "cpu_milli", 0, kMaxCpuMilli, "cpu_milli");
   if (!cpu.ok()) return cpu.status();
   r.cpu_milli = cpu->value_or(0);
@@ -1112,6 +1125,7 @@ json NodeJson(const server::NodeView& v, store::Millis now) {
   j["node_id"] = v.node.name;
   j["containerized"] = v.node.containerized;
   j["hook_available"] = v.hook_available;
+  j["runtime"] = v.node.runtime.empty() ? json(nullptr) : json(v.node.runtime);
   j["cpu_milli"] = v.node.cpu_milli;
   j["host_memory_mb"] = v.node.host_memory_mib;
   j["agent_version"] = v.node.agent_version;

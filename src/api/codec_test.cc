@@ -292,6 +292,26 @@ TEST(ParseNodeReportTest, ReportNumbersComeTogetherAndAreBounded) {
             "report_seq"));
 }
 
+TEST(ParseNodeReportTest, RuntimeIsTheAgentsRuntimeNameOrAbsent) {
+  auto j = ParseBody(NodeBody(kGpu, R"("runtime":"docker",)"));
+  ASSERT_TRUE(j.ok());
+  auto r = ParseNodeReport(*j, true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->runtime, "docker");
+  j = ParseBody(NodeBody(kGpu));
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(ParseNodeReport(*j, true)->runtime, "");  // an older agent
+  EXPECT_TRUE(Register(NodeBody(kGpu, R"("runtime":"null",)")).ok());
+  EXPECT_TRUE(Names(Register(NodeBody(kGpu, R"("runtime":7,)")), "runtime"));
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("runtime":"Docker",)")), "runtime"));
+  EXPECT_TRUE(
+      Names(Register(NodeBody(kGpu, R"("runtime":"a b",)")), "runtime"));
+  EXPECT_TRUE(Names(
+      Register(NodeBody(kGpu, "\"runtime\":\"" + std::string(33, 'a') + "\",")),
+      "runtime"));
+}
+
 // What the agent sends (wire::ToJson of the shared types) is what the
 // server decodes, field for field: one set of types for both ends.
 TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
@@ -300,6 +320,7 @@ TEST(ParseNodeReportTest, TheAgentsEncodingDecodesToTheSameValues) {
   r.number = wire::ReportNumber{12, 345};
   r.containerized = true;
   r.hook_available = true;
+  r.runtime = "docker";
   r.cpu_milli = 96000;
   r.host_memory_mib = 1 << 20;
   r.agent_version = "1.2.3";

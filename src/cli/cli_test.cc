@@ -771,7 +771,8 @@ TEST_F(OutputTest, EveryResourceTableHasItsColumns) {
       {Resource::kHistoryEntry,
        "ID  AT  OP  SLICE  TASK  TENANT  NODE  GPU  MEMORY  COMPUTE  ACTOR  "
        "REASON"},
-      {Resource::kNode, "NODE  CONTAINERIZED  GPUS  LAST_HEARTBEAT  AGE"},
+      {Resource::kNode,
+       "NODE  CONTAINERIZED  GPUS  LAST_HEARTBEAT  AGE  RUNTIME"},
       {Resource::kTenant, "NAME  SHARED_GROUP  CREATED"},
       {Resource::kGroup, "NAME  TENANTS"},
       {Resource::kToken,
@@ -824,15 +825,19 @@ TEST_F(OutputTest, SliceNodeAndRequestCellsAreDerived) {
 
   std::ostringstream nodes;
   RenderTable(Resource::kNode, Json::parse(R"([
-    {"node_id": "n1", "containerized": true,
+    {"node_id": "n1", "containerized": true, "runtime": "docker",
      "last_heartbeat_at": "2026-11-29T12:00:00.000Z", "heartbeat_age_s": 4.6,
-     "gpus": [{"index": 0, "health": "ok"}, {"index": 1, "health": "lost"}]}
+     "gpus": [{"index": 0, "health": "ok"}, {"index": 1, "health": "lost"}]},
+    {"node_id": "n2", "containerized": false, "runtime": null,
+     "last_heartbeat_at": "2026-11-29T12:00:00.000Z", "heartbeat_age_s": 1,
+     "gpus": []}
   ])"),
               nodes);
   EXPECT_NE(nodes.str().find("n1    yes            2 (1 lost)  "
-                             "2026-11-29T12:00:00.000Z  5s"),
+                             "2026-11-29T12:00:00.000Z  5s   docker"),
             std::string::npos)
       << nodes.str();
+  EXPECT_NE(nodes.str().find("1s   -\n"), std::string::npos) << nodes.str();
 
   std::ostringstream requests;
   RenderTable(Resource::kSliceRequest,

@@ -244,7 +244,8 @@ std::vector<Column> ColumnsFor(Resource resource) {
               Field("CONTAINERIZED", "containerized"),
               {"GPUS", NodeGpus},
               Field("LAST_HEARTBEAT", "last_heartbeat_at"),
-              {"AGE", HeartbeatAge}};
+              {"AGE", HeartbeatAge},
+              Field("RUNTIME", "runtime")};
     case Resource::kTenant:
       return {Field("NAME", "name"), Field("SHARED_GROUP", "shared_group"),
               Field("CREATED", "created_at")};

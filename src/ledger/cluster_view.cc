@@ -36,6 +36,8 @@ const char* RejectReasonName(RejectReason reason) {
       return "excluded";
     case RejectReason::kNotPinned:
       return "not_pinned";
+    case RejectReason::kNodeRuntime:
+      return "node_runtime";
     case RejectReason::kCount:
       break;
   }
@@ -212,6 +214,7 @@ std::optional<RejectReason> ClusterView::CheckOnceEmpty(
   if (!g.live || !g.healthy()) return RejectReason::kLost;
   if (!ModelAllowed(request, g)) return RejectReason::kModelMismatch;
   const NodeRecord& n = node(g.node);
+  if (!CanLaunch(n, request)) return RejectReason::kNodeRuntime;
   if (request.cpu_milli > n.spec.cpu_milli) return RejectReason::kNodeCpu;
   if (request.host_memory_mib > n.spec.host_memory_mib) {
     return RejectReason::kNodeHostMemory;

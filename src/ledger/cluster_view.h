@@ -150,6 +150,9 @@ enum class RejectReason : int {
                       // the free memory slots (or its instances are used)
   kExcluded,          // the request excludes this GPU
   kNotPinned,         // outside the node / GPU the request is pinned to
+  kNodeRuntime,       // the node's task runtime needs a command or an image
+                      // the task does not have (checked with the node's
+                      // CPU, before it)
   kCount,
 };
 inline constexpr int kRejectReasonCount =
@@ -277,7 +280,21 @@ class ClusterView {
   // ignoring node resources and GPU count (checked per node).
   std::optional<RejectReason> CheckWholeGpu(
       const GpuRecord& gpu, const PlacementRequest& request) const;
-  // Node-level resources (CPU, host memory) for `request`.
+  // Whether `node`'s task runtime can start `request`'s task (TaskLaunch).
+  static bool CanLaunch(const NodeRecord& node,
+                        const PlacementRequest& request) {
+    switch (node.spec.launch) {
+      case TaskLaunch::kCommand:
+        return request.has_command;
+      case TaskLaunch::kImage:
+        return request.has_image;
+      case TaskLaunch::kAny:
+        break;
+    }
+    return true;
+  }
+  // The node-level checks for `request`: its runtime can start the task
+  // (CanLaunch), then its free CPU and host memory.
   std::optional<RejectReason> CheckNodeResources(
       const NodeRecord& node, const PlacementRequest& request) const;
   // The GPUs of `node` that `request` may take whole, ascending id.
@@ -316,6 +333,7 @@ class ClusterView {
 // In the header: node scans call these for every node and GPU they read.
 inline std::optional<RejectReason> ClusterView::CheckNodeResources(
     const NodeRecord& n, const PlacementRequest& request) const {
+  if (!CanLaunch(n, request)) return RejectReason::kNodeRuntime;
   if (request.cpu_milli > n.free_cpu_milli()) return RejectReason::kNodeCpu;
   if (request.host_memory_mib > n.free_host_memory_mib()) {
     return RejectReason::kNodeHostMemory;

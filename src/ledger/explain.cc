@@ -12,6 +12,19 @@ std::string Plural(int n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
+// Which nodes cannot start the request's task, and why (TaskLaunch).
+std::string UnlaunchableNodes(const PlacementRequest& request) {
+  if (!request.has_command && !request.has_image) {
+    return "nodes that cannot start it (it has neither a command nor an "
+           "image)";
+  }
+  if (!request.has_command) {
+    return "nodes that run tasks as processes, which need a command it does "
+           "not have";
+  }
+  return "nodes that run containers, which need an image it does not name";
+}
+
 // The clause for one reason in a failure message, or "" when its count is 0.
 std::string ReasonClause(RejectReason reason, int n,
                          const PlacementRequest& request,
@@ -54,6 +67,8 @@ std::string ReasonClause(RejectReason reason, int n,
       return gpus + " excluded for now";
     case RejectReason::kNotPinned:
       return {};  // outside the pin: not considered at all
+    case RejectReason::kNodeRuntime:
+      return gpus + " on " + UnlaunchableNodes(request);
     case RejectReason::kCount:
       break;
   }
@@ -83,7 +98,8 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
       } else {
         ++fitting;
       }
-      capable |= request.cpu_milli <= node.spec.cpu_milli &&
+      capable |= ClusterView::CanLaunch(node, request) &&
+                 request.cpu_milli <= node.spec.cpu_milli &&
                  request.host_memory_mib <= node.spec.host_memory_mib;
     }
     const std::string what =
@@ -100,7 +116,14 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
         " short of CPU, " +
         std::to_string(
             counts[static_cast<int>(RejectReason::kNodeHostMemory)]) +
-        " short of host memory" + (capable ? "; retrying later" : "");
+        " short of host memory" +
+        (counts[static_cast<int>(RejectReason::kNodeRuntime)] > 0
+             ? ", " +
+                   std::to_string(
+                       counts[static_cast<int>(RejectReason::kNodeRuntime)]) +
+                   " " + UnlaunchableNodes(request)
+             : std::string()) +
+        (capable ? "; retrying later" : "");
     return result;
   }
   const bool slice = request.kind == RequestKind::kSlice;
@@ -111,11 +134,14 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   // "Capable": could hold the request if the cluster were empty and healthy.
   bool capable_anywhere = false;
   int admissible = 0;
+  int unlaunchable = 0;  // nodes whose runtime cannot start the task
 
   for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
     const NodeRecord& node = view.node(NodeId(n));
     if (!node.live || ClusterView::OutsidePin(node, request)) continue;
+    if (!ClusterView::CanLaunch(node, request)) ++unlaunchable;
     const bool node_capable =
+        ClusterView::CanLaunch(node, request) &&
         request.cpu_milli <= node.spec.cpu_milli &&
         request.host_memory_mib <= node.spec.host_memory_mib;
     int capable_on_node = 0;
@@ -206,6 +232,7 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
     if (request.cpu_milli > 0 || request.host_memory_mib > 0) {
       limits += " on a node with enough CPU / host memory";
     }
+    if (unlaunchable > 0) limits += " on a node whose runtime can start it";
     result.message = "never fits in this cluster: no " +
                      std::string(slice ? "GPU" : "node") + limits +
                      " could hold " + what + " even when idle" + "; " + tally +

@@ -315,13 +315,18 @@ Status Ledger::SetGpuCapabilities(GpuId id, bool mig_capable,
   return Status::Ok();
 }
 
-Status Ledger::SetNodeContainerized(NodeId id, bool containerized) {
+Status Ledger::SetNodeTraits(NodeId id, bool containerized, TaskLaunch launch) {
   MutexLock lock(mu_);
   if (!ClusterView(state_).HasNode(id)) {
     return Status::NotFound("node " + std::to_string(id.value()));
   }
-  state_.nodes[id.value()].spec.containerized = containerized;
-  state_.SummariseNodeGpus(id);
+  NodeSpec& spec = state_.nodes[id.value()].spec;
+  if (spec.containerized == containerized && spec.launch == launch) {
+    return Status::Ok();  // a heartbeat repeating them moves nothing
+  }
+  spec.containerized = containerized;
+  spec.launch = launch;
+  state_.SummariseNodeGpus(id);  // a new generation: what it takes changed
   return Status::Ok();
 }
 

@@ -85,7 +85,9 @@ class Ledger {
   Status SetGpuHealth(GpuId gpu, GpuHealth health);
   // Capability bits as probed on each heartbeat.
   Status SetGpuCapabilities(GpuId gpu, bool mig_capable, bool mps_capable);
-  Status SetNodeContainerized(NodeId node, bool containerized);
+  // What the node's agent says of itself: inside a container, and what its
+  // task runtime starts a task from.
+  Status SetNodeTraits(NodeId node, bool containerized, TaskLaunch launch);
 
   // --- tenancy ---
   Status DefineGroup(GroupId group);

@@ -626,11 +626,89 @@ TEST_F(LedgerTest, HealthAndCapabilityChangesOnUnknownGpuAreNotFound) {
             StatusCode::kNotFound);
   EXPECT_EQ(ledger_->SetGpuCapabilities(GpuId(5), true, true).code(),
             StatusCode::kNotFound);
-  EXPECT_EQ(ledger_->SetNodeContainerized(NodeId(5), true).code(),
+  EXPECT_EQ(ledger_->SetNodeTraits(NodeId(5), true, TaskLaunch::kImage).code(),
             StatusCode::kNotFound);
   const NodeId n = AddNode();
-  ASSERT_TRUE(ledger_->SetNodeContainerized(n, true).ok());
+  const std::uint64_t generation = Node(n).generation;
+  ASSERT_TRUE(ledger_->SetNodeTraits(n, true, TaskLaunch::kImage).ok());
   EXPECT_TRUE(Node(n).spec.containerized);
+  EXPECT_EQ(Node(n).spec.launch, TaskLaunch::kImage);
+  // A change is a new generation (memoising policies see it); a repeat is
+  // not.
+  const std::uint64_t changed = Node(n).generation;
+  EXPECT_NE(changed, generation);
+  ASSERT_TRUE(ledger_->SetNodeTraits(n, true, TaskLaunch::kImage).ok());
+  EXPECT_EQ(Node(n).generation, changed);
+}
+
+// ======================================================= the task runtime
+
+// `r`, carrying a command and/or an image.
+PlacementRequest Launching(PlacementRequest r, bool command, bool image) {
+  r.has_command = command;
+  r.has_image = image;
+  return r;
+}
+
+TEST_F(LedgerTest, ANodeTakesOnlyTasksItsRuntimeCanStart) {
+  // Best-Fit prefers the processes node (its GPU is the smaller one).
+  const NodeId processes = AddNode();
+  const GpuId small = AddGpu(processes, k16G);
+  const NodeId containers = AddNode();
+  const GpuId large = AddGpu(containers, k80G);
+  ASSERT_TRUE(
+      ledger_->SetNodeTraits(processes, false, TaskLaunch::kCommand).ok());
+  ASSERT_TRUE(
+      ledger_->SetNodeTraits(containers, false, TaskLaunch::kImage).ok());
+  // Whole GPUs (each released before the next).
+  const PlacementRequest whole = PlacementRequest::WholeGpus(kAlice, 1);
+  const Allocation on_containers = MustPlace(Launching(whole, false, true));
+  EXPECT_EQ(on_containers.node, containers);
+  ASSERT_TRUE(ledger_->Release(on_containers.id).ok());
+  const Allocation on_processes = MustPlace(Launching(whole, true, false));
+  EXPECT_EQ(on_processes.node, processes);
+  ASSERT_TRUE(ledger_->Release(on_processes.id).ok());
+  // Slices.
+  const PlacementRequest slice = SliceReq(kAlice, 4096, 10);
+  EXPECT_EQ(PlaceOn(Launching(slice, true, true)), small);
+  EXPECT_EQ(PlaceOn(Launching(slice, true, false)), small);
+  EXPECT_EQ(PlaceOn(Launching(slice, false, true)), large);
+  const PlacementResult neither = Place(Launching(slice, false, false));
+  EXPECT_EQ(neither.outcome, PlacementOutcome::kInfeasible) << neither.message;
+  EXPECT_EQ(neither.count(RejectReason::kNodeRuntime), 2) << neither.message;
+  EXPECT_NE(neither.message.find("neither a command nor an image"),
+            std::string::npos)
+      << neither.message;
+  ExpectInvariants();
+}
+
+TEST_F(LedgerTest, ATaskNoNodeCanStartNeverFitsAndSaysWhy) {
+  const NodeId n = AddNode();
+  AddGpu(n, k80G);
+  ASSERT_TRUE(ledger_->SetNodeTraits(n, false, TaskLaunch::kCommand).ok());
+  const PlacementResult image_only =
+      Place(Launching(SliceReq(kAlice, 4096, 10), false, true));
+  EXPECT_EQ(image_only.outcome, PlacementOutcome::kInfeasible);
+  EXPECT_NE(image_only.message.find("on a node whose runtime can start it"),
+            std::string::npos)
+      << image_only.message;
+  EXPECT_NE(image_only.message.find("1 GPU on nodes that run tasks as "
+                                    "processes, which need a command"),
+            std::string::npos)
+      << image_only.message;
+  // A node that did not say what it starts takes it.
+  const NodeId silent = AddNode();
+  const GpuId g = AddGpu(silent, k80G);
+  EXPECT_EQ(PlaceOn(Launching(SliceReq(kAlice, 4096, 10), false, true)), g);
+  // Held as a hold would be: the node that cannot start it is never a
+  // GPU that could take it once empty.
+  ledger_->Read([&](const ClusterView& view) {
+    const PlacementRequest r =
+        Launching(SliceReq(kAlice, 4096, 10), false, true);
+    EXPECT_EQ(view.CheckOnceEmpty(view.gpu(view.node(n).gpus.front()), r),
+              RejectReason::kNodeRuntime);
+    EXPECT_FALSE(view.CheckOnceEmpty(view.gpu(g), r).has_value());
+  });
 }
 
 // ============================================================= whole GPUs

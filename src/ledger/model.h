@@ -26,11 +26,19 @@ enum class GpuHealth { kOk, kLost };
 inline constexpr CpuMilli kMaxNodeCpuMilli = 2'147'483'647;
 inline constexpr MemoryMib kMaxNodeHostMemoryMib = 2'147'483'647;
 
+// What a node's task runtime starts a task from: a node that runs tasks as
+// host processes needs their command, one that runs them as containers
+// their image. kAny: the node did not say (a node registered through the
+// API alone, an agent from before the field, the simulator's nodes), and
+// is offered every task.
+enum class TaskLaunch : std::uint8_t { kAny, kCommand, kImage };
+
 struct NodeSpec {
   std::string name;
   CpuMilli cpu_milli = 0;         // allocatable CPU
   MemoryMib host_memory_mib = 0;  // allocatable host memory
   bool containerized = false;     // the agent runs inside a container
+  TaskLaunch launch = TaskLaunch::kAny;
 };
 
 struct GpuSpec {
@@ -77,6 +85,11 @@ struct PlacementRequest {
   std::optional<NodeId> pinned_node;
   std::optional<GpuId> pinned_gpu;
   std::vector<GpuId> excluded_gpus;
+  // What the task can be started from (a filter of the pipeline: a node
+  // whose runtime needs the one it lacks never takes it). Both by default:
+  // requests that are not a task's (operator slices, the simulator).
+  bool has_command = true;
+  bool has_image = true;
 
   static PlacementRequest Slice(TenantId tenant,
                                 std::optional<MemoryMib> memory_mib,

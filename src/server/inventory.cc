@@ -75,11 +75,19 @@ Status Inventory::FenceUnrestored(store::RowId slice,
   return Status::Ok();
 }
 
+ledger::TaskLaunch LaunchOf(std::string_view runtime) {
+  if (runtime == "process" || runtime == "sim") {
+    return ledger::TaskLaunch::kCommand;
+  }
+  if (runtime == "docker") return ledger::TaskLaunch::kImage;
+  return ledger::TaskLaunch::kAny;
+}
+
 StatusOr<NodeId> Inventory::SyncNode(const store::NodeRow& node) {
   auto it = nodes_.find(node.id);
   if (it != nodes_.end()) {
-    HF_RETURN_IF_ERROR(
-        ledger_.SetNodeContainerized(it->second, node.containerized));
+    HF_RETURN_IF_ERROR(ledger_.SetNodeTraits(it->second, node.containerized,
+                                             LaunchOf(node.runtime)));
     return it->second;
   }
   ledger::NodeSpec spec;
@@ -93,6 +101,7 @@ StatusOr<NodeId> Inventory::SyncNode(const store::NodeRow& node) {
   spec.cpu_milli = ledger::kMaxNodeCpuMilli;
   spec.host_memory_mib = ledger::kMaxNodeHostMemoryMib;
   spec.containerized = node.containerized;
+  spec.launch = LaunchOf(node.runtime);
   auto id = ledger_.AddNode(spec);
   if (!id.ok()) return id.status();
   nodes_[node.id] = *id;

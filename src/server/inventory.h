@@ -45,6 +45,11 @@ CardIdentity CardOf(const store::GpuRow& gpu);
 CardIdentity CardOf(const ledger::GpuSpec& gpu);
 CardIdentity CardOf(const wire::GpuReport& gpu);
 
+// What a node whose agent reports task runtime `runtime` starts a task
+// from: "process" and "sim" (the simulated process runtime) its command,
+// "docker" its image; any other name, or none, is offered every task.
+ledger::TaskLaunch LaunchOf(std::string_view runtime);
+
 class Inventory {
  public:
   // `ledger`, `names` and `queue` must outlive it; each GPU added, freed

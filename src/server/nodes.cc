@@ -183,6 +183,7 @@ StatusOr<AppliedNodeReport> Nodes::Register(const Caller& caller,
     row.cpu_milli = report.cpu_milli;
     row.host_memory_mib = report.host_memory_mib;
     row.agent_version = report.agent_version;
+    row.runtime = report.runtime;
     row.last_heartbeat_at = now;
     auto upserted = txn.UpsertNode(row);
     if (!upserted.ok()) return upserted.status();

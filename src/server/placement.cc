@@ -34,6 +34,11 @@ ledger::PlacementRequest Placement::RequestFor(
     if (task.compute_percent) request.compute_percent = *task.compute_percent;
   }
   request.allowed_models = inventory_.AllowedModels(task.gpu_type);
+  // What a node's runtime starts it from (runtime::ValidateTaskSpec's rules:
+  // processes need a first argument, containers an image not taken for an
+  // option).
+  request.has_command = !task.command.empty() && !task.command.front().empty();
+  request.has_image = !task.image.empty() && task.image.front() != '-';
   return request;
 }
 

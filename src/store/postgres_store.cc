@@ -626,6 +626,12 @@ ALTER TABLE tasks ADD COLUMN txid BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE tasks ALTER COLUMN txid SET DEFAULT txid_current();
 CREATE INDEX tasks_by_txid ON tasks(txid, id);
 )sql",
+    // 12: each node's task runtime as its agent reports it, which decides
+    // what the node can start a task from; '' (not said) for the nodes
+    // stored before it, until their next report.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN runtime TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -1189,7 +1195,7 @@ class PgTxn final : public Txn {
     HF_RETURN_IF_ERROR(CheckWritable(what));
     static const std::string sql =
         "INSERT INTO nodes (" + std::string(WithoutId(kNodeColumns)) +
-        ") VALUES (" + Placeholders(9) +
+        ") VALUES (" + Placeholders(10) +
         ") ON CONFLICT (name) DO UPDATE SET "
         "containerized = excluded.containerized, "
         "cpu_milli = excluded.cpu_milli, "
@@ -1197,14 +1203,15 @@ class PgTxn final : public Txn {
         "agent_version = excluded.agent_version, "
         "last_heartbeat_at = excluded.last_heartbeat_at, "
         "report_epoch = excluded.report_epoch, "
-        "report_seq = excluded.report_seq "
+        "report_seq = excluded.report_seq, "
+        "runtime = excluded.runtime "
         "RETURNING id, registered_at";
     StatusOr<pqxx::result> result =
         Exec(what, sql,
              Params().BindAll(row.name, row.containerized, row.cpu_milli,
                               row.host_memory_mib, row.agent_version,
                               row.registered_at, row.last_heartbeat_at,
-                              row.report_epoch, row.report_seq),
+                              row.report_epoch, row.report_seq, row.runtime),
              /*changes=*/true);
     if (!result.ok()) return result.status();
     NodeRow out = row;

@@ -257,6 +257,7 @@ TEST(PostgresStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawExec(url, "DROP TABLE slice_usage_history");              // migration 10
   RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");  // migration 11
   RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
+  RawExec(url, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -284,6 +285,7 @@ TEST(PostgresStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawExec(url, "DROP TABLE slice_usage_history");              // migration 10
   RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");  // migration 11
   RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
+  RawExec(url, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
@@ -319,6 +321,7 @@ TEST(PostgresStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
   RawExec(url, "DROP TABLE slice_usage_history");
   RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");  // migration 11
   RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
+  RawExec(url, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
@@ -327,6 +330,21 @@ TEST(PostgresStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
   store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   contract::CheckSliceUsageHistory(*store, {3000}, {1500});
+}
+
+TEST(PostgresStoreTest, Migration12KeepsNodesWithoutARuntimeUntilTheyReport) {
+  const std::string url = NewDatabaseUrl();
+  {
+    std::unique_ptr<Store> store = MustOpen(url);
+    ASSERT_NE(store, nullptr);
+    contract::SeedNodeWithARuntime(*store);
+  }
+  RawExec(url, "DELETE FROM schema_migrations WHERE version >= 12");
+  RawExec(url, "ALTER TABLE nodes DROP COLUMN runtime");
+  std::unique_ptr<Store> store = MustOpen(url);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());
+  contract::CheckNodeWithoutARuntime(*store);
 }
 
 TEST(PostgresStoreTest, MalformedUrlsAreInvalidArgumentNamingTheDbField) {
@@ -806,6 +824,7 @@ TEST(PostgresStoreTest, Migration11PutsStoredRowsAheadOfNewOnesInIdOrder) {
   RawExec(url, "DELETE FROM schema_migrations WHERE version >= 11");
   RawExec(url, "ALTER TABLE slice_history DROP COLUMN txid");
   RawExec(url, "ALTER TABLE tasks DROP COLUMN txid");
+  RawExec(url, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   std::unique_ptr<Store> store = MustOpen(url);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, PostgresSchemaVersion());

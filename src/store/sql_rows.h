@@ -192,7 +192,7 @@ inline constexpr auto DecodeIdempotency =
 
 inline constexpr std::string_view kNodeColumns =
     "id, name, containerized, cpu_milli, host_memory_mib, agent_version, "
-    "registered_at, last_heartbeat_at, report_epoch, report_seq";
+    "registered_at, last_heartbeat_at, report_epoch, report_seq, runtime";
 inline constexpr auto DecodeNode = [](const auto& s) -> StatusOr<NodeRow> {
   NodeRow r;
   r.id = s.Int(0);
@@ -205,6 +205,7 @@ inline constexpr auto DecodeNode = [](const auto& s) -> StatusOr<NodeRow> {
   r.last_heartbeat_at = s.Int(7);
   r.report_epoch = s.Int(8);
   r.report_seq = s.Int(9);
+  r.runtime = s.Text(10);
   return r;
 };
 

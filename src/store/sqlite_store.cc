@@ -613,6 +613,12 @@ SELECT slice_id, reported_at, usage FROM slice_usage;
     // every row's ListPosition is (0, id). The step keeps the versions of
     // both stores in step.
     "-- ids commit in order on SQLite\n",
+    // 12: each node's task runtime as its agent reports it, which decides
+    // what the node can start a task from; '' (not said) for the nodes
+    // stored before it, until their next report.
+    R"sql(
+ALTER TABLE nodes ADD COLUMN runtime TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 constexpr int kLatestSchemaVersion = static_cast<int>(std::size(kMigrations));
@@ -870,7 +876,7 @@ class SqliteTxn final : public Txn {
     HF_RETURN_IF_ERROR(CheckWritable(what));
     StatusOr<Statement> stmt = conn_.Prepare(
         "INSERT INTO nodes (" + std::string(WithoutId(kNodeColumns)) +
-        ") VALUES (" + Placeholders(9) +
+        ") VALUES (" + Placeholders(10) +
         ") ON CONFLICT (name) DO UPDATE SET "
         "containerized = excluded.containerized, "
         "cpu_milli = excluded.cpu_milli, "
@@ -878,12 +884,14 @@ class SqliteTxn final : public Txn {
         "agent_version = excluded.agent_version, "
         "last_heartbeat_at = excluded.last_heartbeat_at, "
         "report_epoch = excluded.report_epoch, "
-        "report_seq = excluded.report_seq "
+        "report_seq = excluded.report_seq, "
+        "runtime = excluded.runtime "
         "RETURNING id, registered_at");
     if (!stmt.ok()) return stmt.status();
     stmt->BindAll(row.name, row.containerized, row.cpu_milli,
                   row.host_memory_mib, row.agent_version, row.registered_at,
-                  row.last_heartbeat_at, row.report_epoch, row.report_seq);
+                  row.last_heartbeat_at, row.report_epoch, row.report_seq,
+                  row.runtime);
     StatusOr<bool> has_row = stmt->Step(what);
     if (!has_row.ok()) return has_row.status();
     if (!*has_row) return Status::Internal(what + ": no id returned");

@@ -200,8 +200,9 @@ TEST(SqliteStoreTest, Migration5MakesWholeGpuGrantsExclusive) {
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
   RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawQuery(path, "DROP TABLE slice_usage");          // migration 9
-  RawQuery(path, "DROP TABLE slice_usage_history");  // migration 10
+  RawQuery(path, "DROP TABLE slice_usage");                 // migration 9
+  RawQuery(path, "DROP TABLE slice_usage_history");         // migration 10
+  RawQuery(path, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   std::unique_ptr<Store> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckRelabelledExclusive(*store, rows);
@@ -227,8 +228,9 @@ TEST(SqliteStoreTest, Migration7GivesStoredTasksTheDefaultComputeMode) {
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_profile");
   RawQuery(path, "ALTER TABLE slices DROP COLUMN mig_start");
   RawQuery(path, "ALTER TABLE agent_slice_requests DROP COLUMN mig_start");
-  RawQuery(path, "DROP TABLE slice_usage");          // migration 9
-  RawQuery(path, "DROP TABLE slice_usage_history");  // migration 10
+  RawQuery(path, "DROP TABLE slice_usage");                 // migration 9
+  RawQuery(path, "DROP TABLE slice_usage_history");         // migration 10
+  RawQuery(path, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   ASSERT_EQ(RawQuery(path,
                      "SELECT COUNT(*) FROM pragma_table_info('tasks') "
                      "WHERE name = 'gpu_compute_mode'"),
@@ -270,6 +272,7 @@ TEST(SqliteStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
   // As a database from before migration 10 is: the latest rows only.
   RawQuery(path, "DELETE FROM schema_migrations WHERE version >= 10");
   RawQuery(path, "DROP TABLE slice_usage_history");
+  RawQuery(path, "ALTER TABLE nodes DROP COLUMN runtime");  // migration 12
   std::unique_ptr<Store> store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->info().schema_version, SqliteSchemaVersion());
@@ -279,6 +282,22 @@ TEST(SqliteStoreTest, Migration10StartsTheUsageHistoryFromTheLatestRows) {
   store = MustOpen(path);
   ASSERT_NE(store, nullptr);
   contract::CheckSliceUsageHistory(*store, {3000}, {1500});
+}
+
+TEST(SqliteStoreTest, Migration12KeepsNodesWithoutARuntimeUntilTheyReport) {
+  TempDir dir;
+  const std::string path = dir.File("hf.db");
+  {
+    std::unique_ptr<Store> store = MustOpen(path);
+    ASSERT_NE(store, nullptr);
+    contract::SeedNodeWithARuntime(*store);
+  }
+  RawQuery(path, "DELETE FROM schema_migrations WHERE version >= 12");
+  RawQuery(path, "ALTER TABLE nodes DROP COLUMN runtime");
+  std::unique_ptr<Store> store = MustOpen(path);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->info().schema_version, SqliteSchemaVersion());
+  contract::CheckNodeWithoutARuntime(*store);
 }
 
 TEST(SqliteStoreTest, RefusesADatabaseFromANewerVersion) {

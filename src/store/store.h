@@ -79,6 +79,7 @@ struct NodeRow {
   std::int64_t cpu_milli = 0;
   std::int64_t host_memory_mib = 0;
   std::string agent_version;
+  std::string runtime;  // the agent's task runtime; empty: not said
   Millis registered_at = 0;
   Millis last_heartbeat_at = 0;
   // The newest report of the agent applied so far (its start count and the

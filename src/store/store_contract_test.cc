@@ -297,6 +297,7 @@ TEST_P(StoreContractTest, UpsertNodeInsertsThenUpdatesInPlace) {
   in.last_heartbeat_at = 100;
   in.report_epoch = 3;
   in.report_seq = 41;
+  in.runtime = "process";
   const NodeRow first = MustWrite([&](Txn& t) { return t.UpsertNode(in); });
   EXPECT_GT(first.id, 0);
   NodeRow expected = in;
@@ -312,6 +313,7 @@ TEST_P(StoreContractTest, UpsertNodeInsertsThenUpdatesInPlace) {
   again.last_heartbeat_at = 700;
   again.report_epoch = 4;
   again.report_seq = (std::int64_t{1} << 53) - 1;  // the largest it may be
+  again.runtime = "docker";
   const NodeRow second = MustWrite([&](Txn& t) { return t.UpsertNode(again); });
   expected = again;
   expected.id = first.id;

@@ -110,7 +110,7 @@ inline auto Fields(const ApprovalRow& r) {
 inline auto Fields(const NodeRow& r) {
   return std::tie(r.id, r.name, r.containerized, r.cpu_milli, r.host_memory_mib,
                   r.agent_version, r.registered_at, r.last_heartbeat_at,
-                  r.report_epoch, r.report_seq);
+                  r.report_epoch, r.report_seq, r.runtime);
 }
 inline auto Fields(const GpuRow& r) {
   return std::tie(r.id, r.node_id, r.index, r.uuid, r.vendor, r.model,
@@ -516,6 +516,30 @@ inline void CheckSliceUsageHistory(Store& store,
       }
       EXPECT_EQ(got, expected) << "slice " << slice;
     }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Migration 12: the nodes' task runtime. Each backend's test stores a node
+// with one, makes the database forget the migration (and the column), and
+// reopens it: the node is kept, its runtime not said until it reports.
+inline void SeedNodeWithARuntime(Store& store) {
+  NodeRow node;
+  node.name = "old-node";
+  node.cpu_milli = 8000;
+  node.runtime = "process";
+  const Status s =
+      store.Write([&](Txn& t) { return t.UpsertNode(node).status(); });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+inline void CheckNodeWithoutARuntime(Store& store) {
+  const Status s = store.Read([&](Txn& t) -> Status {
+    auto node = t.FindNode("old-node");
+    if (!node.ok()) return node.status();
+    EXPECT_EQ(node->cpu_milli, 8000);
+    EXPECT_EQ(node->runtime, "");
     return Status::Ok();
   });
   EXPECT_TRUE(s.ok()) << s.ToString();

@@ -53,6 +53,7 @@ json ToJson(const NodeReport& r, bool with_name) {
       {"cpu_milli", r.cpu_milli},         {"host_memory_mb", r.host_memory_mib},
       {"agent_version", r.agent_version}, {"gpus", std::move(gpus)}};
   if (with_name) j["node_id"] = r.name;
+  if (!r.runtime.empty()) j["runtime"] = r.runtime;
   if (r.number) j.update(ToJson(*r.number));
   return j;
 }

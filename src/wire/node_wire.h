@@ -63,6 +63,10 @@ struct NodeReport {
   std::optional<ReportNumber> number;  // none: an agent that numbers none
   bool containerized = false;
   bool hook_available = false;
+  // The agent's task runtime ("process", "docker", "sim"; empty: not said),
+  // which decides what the node can start a task from (CONTRACT.md
+  // section 5).
+  std::string runtime;
   std::int64_t cpu_milli = 0;
   std::int64_t host_memory_mib = 0;
   std::string agent_version;

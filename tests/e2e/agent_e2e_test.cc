@@ -1319,6 +1319,67 @@ bool HasArg(const std::vector<std::string>& argv, const std::string& arg) {
   return std::find(argv.begin(), argv.end(), arg) != argv.end();
 }
 
+// A node running processes needs a task's command, one running containers
+// its image: each agent says which runtime it has, and the server binds a
+// task only where it can be started (before, an image-only task could be
+// bound to a process node and fail there, and a task with neither was
+// bound and failed on any node).
+TEST_F(AgentE2eTest, EachTaskGoesToANodeWhoseRuntimeCanStartIt) {
+  ASSERT_TRUE(StartAndRegister(NewAgent("procs", {A100()})));
+  AgentProcess& docker = NewAgent("containers", {A100()});
+  docker.options().runtime = "docker";
+  docker.options().docker = FakeDockerPath();
+  docker.options().env.push_back(
+      {"FAKE_DOCKER_STATE", (docker.dir() / "docker").string()});
+  ASSERT_TRUE(StartAndRegister(docker));
+  EXPECT_EQ(NodeView("procs")["runtime"], "process");
+  EXPECT_EQ(NodeView("containers")["runtime"], "docker");
+
+  std::vector<std::int64_t> images, commands;
+  for (int i = 0; i < 3; ++i) {
+    images.push_back(CreateId({{"name", "image-" + std::to_string(i)},
+                               {"image", "pytorch/pytorch:2.0.0"},
+                               {"gpu_memory_mb", 2048},
+                               {"gpu_compute_ratio", 0.1}}));
+    commands.push_back(CreateId({{"name", "command-" + std::to_string(i)},
+                                 {"command", "sleep 60"},
+                                 {"gpu_memory_mb", 2048},
+                                 {"gpu_compute_ratio", 0.1}}));
+  }
+  for (const std::int64_t id : images) {
+    const json t = WaitStatus(id, "running");
+    EXPECT_EQ(t["status"], "running") << t.dump() << Logs(docker);
+    EXPECT_EQ(t["node_id"], "containers") << t.dump();
+  }
+  for (const std::int64_t id : commands) {
+    const json t = WaitStatus(id, "running");
+    EXPECT_EQ(t["status"], "running") << t.dump();
+    EXPECT_EQ(t["node_id"], "procs") << t.dump();
+  }
+  // Neither a command nor an image: nothing could start it, so it waits,
+  // saying why, instead of being bound and failing on a node.
+  const std::int64_t neither =
+      CreateId({{"name", "neither"}, {"gpu_memory_mb", 2048}});
+  const json waiting = api_->WaitTask(
+      neither, user_,
+      [](const json& t) {
+        return t.value("pending_reason", "")
+                   .find(
+                       "neither a command nor an "
+                       "image") != std::string::npos;
+      },
+      milliseconds(10'000));
+  EXPECT_EQ(waiting["status"], "pending") << waiting.dump();
+  EXPECT_NE(
+      waiting.value("pending_reason", "").find("never fits in this cluster"),
+      std::string::npos)
+      << waiting.dump();
+  std::this_thread::sleep_for(milliseconds(1500));
+  HttpReply still =
+      api_->http().Get("/api/v1/tasks/" + std::to_string(neither), user_);
+  EXPECT_EQ(still.body["status"], "pending") << still.Describe();
+}
+
 TEST_F(AgentE2eTest, DockerRuntimeRunsSliceTasksAsContainers) {
   AgentProcess& agent = NewAgent("docker", {A100()});
   const fs::path docker_state = agent.dir() / "docker";

@@ -444,4 +444,16 @@ MUTATIONS = [
                "agent_e2e_test/HoldE2eTest.*"],
         simulation=False,
     ),
+    dict(
+        name="runtime-not-filtered",
+        hole="a task is bound to a node whose runtime cannot start it (an image-only task on a process node, a task with neither anywhere) and fails there",
+        file="src/ledger/cluster_view.h",
+        old="""  if (!CanLaunch(n, request)) return RejectReason::kNodeRuntime;
+  if (request.cpu_milli > n.free_cpu_milli()) return RejectReason::kNodeCpu;""",
+        new="""  if (request.cpu_milli > n.free_cpu_milli()) return RejectReason::kNodeCpu;""",
+        tests=["ledger_test/LedgerTest.*Runtime*",
+               "hf_frag_policy_test/HfFragPolicyTest.*Runtime*",
+               "agent_e2e_test/AgentE2eTest.EachTaskGoesToANodeWhoseRuntimeCanStartIt"],
+        simulation=False,
+    ),
 ]

@@ -196,6 +196,7 @@ export interface NodeInfo {
   node_id: string;
   containerized: boolean;
   hook_available: boolean;
+  runtime: string | null;
   cpu_milli: number;
   host_memory_mb: number;
   agent_version: string;

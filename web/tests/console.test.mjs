@@ -550,7 +550,13 @@ test("every page renders without console errors at 1366x768 and 390x844", async 
     await desk.page.waitForLoadState("networkidle");
     if (name === "stats") await desk.page.waitForSelector("canvas");
     if (name === "history") await desk.page.waitForSelector("tr[data-history-id]");
-    if (name === "nodes") await desk.page.waitForSelector("[data-node=local]");
+    if (name === "nodes") {
+      await desk.page.waitForSelector("[data-node=local]");
+      assert.equal(
+        await desk.page.textContent("[data-node=local] [data-field=runtime]"),
+        "process (runs tasks with a command)",
+      );
+    }
     if (name === "admin") await desk.page.waitForSelector("text=MIG commands");
     if (name === "defrag") await desk.page.waitForSelector("text=Propose a plan");
     // The real server: the simulated agent measures no interference.

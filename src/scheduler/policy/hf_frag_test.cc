@@ -237,6 +237,32 @@ TEST(HfFragPolicyTest, RespectsTenancy) {
   EXPECT_EQ(b.gpus, std::vector<GpuId>{c.Gpu(n, 0)});
 }
 
+TEST(HfFragPolicyTest, OnlyNodesWhoseRuntimeCanStartTheTask) {
+  Cluster c;
+  const NodeId processes = c.Node(4);
+  const NodeId containers = c.Node(4);
+  ASSERT_TRUE(c.ledger()
+                  .SetNodeTraits(processes, false, ledger::TaskLaunch::kCommand)
+                  .ok());
+  ASSERT_TRUE(c.ledger()
+                  .SetNodeTraits(containers, false, ledger::TaskLaunch::kImage)
+                  .ok());
+  HfFragPolicy p(Workload({{GpuClass(500), 1}}));
+  for (int i = 0; i < 3; ++i) {
+    PlacementRequest image_only = SliceReq(300);
+    image_only.has_command = false;
+    EXPECT_EQ(c.Placed(image_only, p).node, containers);
+    PlacementRequest command_only = WholeReq(1);
+    command_only.has_image = false;
+    EXPECT_EQ(c.Placed(command_only, p).node, processes);
+  }
+  PlacementRequest neither = SliceReq(100);
+  neither.has_command = false;
+  neither.has_image = false;
+  EXPECT_FALSE(c.ledger().Place(neither, p).placed());
+  EXPECT_TRUE(c.ledger().CheckInvariants().ok());
+}
+
 TEST(HfFragPolicyTest, SkipsLostGpus) {
   Cluster c;
   const NodeId n = c.Node(3);

@@ -1,6 +1,15 @@
-// Nodes (admin): heartbeat age, capabilities, containerized flag, GPUs.
+// Nodes (admin): heartbeat age, capabilities, containerized flag, task
+// runtime, GPUs.
 import { api, type List, type NodeInfo } from "../api";
 import { ErrorNote, fmtMb, fmtTime, Page, Table, usePoll } from "../ui";
+
+// What the node's runtime starts a task from (the server offers it only the
+// tasks it can start).
+function runtimeText(runtime: string | null): string {
+  if (runtime === "process" || runtime === "sim") return `${runtime} (runs tasks with a command)`;
+  if (runtime === "docker") return "docker (runs tasks with an image)";
+  return runtime ?? "not reported (takes every task)";
+}
 
 export function NodesPage() {
   const { data, error } = usePoll(() => api<List<NodeInfo>>("GET", "/nodes"), [], 3000);
@@ -25,6 +34,8 @@ export function NodesPage() {
               <dd>{n.containerized ? "yes (all its GPUs are bronze)" : "no"}</dd>
               <dt>Hook available</dt>
               <dd>{n.hook_available ? "yes" : "no"}</dd>
+              <dt>Task runtime</dt>
+              <dd data-field="runtime">{runtimeText(n.runtime)}</dd>
               <dt>CPU / host memory</dt>
               <dd>
                 {(n.cpu_milli / 1000).toFixed(1)} cores · {fmtMb(n.host_memory_mb)}
