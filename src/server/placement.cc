@@ -137,18 +137,25 @@ bool Placement::HoldCanTake(const ledger::PlacementRequest& request) const {
   return can;
 }
 
-std::string Placement::DescribeHold() const {
-  if (!hold_.has_value()) return "";
-  std::string node;
-  std::vector<int> indices;
+Placement::HeldAt Placement::WhereHeld() const {
+  HeldAt at;
+  if (!hold_.has_value()) return at;
   ledger_.Read([&](const ledger::ClusterView& view) {
     for (GpuId g : hold_->gpus) {
       if (!view.HasGpu(g)) continue;
       const ledger::GpuRecord& gpu = view.gpu(g);
-      node = view.node(gpu.node).spec.name;
-      indices.push_back(gpu.spec.index);
+      at.node = view.node(gpu.node).spec.name;
+      at.gpu_indices.push_back(gpu.spec.index);
     }
   });
+  return at;
+}
+
+std::string Placement::DescribeHold() const {
+  if (!hold_.has_value()) return "";
+  const HeldAt at = WhereHeld();
+  const std::string& node = at.node;
+  const std::vector<int>& indices = at.gpu_indices;
   std::string out = indices.size() == 1 ? "GPU " : "GPUs ";
   for (std::size_t i = 0; i < indices.size(); ++i) {
     if (i > 0) out += i + 1 == indices.size() ? " and " : ", ";

@@ -83,6 +83,14 @@ class Placement {
   bool HoldDrained() const;
   // Whether every held GPU could still take `request` once empty.
   bool HoldCanTake(const ledger::PlacementRequest& request) const;
+  // Where the held GPUs are, as people name them: their node and their
+  // indices there (GPUs gone from the ledger left out; empty without a
+  // hold). What the pending reasons and the stats show.
+  struct HeldAt {
+    std::string node;
+    std::vector<int> gpu_indices;
+  };
+  HeldAt WhereHeld() const;
   // The hold as a pending reason names it, e.g. "GPU 1 of node gpu-a is held
   // for task 7, waiting longest, and takes no other task until it fits"; ""
   // without a hold.

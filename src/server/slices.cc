@@ -97,13 +97,9 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         HoldStats& out = stats.hold.emplace();
         out.task_id = hold->task_id;
         out.since = hold->since;
-        core_.ledger().Read([&](const ledger::ClusterView& view) {
-          for (GpuId g : hold->gpus) {
-            if (!view.HasGpu(g)) continue;
-            out.node = view.node(view.gpu(g).node).spec.name;
-            out.gpu_indices.push_back(view.gpu(g).spec.index);
-          }
-        });
+        Placement::HeldAt at = core_.placement().WhereHeld();
+        out.node = std::move(at.node);
+        out.gpu_indices = std::move(at.gpu_indices);
       }
     }
     std::map<RowId, bool> hooks = core_.inventory().hooks();
