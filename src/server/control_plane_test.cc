@@ -1268,6 +1268,54 @@ TEST_F(ControlPlaneTest, RestartRebuildsTheLedgerAndNeverReusesIds) {
   }
 }
 
+// What a node's runtime can start is stored with the node, so a server
+// rebuilt from the store (a restart, a new leader) keeps to it before the
+// node reports again.
+TEST_F(ControlPlaneTest, ANodesRuntimeDecidesWhatItTakesAcrossARestart) {
+  NodeReport processes = Node("processes", {Gpu(0, 40960)});
+  processes.runtime = "process";
+  NodeReport containers = Node("containers", {Gpu(0, 81920)});
+  containers.runtime = "docker";
+  Register(processes);
+  Register(containers);
+  const Caller alice = TenantUser("alice");
+  const auto create = [&](const std::string& image,
+                          std::vector<std::string> command) {
+    TaskCreate t;
+    t.name = "t";
+    t.image = image;
+    t.command = std::move(command);
+    t.memory_mib = 4096;
+    t.compute_percent = 10;
+    auto row = cp_->CreateTask(alice, t);
+    EXPECT_TRUE(row.ok()) << row.status().ToString();
+    return row.ok() ? row->id : RowId{0};
+  };
+  const auto node_of = [&](RowId task) -> std::string {
+    const std::optional<RowId> node = Get(task).node_id;
+    for (const char* name : {"processes", "containers"}) {
+      auto v = cp_->GetNode(admin_, name);
+      if (v.ok() && node == v->node.id) return name;
+    }
+    return "";
+  };
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "before the restart" : "after it");
+    const RowId image = create("img:1", {});
+    const RowId command = create("", {"/bin/true"});
+    const RowId neither = create("", {});
+    Bind();
+    EXPECT_EQ(node_of(image), "containers");
+    EXPECT_EQ(node_of(command), "processes");
+    const TaskRow waiting = Get(neither);
+    EXPECT_EQ(waiting.state, TaskState::kPending);
+    EXPECT_NE(waiting.pending_reason.find("neither a command nor an image"),
+              std::string::npos)
+        << waiting.pending_reason;
+    Open();
+  }
+}
+
 // Hole: restart recovery skipped a slice it could not restore and went on
 // binding onto the GPU that slice occupies (fail-open).
 TEST_F(ControlPlaneTest, RecoveryThatCannotRestoreASliceFencesItsGpu) {
