@@ -139,10 +139,10 @@ PlacementResult ExplainNoPlacement(const ClusterView& view,
   for (std::size_t n = 0; n < view.node_slot_count(); ++n) {
     const NodeRecord& node = view.node(NodeId(n));
     if (!node.live || ClusterView::OutsidePin(node, request)) continue;
-    if (!ClusterView::CanLaunch(node, request)) ++unlaunchable;
+    const bool launches = ClusterView::CanLaunch(node, request);
+    if (!launches) ++unlaunchable;
     const bool node_capable =
-        ClusterView::CanLaunch(node, request) &&
-        request.cpu_milli <= node.spec.cpu_milli &&
+        launches && request.cpu_milli <= node.spec.cpu_milli &&
         request.host_memory_mib <= node.spec.host_memory_mib;
     int capable_on_node = 0;
     int eligible_on_node = 0;

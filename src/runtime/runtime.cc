@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <set>
 
+#include "common/task_launch.h"
+
 namespace hf::runtime {
 namespace {
 
@@ -91,10 +93,10 @@ Status ValidateTaskSpec(const TaskSpec& spec, EnvTarget target) {
     return Status::InvalidArgument("task id must be positive", "task_id");
   }
   if (target == EnvTarget::kHostProcess) {
-    if (spec.command.empty() || spec.command.front().empty()) {
+    if (!HasStartableCommand(spec.command)) {
       return Status::InvalidArgument("a command is required", "command");
     }
-  } else if (spec.image.empty() || spec.image.front() == '-') {
+  } else if (!HasStartableImage(spec.image)) {
     return Status::InvalidArgument(
         "an image is required and may not start with '-'", "image");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/task_launch.h"
 #include "scheduler/hold.h"
 
 namespace hf::server {
@@ -34,11 +35,9 @@ ledger::PlacementRequest Placement::RequestFor(
     if (task.compute_percent) request.compute_percent = *task.compute_percent;
   }
   request.allowed_models = inventory_.AllowedModels(task.gpu_type);
-  // What a node's runtime starts it from (runtime::ValidateTaskSpec's rules:
-  // processes need a first argument, containers an image not taken for an
-  // option).
-  request.has_command = !task.command.empty() && !task.command.front().empty();
-  request.has_image = !task.image.empty() && task.image.front() != '-';
+  // What a node's runtime can start it from (common/task_launch.h).
+  request.has_command = HasStartableCommand(task.command);
+  request.has_image = HasStartableImage(task.image);
   return request;
 }
 
