@@ -1378,6 +1378,31 @@ TEST_F(AgentE2eTest, EachTaskGoesToANodeWhoseRuntimeCanStartIt) {
   HttpReply still =
       api_->http().Get("/api/v1/tasks/" + std::to_string(neither), user_);
   EXPECT_EQ(still.body["status"], "pending") << still.Describe();
+
+  // After a SIGKILL and a restart of the server (the ledger rebuilt from
+  // the store, the agents reporting again), the same holds.
+  ASSERT_TRUE(server_->Kill());
+  ASSERT_TRUE(server_->Start());
+  const std::int64_t image_after = CreateId({{"name", "image-after"},
+                                             {"image", "pytorch/pytorch:2.0.0"},
+                                             {"gpu_memory_mb", 2048},
+                                             {"gpu_compute_ratio", 0.1}});
+  const std::int64_t command_after = CreateId({{"name", "command-after"},
+                                               {"command", "sleep 60"},
+                                               {"gpu_memory_mb", 2048},
+                                               {"gpu_compute_ratio", 0.1}});
+  json t = WaitStatus(image_after, "running");
+  EXPECT_EQ(t["node_id"], "containers") << t.dump() << Logs(docker);
+  t = WaitStatus(command_after, "running");
+  EXPECT_EQ(t["node_id"], "procs") << t.dump();
+  t = api_->WaitTask(
+      neither, user_,
+      [](const json& task) {
+        return task.value("pending_reason", "").find("neither a command") !=
+               std::string::npos;
+      },
+      milliseconds(10'000));
+  EXPECT_EQ(t["status"], "pending") << t.dump();
 }
 
 TEST_F(AgentE2eTest, DockerRuntimeRunsSliceTasksAsContainers) {
