@@ -400,8 +400,10 @@ test("a slice the hook does not enforce carries a visible warning on the card, t
   assert.ok(marked > 0);
   assert.equal(unsent, 0, "the server sends enforcement_note on every slice and task");
 
-  // Without the note (the server's own replies), no warning anywhere.
-  await context.unroute("**/api/v1/**");
+  // Without the note (the server's own replies), no warning anywhere. The
+  // console polls, so a reply may be in the handler right now: wait for it
+  // rather than let the route fall through underneath it.
+  await context.unrouteAll({ behavior: "wait" });
   await page.reload();
   await page.waitForSelector("[data-testid=whoami]");
   await page.waitForFunction(() => document.querySelector(".status")?.textContent?.length > 0);
@@ -462,6 +464,7 @@ test("the advice page lists a suffering GPU's slices, their interference and the
   await page.waitForFunction(() => document.querySelector("#advice-threshold-error")?.textContent?.includes("above 1"));
   assert.ok(asked > 0);
   await screenshot(page, "advice-items");
+  await context.unrouteAll({ behavior: "wait" });
   await context.close();
   assert.deepEqual(errors, []);
 });
