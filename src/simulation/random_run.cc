@@ -47,13 +47,18 @@ TaskShape RandomShape(World& w) {
   return shape;
 }
 
-// One workload action, or (with faults on) now and then a fault.
-void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created) {
+// One workload action, or (with faults on) now and then a fault. `side`
+// draws what the world's own generator did not always draw (so adding a
+// draw there would change every seed's run): whether a task has a command.
+void RandomAction(World& w, bool faults, std::vector<std::int64_t>& created,
+                  std::mt19937_64& side) {
   std::mt19937_64& rng = w.rng();
   const double r = std::uniform_real_distribution<double>(0, 1)(rng);
   const int node = static_cast<int>(Between(rng, 0, w.node_count() - 1));
   if (r < 0.45 || created.empty()) {
-    const TaskShape shape = RandomShape(w);
+    TaskShape shape = RandomShape(w);
+    // Now and then a task no node can start (an image, no command).
+    shape.command = !Chance(side, 0.04);
     (void)w.Act("workload: create a task for " + shape.tenant, [&] {
       if (auto id = w.CreateTask(shape)) created.push_back(*id);
     });
@@ -241,6 +246,7 @@ RandomRunResult RunRandom(const RandomRunOptions& options) {
     }
   }
   std::vector<std::int64_t> created;
+  std::mt19937_64 side(options.seed ^ 0x5eed5eed5eed5eedULL);
   const auto stop_here = [&] {
     return options.until && w.steps() >= *options.until;
   };
@@ -262,7 +268,7 @@ RandomRunResult RunRandom(const RandomRunOptions& options) {
       });
       if (v) return finish(v);
     }
-    RandomAction(w, options.faults, created);
+    RandomAction(w, options.faults, created, side);
     if (auto v = w.CheckInvariants()) return finish(v);
   }
   // The faults stop; everything must settle.

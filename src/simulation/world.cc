@@ -572,7 +572,8 @@ std::optional<api::LocalResponse> World::Call(const std::string& token,
 
 std::optional<std::int64_t> World::CreateTask(const TaskShape& shape) {
   const std::string name = "sim-" + std::to_string(++task_seq_);
-  json body = {{"name", name}, {"image", "sim"}, {"command", {"sim-task"}}};
+  json body = {{"name", name}, {"image", "sim"}};
+  if (shape.command) body["command"] = {"sim-task"};
   if (shape.whole_gpus > 0) {
     body["gpu_required"] = shape.whole_gpus;
   } else {
@@ -596,13 +597,14 @@ std::optional<std::int64_t> World::CreateTask(const TaskShape& shape) {
   }
   const std::int64_t id = json::parse(r->body)["id"].get<std::int64_t>();
   acked_tasks_[id] = AckedTask{shape.tenant, name, false};
+  if (!shape.command) commandless_.insert(id);
   ++counters_.tasks_created;
   Note("created task " + std::to_string(id) + " (" + name + ", " +
        shape.tenant + ", " +
        (shape.whole_gpus > 0
             ? std::to_string(shape.whole_gpus) + " whole GPU(s)"
             : std::to_string(shape.memory_mib) + " MB") +
-       ")");
+       (shape.command ? "" : ", no command") + ")");
   return id;
 }
 
@@ -994,7 +996,42 @@ std::optional<std::string> World::CheckInvariants() {
   if (auto v = CheckDurable()) return v;
   if (auto v = CheckCoverage()) return v;
   if (auto v = CheckMig()) return v;
+  if (auto v = CheckUnstartable()) return v;
   return std::nullopt;
+}
+
+namespace {
+
+// Every agent of the world runs tasks as processes (runtime "sim"), which
+// need a command: a task without one can be started by no node.
+bool NoNodeCanStart(const store::TaskRow& t) { return t.command.empty(); }
+
+}  // namespace
+
+// A task no node can start is never bound to one: no slice, never
+// scheduled or running (it waits, or is cancelled). After every step, of
+// the acknowledged ones (one whose create reply was lost is in
+// CheckSettled's pass over every task).
+std::optional<std::string> World::CheckUnstartable() {
+  std::optional<std::string> out;
+  (void)server_->store->inner()->Read([&](store::Txn& txn) -> Status {
+    for (const std::int64_t id : commandless_) {
+      auto t = txn.GetTask(id);
+      if (!t.ok() || !NoNodeCanStart(*t)) continue;  // CheckDurable's
+      if (t->slice_id || (t->state != store::TaskState::kPending &&
+                          t->state != store::TaskState::kCancelled)) {
+        out = "UNSTARTABLE BOUND: task " + std::to_string(id) +
+              " has no command, which no node can start, yet it is " +
+              std::string(store::TaskStateName(t->state)) +
+              (t->slice_id ? " with slice " + std::to_string(*t->slice_id)
+                           : "") +
+              (t->pending_reason.empty() ? "" : " (" + t->pending_reason + ")");
+        return Status::Ok();
+      }
+    }
+    return Status::Ok();
+  });
+  return out;
 }
 
 // Per physical GPU: the memory running processes hold fits the card, and
@@ -1291,6 +1328,12 @@ std::optional<std::string> World::CheckSettled() {
   for (const auto& [id, t] : tasks) {
     if (store::IsTerminal(t.state)) continue;
     if (t.state == store::TaskState::kRunning && running_here.contains(id)) {
+      continue;
+    }
+    // Settled where no node can start it: waiting, and saying why.
+    if (NoNodeCanStart(t) && t.state == store::TaskState::kPending &&
+        t.pending_reason.find("need a command it does not have") !=
+            std::string::npos) {
       continue;
     }
     std::string where = " (no node holds it)";

@@ -92,6 +92,10 @@ struct TaskShape {
   std::optional<double> compute_ratio;
   std::int64_t duration_ms = 60'000;
   int exit_code = 0;
+  // false: the task names an image but no command, which no node of the
+  // world can start (every agent runs tasks as processes, which need one):
+  // it must wait, never be bound (CheckInvariants, CheckSettled).
+  bool command = true;
 };
 
 // Network faults between one agent and the server, as probabilities per
@@ -174,8 +178,9 @@ class World {
   // Hardware truth against the control plane's claims; nullopt when all
   // hold. Cheap enough to run after every step.
   std::optional<std::string> CheckInvariants();
-  // Once faults have stopped: every task is terminal or running, and no
-  // live slice belongs to a terminal task. Nullopt when settled.
+  // Once faults have stopped: every task is terminal or running (or, where
+  // no node can start it, pending and saying so), and no live slice belongs
+  // to a terminal task. Nullopt when settled.
   std::optional<std::string> CheckSettled();
   // The last events, oldest first (for a failure report).
   std::vector<std::string> Trace() const;
@@ -261,6 +266,7 @@ class World {
   std::optional<std::string> CheckCoverage();
   std::optional<std::string> CheckMig();
   std::optional<std::string> CheckDurable();
+  std::optional<std::string> CheckUnstartable();
 
   const WorldOptions options_;
   FakeClock clock_;
@@ -314,6 +320,8 @@ class World {
     bool cancel_acked = false;
   };
   std::map<std::int64_t, AckedTask> acked_tasks_;
+  // Acknowledged tasks created without a command (TaskShape::command).
+  std::set<std::int64_t> commandless_;
   std::set<std::int64_t> acked_deletes_;  // slice ids
   bool check_durable_ = false;            // after a restart
 

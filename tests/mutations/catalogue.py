@@ -454,6 +454,6 @@ MUTATIONS = [
         tests=["ledger_test/LedgerTest.*Runtime*",
                "hf_frag_policy_test/HfFragPolicyTest.*Runtime*",
                "agent_e2e_test/AgentE2eTest.EachTaskGoesToANodeWhoseRuntimeCanStartIt"],
-        simulation=False,
+        simulation=True,
     ),
 ]
