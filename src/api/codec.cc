@@ -1229,14 +1229,18 @@ json StatsJson(const server::SliceStats& s) {
       placement["mode"] = s.policy_cold_start ? "best-fit" : "hf-frag";
       placement["tasks_learned"] = s.policy_tasks_learned;
     }
-    // The GPUs held for the task that waited longest (Scheduler), or null.
-    placement["hold"] = nullptr;
-    if (s.hold.has_value()) {
-      placement["hold"] = {{"task_id", s.hold->task_id},
-                           {"node_id", s.hold->node},
-                           {"gpu_indices", s.hold->gpu_indices},
-                           {"since", FormatTime(s.hold->since)}};
+    // The GPUs held for waiting tasks (Scheduler), in the order the holds
+    // began; `hold` is the first of them (the one that began first), or
+    // null.
+    json holds = json::array();
+    for (const server::HoldStats& h : s.holds) {
+      holds.push_back({{"task_id", h.task_id},
+                       {"node_id", h.node},
+                       {"gpu_indices", h.gpu_indices},
+                       {"since", FormatTime(h.since)}});
     }
+    placement["hold"] = holds.empty() ? json(nullptr) : holds.front();
+    placement["holds"] = std::move(holds);
     j["placement"] = std::move(placement);
   } else {
     j["fragmentation"] = nullptr;

@@ -105,7 +105,7 @@ ControlPlane::ControlPlane(store::Store* store, const Clock* clock,
       scheduler_(
           store, clock,
           SchedulerOptions{options_.bind_batch, options_.retry_interval_ms,
-                           options_.hold_after_ms},
+                           options_.hold_after_ms, options_.max_holds},
           &core_, &queue_, &mig_channel_, telemetry_.get(), fence, this, this),
       nodes_(store, clock, monotonic_,
              NodesOptions{options_.default_compute_percent}, &core_, &beats_,
@@ -140,6 +140,9 @@ StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
   }
   if (options.hold_after_ms < 0) {
     return Status::InvalidArgument("must not be negative", "hold_after");
+  }
+  if (options.max_holds < 1) {
+    return Status::InvalidArgument("must be at least 1", "max_holds");
   }
   if (options.bind_batch <= 0) options.bind_batch = 1;
   auto policy = scheduler::MakePolicy(options.policy, options.learned);

@@ -83,8 +83,9 @@ struct ControlPlaneOptions {
   int bind_batch = 512;                    // most tasks bound per store commit
   std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
   // A task waiting this long for room gets GPUs held for it (Scheduler;
-  // 0: never).
+  // 0: never), while fewer than `max_holds` tasks have a hold.
   std::int64_t hold_after_ms = 120'000;
+  int max_holds = 1;
   // Every pending task is re-read from the store this often: a safety
   // sweep. Tasks other server instances create reach the leader at once
   // through the store's task feed (Store::WatchTasks) where there is one.
@@ -206,8 +207,9 @@ struct SliceStats {
   bool policy_learns = false;
   bool policy_cold_start = false;
   std::int64_t policy_tasks_learned = 0;
-  // Cluster scope only: the GPUs held for a waiting task, if any.
-  std::optional<HoldStats> hold;
+  // Cluster scope only: the GPUs held for waiting tasks, in the order the
+  // holds began.
+  std::vector<HoldStats> holds;
 };
 
 class ControlPlane : private LeaderWriter,

@@ -583,10 +583,17 @@ class HoldTest : public ControlPlaneTest {
     return t.gpu_indices.empty() ? -1 : t.gpu_indices.front();
   }
 
-  std::optional<HoldStats> Hold() {
+  std::vector<HoldStats> Holds() {
     auto stats = cp_->Stats(admin_);
     EXPECT_TRUE(stats.ok());
-    return stats.ok() ? stats->hold : std::nullopt;
+    return stats.ok() ? stats->holds : std::vector<HoldStats>{};
+  }
+  // The only hold, if any.
+  std::optional<HoldStats> Hold() {
+    const std::vector<HoldStats> holds = Holds();
+    EXPECT_LE(holds.size(), 1u);
+    if (holds.empty()) return std::nullopt;
+    return holds.front();
   }
 
   // Two 20,000 MB slices on each GPU (960 MB left on each), and a 30,000 MB
@@ -619,6 +626,8 @@ class HoldTest : public ControlPlaneTest {
     EXPECT_EQ(Bind(), 0);
     return newer;
   }
+
+  void TwoStarvedTasks(int max_holds);
 
   Caller alice_;
   std::vector<RowId> small_;
@@ -686,6 +695,81 @@ TEST_F(HoldTest, NoHoldBeforeItsTimeOrWhenHoldsAreOff) {
   EXPECT_EQ(GpuOf(next), 1);
   EXPECT_FALSE(Hold().has_value());
   EXPECT_EQ(Get(big_).state, TaskState::kPending);
+}
+
+// Two tasks that waited long (`max_holds` of them get GPUs held, each
+// where no other hold is), and a newer task that waits meanwhile.
+void HoldTest::TwoStarvedTasks(int max_holds) {
+  ControlPlaneOptions options;
+  options.hold_after_ms = 120'000;
+  options.max_holds = max_holds;
+  Open(options);  // the same store: n1 and alice are there
+  for (int i = 0; i < 4; ++i) small_.push_back(Submit(alice_, 20000, 10).id);
+  Bind();
+  ASSERT_EQ(GpuOf(small_[0]), 0);
+  ASSERT_EQ(GpuOf(small_[2]), 1);
+  const RowId first = Submit(alice_, 30000, 10).id;
+  const RowId second = Submit(alice_, 30000, 10).id;
+  EXPECT_EQ(Bind(), 0);
+  clock_.Advance(121'000);
+  // GPU 0 has the least in use: the first task's hold takes it, the
+  // second's (where allowed) GPU 1.
+  Finish(small_[0]);
+  const RowId newer = Submit(alice_, 20000, 10).id;
+  EXPECT_EQ(Bind(), 0);
+  const std::vector<HoldStats> holds = Holds();
+  ASSERT_EQ(holds.size(), static_cast<std::size_t>(max_holds));
+  EXPECT_EQ(holds[0].task_id, first);
+  EXPECT_EQ(holds[0].gpu_indices, std::vector<int>{0});
+  const std::string first_held =
+      "GPU 0 of node n1 is held for task " + std::to_string(first);
+  const std::string second_held =
+      "GPU 1 of node n1 is held for task " + std::to_string(second);
+  const std::string reason = Get(newer).pending_reason;
+  EXPECT_NE(reason.find(first_held), std::string::npos) << reason;
+  if (max_holds == 2) {
+    EXPECT_EQ(holds[1].task_id, second);
+    EXPECT_EQ(holds[1].gpu_indices, std::vector<int>{1});
+    EXPECT_NE(reason.find(second_held), std::string::npos) << reason;
+    EXPECT_NE(reason.find("2 GPUs excluded for now"), std::string::npos)
+        << reason;
+  } else {
+    EXPECT_EQ(reason.find("held for task " + std::to_string(second)),
+              std::string::npos)
+        << reason;
+  }
+  // GPU 0 drains: the first task is bound there and its hold ends; the
+  // second task holds on (with one hold allowed, it gets one now).
+  Finish(small_[1]);
+  EXPECT_EQ(Bind(), 1);
+  EXPECT_EQ(GpuOf(first), 0);
+  ASSERT_EQ(Holds().size(), 1u);
+  EXPECT_EQ(Holds()[0].task_id, second);
+  // GPU 1 drains: the second task is bound there.
+  Finish(small_[2]);
+  Finish(small_[3]);
+  Bind();
+  EXPECT_EQ(GpuOf(second), 1);
+  EXPECT_TRUE(Holds().empty());
+  EXPECT_EQ(Get(newer).state, TaskState::kPending);
+  EXPECT_EQ(Get(newer).pending_reason.find("held for task"), std::string::npos)
+      << Get(newer).pending_reason;
+}
+
+// With --max-holds 2 both tasks get GPUs held, each on a GPU of its own.
+TEST_F(HoldTest, UpToMaxHoldsTasksGetGpusHeldEachOnGpusOfTheirOwn) {
+  TwoStarvedTasks(2);
+}
+
+// With the default of 1, the second task waits on without a hold.
+TEST_F(HoldTest, OneHoldAtATimeByDefault) { TwoStarvedTasks(1); }
+
+TEST_F(HoldTest, FewerThanOneHoldIsRefused) {
+  ControlPlaneOptions options;
+  options.max_holds = 0;
+  auto cp = ControlPlane::Create(store_.get(), &clock_, options);
+  ASSERT_FALSE(cp.ok());
+  EXPECT_EQ(cp.status().field(), "max_holds");
 }
 
 TEST_F(HoldTest, ANegativeHoldAfterIsRefused) {

@@ -48,6 +48,7 @@ struct Flags {
   double defrag_auto_interval_s = 60;
   double gc_min_age_s = 60;
   double hold_after_s = 120;
+  int max_holds = 1;
   double mig_command_deadline_s = 120;
   double node_lost_after_s = 600;
   double heartbeat_write_every_s = 15;
@@ -170,6 +171,11 @@ int Main(int argc, char** argv) {
                  "it, taking no other task until it fits (0: never)")
       ->envname("HF_HOLD_AFTER")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-holds", f.max_holds,
+                 "How many waiting tasks may have GPUs held for them at once")
+      ->envname("HF_MAX_HOLDS")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--gc-interval", f.gc_interval_s,
                  "Seconds between orphan-GC passes")
@@ -346,6 +352,7 @@ int Main(int argc, char** argv) {
       static_cast<std::int64_t>(f.defrag_auto_interval_s * 1000);
   options.gc_min_age_ms = static_cast<std::int64_t>(f.gc_min_age_s * 1000);
   options.hold_after_ms = static_cast<std::int64_t>(f.hold_after_s * 1000);
+  options.max_holds = f.max_holds;
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
   options.node_lost_ms = static_cast<std::int64_t>(f.node_lost_after_s * 1000);

@@ -94,15 +94,36 @@ std::set<GpuId> Placement::PrepareTargets() {
   for (const auto& [key, gpu] : inventory_.gpus()) {
     if (inventory_.Fenced(key)) out.insert(gpu);
   }
-  if (hold_.has_value()) out.insert(hold_->gpus.begin(), hold_->gpus.end());
+  for (const Hold& hold : holds_)
+    out.insert(hold.gpus.begin(), hold.gpus.end());
   return out;
+}
+
+const Placement::Hold* Placement::HoldOf(store::RowId task_id) const {
+  for (const Hold& hold : holds_) {
+    if (hold.task_id == task_id) return &hold;
+  }
+  return nullptr;
+}
+
+void Placement::EndHold(store::RowId task_id) {
+  std::erase_if(
+      holds_, [task_id](const Hold& hold) { return hold.task_id == task_id; });
+}
+
+int Placement::HeldGpuCount() const {
+  std::size_t n = 0;
+  for (const Hold& hold : holds_) n += hold.gpus.size();
+  return static_cast<int>(n);
 }
 
 void Placement::ApplyHold(store::RowId task_id,
                           ledger::PlacementRequest& request) const {
-  if (!hold_.has_value() || hold_->task_id == task_id) return;
-  request.excluded_gpus.insert(request.excluded_gpus.end(), hold_->gpus.begin(),
-                               hold_->gpus.end());
+  for (const Hold& hold : holds_) {
+    if (hold.task_id == task_id) continue;
+    request.excluded_gpus.insert(request.excluded_gpus.end(), hold.gpus.begin(),
+                                 hold.gpus.end());
+  }
 }
 
 std::vector<GpuId> Placement::ChooseHold(ledger::PlacementRequest request) {
@@ -114,33 +135,31 @@ std::vector<GpuId> Placement::ChooseHold(ledger::PlacementRequest request) {
   return out;
 }
 
-bool Placement::HoldDrained() const {
-  if (!hold_.has_value()) return false;
+bool Placement::HoldDrained(const Hold& hold) const {
   bool drained = true;
   ledger_.Read([&](const ledger::ClusterView& view) {
-    for (GpuId g : hold_->gpus) {
+    for (GpuId g : hold.gpus) {
       drained = drained && view.HasGpu(g) && view.gpu(g).empty();
     }
   });
   return drained;
 }
 
-bool Placement::HoldCanTake(const ledger::PlacementRequest& request) const {
-  if (!hold_.has_value()) return false;
+bool Placement::HoldCanTake(const Hold& hold,
+                            const ledger::PlacementRequest& request) const {
   bool can = true;
   ledger_.Read([&](const ledger::ClusterView& view) {
-    for (GpuId g : hold_->gpus) {
+    for (GpuId g : hold.gpus) {
       can = can && view.HasGpu(g) && !view.CheckOnceEmpty(view.gpu(g), request);
     }
   });
   return can;
 }
 
-Placement::HeldAt Placement::WhereHeld() const {
+Placement::HeldAt Placement::WhereHeld(const Hold& hold) const {
   HeldAt at;
-  if (!hold_.has_value()) return at;
   ledger_.Read([&](const ledger::ClusterView& view) {
-    for (GpuId g : hold_->gpus) {
+    for (GpuId g : hold.gpus) {
       if (!view.HasGpu(g)) continue;
       const ledger::GpuRecord& gpu = view.gpu(g);
       at.node = view.node(gpu.node).spec.name;
@@ -150,20 +169,27 @@ Placement::HeldAt Placement::WhereHeld() const {
   return at;
 }
 
-std::string Placement::DescribeHold() const {
-  if (!hold_.has_value()) return "";
-  const HeldAt at = WhereHeld();
-  const std::string& node = at.node;
+std::string Placement::DescribeHold(const Hold& hold) const {
+  const HeldAt at = WhereHeld(hold);
   const std::vector<int>& indices = at.gpu_indices;
   std::string out = indices.size() == 1 ? "GPU " : "GPUs ";
   for (std::size_t i = 0; i < indices.size(); ++i) {
     if (i > 0) out += i + 1 == indices.size() ? " and " : ", ";
     out += std::to_string(indices[i]);
   }
-  out += " of node " + node + (indices.size() == 1 ? " is" : " are") +
-         " held for task " + std::to_string(hold_->task_id) +
+  out += " of node " + at.node + (indices.size() == 1 ? " is" : " are") +
+         " held for task " + std::to_string(hold.task_id) +
          ", waiting longest, and take" + (indices.size() == 1 ? "s" : "") +
          " no other task until it fits";
+  return out;
+}
+
+std::string Placement::DescribeHolds() const {
+  std::string out;
+  for (const Hold& hold : holds_) {
+    if (!out.empty()) out += "; ";
+    out += DescribeHold(hold);
+  }
   return out;
 }
 

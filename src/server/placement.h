@@ -63,39 +63,47 @@ class Placement {
   // the GPUs held for a waiting task.
   std::set<GpuId> PrepareTargets();
 
-  // A hold (scheduler/hold.h): GPUs that take no task but `task_id`'s, so
-  // that they drain until it fits. The Scheduler sets and ends it.
+  // Holds (scheduler/hold.h): GPUs that take no task but `task_id`'s, so
+  // that they drain until it fits; at most one per task, in the order they
+  // began. The Scheduler sets and ends them (and bounds how many).
   struct Hold {
     store::RowId task_id = 0;
     std::vector<GpuId> gpus;
     store::Millis since = 0;
   };
-  const std::optional<Hold>& hold() const { return hold_; }
-  void SetHold(Hold hold) { hold_ = std::move(hold); }
-  void EndHold() { hold_.reset(); }
-  // Leaves the held GPUs out of `request`, task `task_id`'s, unless the hold
-  // is that task's own.
+  const std::vector<Hold>& holds() const { return holds_; }
+  // Task `task_id`'s hold, or null.
+  const Hold* HoldOf(store::RowId task_id) const;
+  // REQUIRES: HoldOf(hold.task_id) == nullptr, and none of its GPUs held.
+  void SetHold(Hold hold) { holds_.push_back(std::move(hold)); }
+  void EndHold(store::RowId task_id);
+  // The GPUs held, for all holds.
+  int HeldGpuCount() const;
+  // Leaves out of `request`, task `task_id`'s, the GPUs of every hold but
+  // its own.
   void ApplyHold(store::RowId task_id, ledger::PlacementRequest& request) const;
   // The GPUs to hold for `request` (scheduler::ChooseHold), leaving out
-  // those PrepareTargets names.
+  // those PrepareTargets names (the GPUs of every hold among them).
   std::vector<GpuId> ChooseHold(ledger::PlacementRequest request);
-  // Whether every held GPU holds nothing (drained).
-  bool HoldDrained() const;
-  // Whether every held GPU could still take `request` once empty.
-  bool HoldCanTake(const ledger::PlacementRequest& request) const;
-  // Where the held GPUs are, as people name them: their node and their
-  // indices there (GPUs gone from the ledger left out; empty without a
-  // hold). What the pending reasons and the stats show.
+  // Whether every GPU of `hold` holds nothing (drained).
+  bool HoldDrained(const Hold& hold) const;
+  // Whether every GPU of `hold` could still take `request` once empty.
+  bool HoldCanTake(const Hold& hold,
+                   const ledger::PlacementRequest& request) const;
+  // Where the GPUs of `hold` are, as people name them: their node and their
+  // indices there (GPUs gone from the ledger left out). What the pending
+  // reasons and the stats show.
   struct HeldAt {
     std::string node;
     std::vector<int> gpu_indices;
   };
-  HeldAt WhereHeld() const;
-  // The hold as a pending reason names it, e.g. "GPU 1 of node gpu-a is held
-  // for task 7, waiting longest, and takes no other task until it fits"; ""
-  // without a hold.
-  std::string DescribeHold() const;
-  // Whether a pending reason names a hold (DescribeHold's text).
+  HeldAt WhereHeld(const Hold& hold) const;
+  // `hold` as a pending reason names it, e.g. "GPU 1 of node gpu-a is held
+  // for task 7, waiting longest, and takes no other task until it fits".
+  std::string DescribeHold(const Hold& hold) const;
+  // Every hold so, joined by "; "; "" without a hold.
+  std::string DescribeHolds() const;
+  // Whether a pending reason names a hold (DescribeHolds' text).
   static bool NamesHold(const std::string& reason) {
     return reason.find(" held for task ") != std::string::npos;
   }
@@ -122,7 +130,7 @@ class Placement {
   scheduler::WorkloadObserver* const observer_;
   const ledger::PlacementPolicy* const policy_;
   store::RowId learned_through_ = 0;  // tasks up to this id are learned
-  std::optional<Hold> hold_;
+  std::vector<Hold> holds_;
 };
 
 }  // namespace hf::server

@@ -124,11 +124,10 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     ledger::PlacementRequest asked = request;
     placement.ApplyHold(task.id, asked);
     ledger::PlacementResult result = placement.Place(std::move(asked));
-    const bool holder =
-        placement.hold().has_value() && placement.hold()->task_id == task.id;
+    const bool holder = placement.HoldOf(task.id) != nullptr;
     if (result.placed() && holder) {
       spdlog::info("scheduler: hold for task {} ended: bound", task.id);
-      placement.EndHold();
+      placement.EndHold(task.id);
       hold_ended = true;
     }
     if (result.placed()) {
@@ -185,8 +184,8 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
       // otherwise rewrite every waiting task each time.
       UpdateHold(task, request, result.message, now, holder, hold_ended);
       std::string reason = result.message;
-      if (placement.hold().has_value()) {
-        reason += "; " + placement.DescribeHold();
+      if (!placement.holds().empty()) {
+        reason += "; " + placement.DescribeHolds();
       }
       // A hold that began or ended is written at once, like a new class.
       const bool class_changed = std::string_view(PendingReasonClass(reason)) !=
@@ -202,9 +201,7 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     }
     decisions.push_back(std::move(d));
   }
-  telemetry_->SetHeldGpus(placement.hold().has_value()
-                              ? static_cast<int>(placement.hold()->gpus.size())
-                              : 0);
+  telemetry_->SetHeldGpus(placement.HeldGpuCount());
   lock.Unlock();
 
   Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
@@ -297,41 +294,50 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
 }
 
 Status Scheduler::EndHoldIfStale() {
-  store::RowId holder = 0;
+  std::vector<store::RowId> holders;
   {
     MutexLock lock(ledger_->mu());
-    if (const auto& hold = ledger_->placement().hold(); hold.has_value()) {
-      holder = hold->task_id;
+    for (const Placement::Hold& hold : ledger_->placement().holds()) {
+      holders.push_back(hold.task_id);
     }
   }
-  if (holder == 0) {
+  if (holders.empty()) {
     telemetry_->SetHeldGpus(0);
     return Status::Ok();
   }
-  // Its row, not what pending_ holds: a task cancelled while it waits
+  // Their rows, not what pending_ holds: a task cancelled while it waits
   // stays there until its next try.
-  bool waiting = false;
+  std::vector<store::RowId> gone;
   HF_RETURN_IF_ERROR(store_->Read([&](Txn& txn) -> Status {
-    auto t = txn.GetTask(holder);
-    if (t.ok()) {
-      waiting = t->state == TaskState::kPending;
-    } else if (t.status().code() != StatusCode::kNotFound) {
-      return t.status();
+    gone.clear();
+    for (const store::RowId holder : holders) {
+      auto t = txn.GetTask(holder);
+      if (t.ok()) {
+        if (t->state != TaskState::kPending) gone.push_back(holder);
+      } else if (t.status().code() == StatusCode::kNotFound) {
+        gone.push_back(holder);
+      } else {
+        return t.status();
+      }
     }
     return Status::Ok();
   }));
-  if (waiting) return Status::Ok();
-  pending_.Remove(holder);
+  if (gone.empty()) return Status::Ok();
+  int held = 0;
   {
     MutexLock lock(ledger_->mu());
-    const auto& hold = ledger_->placement().hold();
-    if (!hold.has_value() || hold->task_id != holder) return Status::Ok();
-    spdlog::info("scheduler: hold for task {} ended: it no longer waits",
-                 holder);
-    ledger_->placement().EndHold();
+    Placement& placement = ledger_->placement();
+    for (const store::RowId holder : gone) {
+      pending_.Remove(holder);
+      if (placement.HoldOf(holder) == nullptr) continue;
+      spdlog::info("scheduler: hold for task {} ended: it no longer waits",
+                   holder);
+      placement.EndHold(holder);
+    }
+    held = placement.HeldGpuCount();
   }
-  telemetry_->SetHeldGpus(0);
-  queue_->CapacityFreed();  // its GPUs take tasks again
+  telemetry_->SetHeldGpus(held);
+  queue_->CapacityFreed();  // their GPUs take tasks again
   return Status::Ok();
 }
 
@@ -342,19 +348,21 @@ void Scheduler::UpdateHold(const TaskRow& task,
   Placement& placement = ledger_->placement();
   if (holder) {
     // Its GPUs drained, or can no longer take it: the hold does not help.
-    const bool drained = placement.HoldDrained();
-    if (drained || !placement.HoldCanTake(request)) {
+    const Placement::Hold& hold = *placement.HoldOf(task.id);
+    const bool drained = placement.HoldDrained(hold);
+    if (drained || !placement.HoldCanTake(hold, request)) {
       spdlog::warn(
           "scheduler: hold for task {} ended: {} and it still does not fit "
           "there",
           task.id, drained ? "its GPUs drained" : "its GPUs changed");
-      placement.EndHold();
+      placement.EndHold(task.id);
       no_hold_.insert(task.id);
       hold_ended = true;
     }
     return;
   }
-  if (placement.hold().has_value() || options_.hold_after_ms <= 0 ||
+  if (static_cast<int>(placement.holds().size()) >= options_.max_holds ||
+      options_.hold_after_ms <= 0 ||
       now - task.created_at < options_.hold_after_ms ||
       no_hold_.contains(task.id)) {
     return;
@@ -372,7 +380,8 @@ void Scheduler::UpdateHold(const TaskRow& task,
   }
   placement.SetHold(Placement::Hold{task.id, std::move(gpus), now});
   spdlog::info("scheduler: task {} waited {} s for room: {}", task.id,
-               (now - task.created_at) / 1000, placement.DescribeHold());
+               (now - task.created_at) / 1000,
+               placement.DescribeHold(*placement.HoldOf(task.id)));
 }
 
 StatusOr<int> Scheduler::Pass(bool* more) {

@@ -16,14 +16,14 @@
 // generation moves) or every retry interval.
 //
 // Holds (scheduler/hold.h): the first task found waiting for room for
-// `hold_after_ms` or longer, while no task has a hold, gets GPUs held for
-// it (Placement::SetHold), where it fits once they drain; no other task is
-// placed there, and its pending_reason says which GPUs and why (and so do
-// the reasons of the others while the hold lasts). One hold at a time. A
-// hold ends when its task is bound, or is no longer pending, or its GPUs
-// drained (or changed) and it still does not fit there; such a task gets
-// no second hold. Holds are the leader's own state: a new leader makes
-// them again from the tasks' ages.
+// `hold_after_ms` or longer, while fewer than `max_holds` tasks have one,
+// gets GPUs held for it (Placement::SetHold), where it fits once they
+// drain, among the GPUs no other hold has; no other task is placed there,
+// and its pending_reason says which GPUs and why (and so do the reasons of
+// the others while the holds last). A hold ends when its task is bound, or is
+// no longer pending, or its GPUs drained (or changed) and it still does not fit
+// there; such a task gets no second hold. Holds are the leader's own state: a
+// new leader makes them again from the tasks' ages.
 //
 // Thread-safety: one bind pass at a time (bind_mu_, taken before the
 // ledger's write gate); safe from any thread. Calls SchedulerHost holding
@@ -63,8 +63,10 @@ struct SchedulerOptions {
   int bind_batch = 512;                    // most tasks bound per commit
   std::int64_t retry_interval_ms = 5'000;  // unplaceable tasks retry at least
   // A task that has waited this long for room (since it was created) gets
-  // GPUs held for it, when no other task has a hold (0: never).
+  // GPUs held for it, while fewer than `max_holds` tasks have a hold (0:
+  // never).
   std::int64_t hold_after_ms = 120'000;
+  int max_holds = 1;
 };
 
 class Scheduler {

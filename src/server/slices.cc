@@ -93,11 +93,11 @@ StatusOr<SliceStats> ControlPlane::Stats(const Caller& caller) {
         stats.policy_cold_start = learner->ColdStart();
         stats.policy_tasks_learned = learner->tasks_observed();
       }
-      if (const auto& hold = core_.placement().hold(); hold.has_value()) {
-        HoldStats& out = stats.hold.emplace();
-        out.task_id = hold->task_id;
-        out.since = hold->since;
-        Placement::HeldAt at = core_.placement().WhereHeld();
+      for (const Placement::Hold& hold : core_.placement().holds()) {
+        HoldStats& out = stats.holds.emplace_back();
+        out.task_id = hold.task_id;
+        out.since = hold.since;
+        Placement::HeldAt at = core_.placement().WhereHeld(hold);
         out.node = std::move(at.node);
         out.gpu_indices = std::move(at.gpu_indices);
       }

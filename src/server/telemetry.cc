@@ -172,7 +172,7 @@ metrics::Families Telemetry::CollectState() const {
       "Tasks waiting to be bound, by the class of their pending reason.");
   metrics::FamilyBuilder held(
       "heteroflow_held_gpus",
-      "GPUs held for the task that waited longest for room (0: none).");
+      "GPUs held for tasks that waited long for room (0: none).");
   {
     MutexLock lock(mu_);
     held.Add({}, held_gpus_);

@@ -299,6 +299,7 @@ Status World::StartServer() {
   o.heartbeat_interval_s = static_cast<int>(options_.heartbeat_ms / 1000);
   o.node_lost_ms = options_.node_lost_ms;
   o.hold_after_ms = options_.hold_after_ms;
+  o.max_holds = options_.max_holds;
   o.monotonic_clock = &monotonic_;
   auto cp = server::ControlPlane::Create(s->store.get(), &clock_, o);
   if (!cp.ok()) return cp.status().WithContext("starting the control plane");
@@ -1020,12 +1021,12 @@ std::optional<std::string> World::CheckUnstartable() {
       if (!t.ok() || !NoNodeCanStart(*t)) continue;  // CheckDurable's
       if (t->slice_id || (t->state != store::TaskState::kPending &&
                           t->state != store::TaskState::kCancelled)) {
-        out = "UNSTARTABLE BOUND: task " + std::to_string(id) +
-              " has no command, which no node can start, yet it is " +
-              std::string(store::TaskStateName(t->state)) +
-              (t->slice_id ? " with slice " + std::to_string(*t->slice_id)
-                           : "") +
-              (t->pending_reason.empty() ? "" : " (" + t->pending_reason + ")");
+        out =
+            "UNSTARTABLE BOUND: task " + std::to_string(id) +
+            " has no command, which no node can start, yet it is " +
+            std::string(store::TaskStateName(t->state)) +
+            (t->slice_id ? " with slice " + std::to_string(*t->slice_id) : "") +
+            (t->pending_reason.empty() ? "" : " (" + t->pending_reason + ")");
         return Status::Ok();
       }
     }

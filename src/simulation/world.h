@@ -73,6 +73,9 @@ struct WorldOptions {
   // default, so that the random runs' waiting tasks are held, and the holds
   // meet the faults.
   std::int64_t hold_after_ms = 20'000;
+  // Several at once (ControlPlaneOptions::max_holds), so that holds meet
+  // each other too.
+  int max_holds = 2;
   // A MIG instance no live slice owns must be in the history as
   // MIG_PARTITION_ORPHANED within this long.
   std::int64_t orphan_report_bound_ms = 120'000;

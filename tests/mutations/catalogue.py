@@ -436,10 +436,10 @@ MUTATIONS = [
     ),
     dict(
         name="hold-not-applied",
-        hole="16: the GPUs held for the task that waited longest still take newer tasks, so a large task starves behind a stream of small ones",
+        hole="16: the GPUs held for tasks that waited long still take newer tasks, so a large task starves behind a stream of small ones",
         file="src/server/placement.cc",
-        old="""  if (!hold_.has_value() || hold_->task_id == task_id) return;""",
-        new="""  if (task_id >= 0 || request.excluded_gpus.empty()) return;""",
+        old="""    if (hold.task_id == task_id) continue;""",
+        new="""    if (hold.task_id == task_id || task_id >= 0) continue;""",
         tests=["control_plane_test/HoldTest.*",
                "agent_e2e_test/HoldE2eTest.*"],
         simulation=False,

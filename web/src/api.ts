@@ -226,6 +226,14 @@ export interface StatsGpu {
   whole_gpu_task?: boolean;
 }
 
+// GPUs held for a task that waited long for room (GET /slices/stats).
+export interface Hold {
+  task_id: number;
+  node_id: string;
+  gpu_indices: number[];
+  since: string;
+}
+
 export interface Stats {
   scope: "cluster" | "tenant";
   tenant: string | null;
@@ -247,12 +255,14 @@ export interface Stats {
     stranded_memory_mb: number;
   } | null;
   // Cluster scope only: the placement policy and what hf-frag has learned.
-  // `hold`: the GPUs held for the task that has waited longest, or null.
+  // `holds`: the GPUs held for tasks that waited long, in the order the
+  // holds began; `hold`: the first of them, or null.
   placement?: {
     policy: string;
     mode?: "best-fit" | "hf-frag";
     tasks_learned?: number;
-    hold?: { task_id: number; node_id: string; gpu_indices: number[]; since: string } | null;
+    hold?: Hold | null;
+    holds?: Hold[];
   } | null;
 }
 

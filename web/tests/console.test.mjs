@@ -612,9 +612,10 @@ test("every page renders without console errors at 1366x768 and 390x844", async 
   assert.deepEqual(user.errors, []);
 });
 
-test("the stats page shows the GPU held for a task that waited long", async () => {
-  // A platform of its own: tasks here wait 1 s before a hold.
-  const q = await startPlatform({ serverFlags: ["--hold-after", "1"] });
+test("the stats page shows the GPUs held for tasks that waited long", async () => {
+  // A platform of its own: tasks here wait 1 s before a hold, and two may
+  // have one at once.
+  const q = await startPlatform({ serverFlags: ["--hold-after", "1", "--max-holds", "2"] });
   const { context, page, errors } = await newPage();
   try {
     await q.tenant("th");
@@ -634,17 +635,38 @@ test("the stats page shows the GPU held for a task that waited long", async () =
       return t.pending_reason.includes("held for task") && t.pending_reason;
     });
     assert.match(reason, new RegExp(`GPU 2 of node local is held for task ${waiting.id}, waiting longest`));
+    // A second task waiting for a whole GPU gets the other one held.
+    const second = await q.api("POST", "/api/v1/tasks", { ...whole, name: "second" });
+    const holds = await waitFor(
+      "the second hold",
+      async () => {
+        const h = (await q.api("GET", "/api/v1/slices/stats")).placement.holds;
+        return h.length === 2 && h;
+      },
+    );
+    assert.deepEqual(
+      holds.map((h) => [h.task_id, h.gpu_indices]),
+      [
+        [waiting.id, [2]],
+        [second.id, [1]],
+      ],
+    );
     await page.goto(q.url + "/");
     await page.fill("#signin-token", q.adminToken);
     await page.click("button[type=submit]");
     await page.waitForSelector("[data-testid=whoami]");
     await go(page, "#/stats");
-    const tile = page.locator("[data-testid=hold]");
+    const tile = page.locator(`[data-testid=hold][data-task-id="${waiting.id}"]`);
     await tile.waitFor();
     const text = await tile.textContent();
     assert.match(text, /GPU 2 of local/);
     assert.match(text, new RegExp(`held for task ${waiting.id} since `));
-    for (const t of [...taken, waiting]) await q.api("POST", `/api/v1/tasks/${t.id}/cancel`, {});
+    const other = page.locator(`[data-testid=hold][data-task-id="${second.id}"]`);
+    await other.waitFor();
+    assert.match(await other.textContent(), new RegExp(`GPU 1 of local.*held for task ${second.id} since `));
+    assert.equal(await page.locator("[data-testid=hold]").count(), 2);
+    await screenshot(page, "stats-holds");
+    for (const t of [...taken, waiting, second]) await q.api("POST", `/api/v1/tasks/${t.id}/cancel`, {});
     assert.deepEqual(errors, []);
   } finally {
     await context.close();

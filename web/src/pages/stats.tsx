@@ -101,18 +101,17 @@ export function StatsPage({ who }: { who: WhoAmI }) {
                 </span>
               </div>
             )}
-            {data.placement?.hold && (
-              <div class="tile" data-testid="hold">
+            {(data.placement?.holds ?? (data.placement?.hold ? [data.placement.hold] : [])).map((hold) => (
+              <div class="tile" data-testid="hold" data-task-id={hold.task_id} key={hold.task_id}>
                 <span class="tile-n">
-                  {data.placement.hold.gpu_indices.length === 1 ? "GPU " : "GPUs "}
-                  {data.placement.hold.gpu_indices.join(", ")} of {data.placement.hold.node_id}
+                  {hold.gpu_indices.length === 1 ? "GPU " : "GPUs "}
+                  {hold.gpu_indices.join(", ")} of {hold.node_id}
                 </span>
                 <span>
-                  held for task {data.placement.hold.task_id} since {data.placement.hold.since}: it takes no other
-                  task until that one fits
+                  held for task {hold.task_id} since {hold.since}: it takes no other task until that one fits
                 </span>
               </div>
-            )}
+            ))}
           </div>
           <h2>Memory per GPU</h2>
           {data.gpus.length > 0 ? <FragChart stats={data} /> : <p class="muted">No GPUs in this view.</p>}
