@@ -175,7 +175,7 @@ int Main(int argc, char** argv) {
   app.add_option("--max-holds", f.max_holds,
                  "How many waiting tasks may have GPUs held for them at once")
       ->envname("HF_MAX_HOLDS")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   app.add_option("--gc-interval", f.gc_interval_s,
                  "Seconds between orphan-GC passes")
