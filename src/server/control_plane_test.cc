@@ -764,6 +764,46 @@ TEST_F(HoldTest, UpToMaxHoldsTasksGetGpusHeldEachOnGpusOfTheirOwn) {
 // With the default of 1, the second task waits on without a hold.
 TEST_F(HoldTest, OneHoldAtATimeByDefault) { TwoStarvedTasks(1); }
 
+// A hold that begins while another lasts is in the reasons at once, though
+// they named a hold already and were written less than a minute ago.
+TEST_F(HoldTest, AHoldThatBeginsBesideAnotherIsInTheReasonsAtOnce) {
+  ControlPlaneOptions options;
+  options.hold_after_ms = 120'000;
+  options.max_holds = 2;
+  Open(options);
+  for (int i = 0; i < 4; ++i) small_.push_back(Submit(alice_, 20000, 10).id);
+  Bind();
+  const RowId first = Submit(alice_, 30000, 10).id;
+  EXPECT_EQ(Bind(), 0);
+  clock_.Advance(50'000);
+  const RowId second = Submit(alice_, 30000, 10).id;
+  EXPECT_EQ(Bind(), 0);
+  clock_.Advance(71'000);  // the first waited 121 s, the second 71 s
+  Finish(small_[0]);
+  EXPECT_EQ(Bind(), 0);
+  ASSERT_EQ(Holds().size(), 1u);
+  const std::string first_held =
+      "GPU 0 of node n1 is held for task " + std::to_string(first);
+  EXPECT_NE(Get(second).pending_reason.find(first_held), std::string::npos)
+      << Get(second).pending_reason;
+  clock_.Advance(50'000);  // the second waited 121 s; its reason is 50 s old
+  EXPECT_EQ(Bind(), 0);
+  ASSERT_EQ(Holds().size(), 2u);
+  const std::string second_held =
+      "GPU 1 of node n1 is held for task " + std::to_string(second);
+  std::string reason = Get(second).pending_reason;
+  EXPECT_NE(reason.find(first_held), std::string::npos) << reason;
+  EXPECT_NE(reason.find(second_held), std::string::npos) << reason;
+  // The first task, tried before the second's hold began, at its next try.
+  clock_.Advance(5'000);
+  EXPECT_EQ(Bind(), 0);
+  for (const RowId id : {first, second}) {
+    reason = Get(id).pending_reason;
+    EXPECT_NE(reason.find(first_held), std::string::npos) << reason;
+    EXPECT_NE(reason.find(second_held), std::string::npos) << reason;
+  }
+}
+
 TEST_F(HoldTest, FewerThanOneHoldIsRefused) {
   ControlPlaneOptions options;
   options.max_holds = 0;

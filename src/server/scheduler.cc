@@ -184,14 +184,17 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
       // otherwise rewrite every waiting task each time.
       UpdateHold(task, request, result.message, now, holder, hold_ended);
       std::string reason = result.message;
-      if (!placement.holds().empty()) {
-        reason += "; " + placement.DescribeHolds();
-      }
-      // A hold that began or ended is written at once, like a new class.
+      const std::string holds = placement.DescribeHolds();
+      if (!holds.empty()) reason += "; " + holds;
+      // A hold that began or ended is written at once, like a new class:
+      // the stored reason ends with other holds than these (or names one
+      // where none is left).
+      const bool holds_changed =
+          holds.empty() ? Placement::NamesHold(task.pending_reason)
+                        : !task.pending_reason.ends_with("; " + holds);
       const bool class_changed = std::string_view(PendingReasonClass(reason)) !=
                                      PendingReasonClass(task.pending_reason) ||
-                                 Placement::NamesHold(reason) !=
-                                     Placement::NamesHold(task.pending_reason);
+                                 holds_changed;
       if (reason != task.pending_reason &&
           (class_changed || now - task.updated_at >= kPendingReasonRefreshMs)) {
         d.updated.pending_reason = reason;
