@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -677,6 +678,96 @@ TEST_F(HoldE2eTest, AfterTheServerIsKilledTheWaitingTaskIsHeldAgain) {
   Touch(go[1]);
   Touch(go[2]);
   EXPECT_EQ(WaitTerminal(big)["status"], "succeeded") << Logs(agent);
+  EXPECT_EQ(WaitTerminal(newer)["status"], "succeeded") << Logs(agent);
+}
+
+// With --max-holds 2 two large tasks each get a GPU of their own held; the
+// holds are the leader's memory, so after a SIGKILL and a start the server
+// holds both again, and a newer task takes the room a slice leaves on
+// neither.
+class MaxHoldsE2eTest : public AgentE2eTest {
+ protected:
+  std::vector<std::string> ServerFlags() const override {
+    return {"--gc-interval", "1", "--hold-after", "2", "--max-holds", "2"};
+  }
+};
+
+TEST_F(MaxHoldsE2eTest, TwoWaitingTasksAreHeldAGpuEachAcrossAServerKill) {
+  AgentProcess& agent = StartAgent("holds", {A100(), A100()});
+  // Three small tasks on each GPU (75,000 of 81,920 MB), each running until
+  // its file appears.
+  std::vector<fs::path> go;
+  std::vector<std::int64_t> small;
+  for (int i = 0; i < 6; ++i) {
+    go.push_back(agent.dir() / ("go" + std::to_string(i)));
+    small.push_back(
+        CreateId({{"name", "small"},
+                  {"command", WaitForFileCommand(go.back(), "true")},
+                  {"gpu_memory_mb", 25000},
+                  {"gpu_compute_ratio", 0.1}}));
+  }
+  std::map<int, std::vector<std::size_t>> on_gpu;  // GPU index -> smalls
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    const json t = WaitStatus(small[i], "running");
+    ASSERT_EQ(t["status"], "running") << Logs(agent);
+    on_gpu[t["gpu_indices"][0].get<int>()].push_back(i);
+  }
+  ASSERT_EQ(on_gpu.size(), 2u);
+  std::vector<std::int64_t> big;
+  for (int i = 0; i < 2; ++i) {
+    big.push_back(CreateId({{"name", "big"},
+                            {"command", "true"},
+                            {"gpu_memory_mb", 50000},
+                            {"gpu_compute_ratio", 0.1}}));
+  }
+  // Both held, on two different GPUs, and the metric sums them.
+  const auto both_held = [&] {
+    return WaitFor([&] {
+      HttpReply stats = api_->http().Get("/api/v1/slices/stats", api_->admin());
+      const json& holds = stats.body["placement"]["holds"];
+      if (!holds.is_array() || holds.size() != 2) return false;
+      std::set<std::int64_t> tasks;
+      std::set<int> gpus;
+      for (const json& h : holds) {
+        tasks.insert(h["task_id"].get<std::int64_t>());
+        for (const json& g : h["gpu_indices"]) gpus.insert(g.get<int>());
+      }
+      return tasks == std::set<std::int64_t>(big.begin(), big.end()) &&
+             gpus.size() == 2;
+    });
+  };
+  ASSERT_TRUE(both_held()) << Logs(agent);
+  EXPECT_NE(api_->http()
+                .Get("/metrics", api_->admin())
+                .raw.find("\nheteroflow_held_gpus 2\n"),
+            std::string::npos);
+  ASSERT_TRUE(server_->Kill());
+  ASSERT_TRUE(server_->Start());
+  ASSERT_TRUE(both_held()) << Logs(agent);
+  const std::int64_t newer = CreateId({{"name", "newer"},
+                                       {"command", "true"},
+                                       {"gpu_memory_mb", 25000},
+                                       {"gpu_compute_ratio", 0.1}});
+  // One slice ends on each GPU: 31,920 MB free on both, room for the newer
+  // task but for the holds.
+  for (const auto& [gpu, smalls] : on_gpu) Touch(go[smalls[0]]);
+  for (const auto& [gpu, smalls] : on_gpu) {
+    ASSERT_EQ(WaitTerminal(small[smalls[0]])["status"], "succeeded")
+        << Logs(agent);
+  }
+  std::this_thread::sleep_for(milliseconds(1'500));
+  json waiting = api_->GetTask(newer, user_);
+  EXPECT_EQ(waiting["status"], "pending") << waiting.dump();
+  for (const std::int64_t id : big) {
+    EXPECT_NE(waiting.value("pending_reason", "")
+                  .find("held for task " + std::to_string(id)),
+              std::string::npos)
+        << waiting.dump();
+  }
+  for (std::size_t i = 0; i < go.size(); ++i) Touch(go[i]);
+  for (const std::int64_t id : big) {
+    EXPECT_EQ(WaitTerminal(id)["status"], "succeeded") << Logs(agent);
+  }
   EXPECT_EQ(WaitTerminal(newer)["status"], "succeeded") << Logs(agent);
 }
 
