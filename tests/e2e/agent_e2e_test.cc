@@ -129,6 +129,23 @@ class AgentE2eTest : public ::testing::Test {
     return t.is_object() ? t["id"].get<std::int64_t>() : 0;
   }
 
+  // `n` slices of 25,000 MB (three fill an 80 GB card) at 10% compute,
+  // each running until its file appears: `go` gets the files, in the
+  // order of the ids returned.
+  std::vector<std::int64_t> SmallTasksWaitingForFiles(
+      const AgentProcess& agent, int n, std::vector<fs::path>& go) const {
+    std::vector<std::int64_t> ids;
+    for (int i = 0; i < n; ++i) {
+      go.push_back(agent.dir() / ("go" + std::to_string(go.size())));
+      ids.push_back(
+          CreateId({{"name", "small"},
+                    {"command", WaitForFileCommand(go.back(), "true")},
+                    {"gpu_memory_mb", 25000},
+                    {"gpu_compute_ratio", 0.1}}));
+    }
+    return ids;
+  }
+
   json WaitStatus(std::int64_t id, const std::string& status,
                   milliseconds timeout = kTaskTimeout) const {
     return api_->WaitTask(
@@ -633,15 +650,8 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
 TEST_F(HoldE2eTest, AfterTheServerIsKilledTheWaitingTaskIsHeldAgain) {
   AgentProcess& agent = StartAgent("hold-crash", {A100()});
   std::vector<fs::path> go;
-  std::vector<std::int64_t> small;
-  for (int i = 0; i < 3; ++i) {
-    go.push_back(agent.dir() / ("go" + std::to_string(i)));
-    small.push_back(
-        CreateId({{"name", "small"},
-                  {"command", WaitForFileCommand(go.back(), "true")},
-                  {"gpu_memory_mb", 25000},
-                  {"gpu_compute_ratio", 0.1}}));
-  }
+  const std::vector<std::int64_t> small =
+      SmallTasksWaitingForFiles(agent, 3, go);
   for (std::int64_t id : small) {
     ASSERT_EQ(WaitStatus(id, "running")["status"], "running") << Logs(agent);
   }
@@ -694,18 +704,10 @@ class MaxHoldsE2eTest : public AgentE2eTest {
 
 TEST_F(MaxHoldsE2eTest, TwoWaitingTasksAreHeldAGpuEachAcrossAServerKill) {
   AgentProcess& agent = StartAgent("holds", {A100(), A100()});
-  // Three small tasks on each GPU (75,000 of 81,920 MB), each running until
-  // its file appears.
+  // Three small tasks on each GPU (75,000 of 81,920 MB).
   std::vector<fs::path> go;
-  std::vector<std::int64_t> small;
-  for (int i = 0; i < 6; ++i) {
-    go.push_back(agent.dir() / ("go" + std::to_string(i)));
-    small.push_back(
-        CreateId({{"name", "small"},
-                  {"command", WaitForFileCommand(go.back(), "true")},
-                  {"gpu_memory_mb", 25000},
-                  {"gpu_compute_ratio", 0.1}}));
-  }
+  const std::vector<std::int64_t> small =
+      SmallTasksWaitingForFiles(agent, 6, go);
   std::map<int, std::vector<std::size_t>> on_gpu;  // GPU index -> smalls
   for (std::size_t i = 0; i < small.size(); ++i) {
     const json t = WaitStatus(small[i], "running");
