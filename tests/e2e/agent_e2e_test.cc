@@ -572,42 +572,63 @@ class HoldE2eTest : public AgentE2eTest {
 
 TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
   AgentProcess& agent = StartAgent("hold", {A100(), A100()});
-  const auto small = [&] {
-    return CreateId({{"name", "small"},
-                     {"command", "sleep 2"},
-                     {"gpu_memory_mb", 25000},
-                     {"gpu_compute_ratio", 0.1}});
-  };
-  // Three on each GPU (75,000 of 81,920 MB): one ending leaves 31,920 MB.
-  std::vector<std::int64_t> backlog;
-  backlog.reserve(30);
-  for (int i = 0; i < 6; ++i) backlog.push_back(small());
-  for (std::int64_t id : backlog) {
-    ASSERT_EQ(WaitStatus(id, "running")["status"], "running") << Logs(agent);
+  // Three on each GPU (75,000 of 81,920 MB), each until its file appears,
+  // so that they end one at a time when the test says: had two on one GPU
+  // ended in one agent report, the large task would fit there without a
+  // hold.
+  std::vector<fs::path> go;
+  std::vector<std::int64_t> first = SmallTasksWaitingForFiles(agent, 6, go);
+  std::map<int, std::vector<std::size_t>> on_gpu;  // GPU index -> of first
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    const json t = WaitStatus(first[i], "running");
+    ASSERT_EQ(t["status"], "running") << Logs(agent);
+    on_gpu[t["gpu_indices"][0].get<int>()].push_back(i);
   }
+  ASSERT_EQ(on_gpu.size(), 2u);
   const std::int64_t big = CreateId({{"name", "big"},
                                      {"command", "sleep 1"},
                                      {"gpu_memory_mb", 50000},
                                      {"gpu_compute_ratio", 0.1}});
-  for (int i = 0; i < 24; ++i) backlog.push_back(small());
-  // Until the large task is bound: the hold appears in the stats, and no
-  // GPU is ever charged more than it has.
-  bool hold_seen = false;
-  bool held_gpus_metric = false;  // heteroflow_held_gpus said 1
+  std::vector<std::int64_t> backlog;
+  for (int i = 0; i < 24; ++i) {
+    backlog.push_back(CreateId({{"name", "small"},
+                                {"command", "sleep 2"},
+                                {"gpu_memory_mb", 25000},
+                                {"gpu_compute_ratio", 0.1}}));
+  }
+  // Past --hold-after, a GPU is held for the large task (nothing has ended
+  // yet), and the metric says so.
+  int held = -1;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        HttpReply stats =
+            api_->http().Get("/api/v1/slices/stats", api_->admin());
+        const json& hold = stats.body["placement"]["hold"];
+        if (!hold.is_object() || hold["task_id"] != big) return false;
+        held = hold["gpu_indices"][0].get<int>();
+        return true;
+      },
+      milliseconds(30'000), milliseconds(100)))
+      << Logs(agent);
+  EXPECT_NE(api_->http()
+                .Get("/metrics", api_->admin())
+                .raw.find("\nheteroflow_held_gpus 1\n"),
+            std::string::npos);
+  // The first tasks end one at a time, the other GPU's first: the backlog
+  // takes the room there, not on the held GPU.
+  std::vector<std::size_t> order = on_gpu[held == 0 ? 1 : 0];
+  for (const std::size_t i : on_gpu[held]) order.push_back(i);
+  for (const std::size_t i : order) {
+    Touch(go[i]);
+    ASSERT_EQ(WaitTerminal(first[i])["status"], "succeeded") << Logs(agent);
+  }
+  // Until the large task is bound no GPU is ever charged more than it has.
   int waiting_when_bound = -1;
   const bool bound = WaitFor(
       [&] {
         HttpReply stats =
             api_->http().Get("/api/v1/slices/stats", api_->admin());
         EXPECT_EQ(stats.status, 200) << stats.raw;
-        const json& hold = stats.body["placement"]["hold"];
-        if (hold.is_object() && hold["task_id"] == big) {
-          hold_seen = true;
-          held_gpus_metric |=
-              api_->http()
-                  .Get("/metrics", api_->admin())
-                  .raw.find("\nheteroflow_held_gpus 1\n") != std::string::npos;
-        }
         for (const json& gpu : stats.body["gpus"]) {
           EXPECT_LE(gpu["accounted_memory_mb"].get<std::int64_t>(),
                     gpu["total_memory_mb"].get<std::int64_t>())
@@ -626,10 +647,9 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
       },
       milliseconds(60'000), milliseconds(100));
   ASSERT_TRUE(bound) << Logs(agent);
-  EXPECT_TRUE(hold_seen);
-  EXPECT_TRUE(held_gpus_metric);
-  // 24 small tasks of 2 s on six slots take about 8 s; the hold takes about
-  // 2 s to begin and 2 s to drain.
+  EXPECT_EQ(api_->GetTask(big, user_)["gpu_indices"][0], held);
+  // 24 small tasks of 2 s on the three slots of the other GPU take about
+  // 16 s; the held GPU drained in well under that.
   EXPECT_GE(waiting_when_bound, 8) << Logs(agent);
   EXPECT_EQ(WaitTerminal(big)["status"], "succeeded") << Logs(agent);
   for (std::int64_t id : backlog) {
