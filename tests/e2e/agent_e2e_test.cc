@@ -146,6 +146,18 @@ class AgentE2eTest : public ::testing::Test {
     return ids;
   }
 
+  // Waits until every task of `ids` runs; `on_gpu` gets, per GPU index,
+  // the positions in `ids` of the tasks on it.
+  void WaitRunningByGpu(const AgentProcess& agent,
+                        const std::vector<std::int64_t>& ids,
+                        std::map<int, std::vector<std::size_t>>& on_gpu) const {
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const json t = WaitStatus(ids[i], "running");
+      ASSERT_EQ(t["status"], "running") << Logs(agent);
+      on_gpu[t["gpu_indices"][0].get<int>()].push_back(i);
+    }
+  }
+
   json WaitStatus(std::int64_t id, const std::string& status,
                   milliseconds timeout = kTaskTimeout) const {
     return api_->WaitTask(
@@ -579,11 +591,7 @@ TEST_F(HoldE2eTest, ALargeTaskBehindABacklogOfSmallOnesRunsOnAHeldGpu) {
   std::vector<fs::path> go;
   std::vector<std::int64_t> first = SmallTasksWaitingForFiles(agent, 6, go);
   std::map<int, std::vector<std::size_t>> on_gpu;  // GPU index -> of first
-  for (std::size_t i = 0; i < first.size(); ++i) {
-    const json t = WaitStatus(first[i], "running");
-    ASSERT_EQ(t["status"], "running") << Logs(agent);
-    on_gpu[t["gpu_indices"][0].get<int>()].push_back(i);
-  }
+  ASSERT_NO_FATAL_FAILURE(WaitRunningByGpu(agent, first, on_gpu));
   ASSERT_EQ(on_gpu.size(), 2u);
   const std::int64_t big = CreateId({{"name", "big"},
                                      {"command", "sleep 1"},
@@ -729,11 +737,7 @@ TEST_F(MaxHoldsE2eTest, TwoWaitingTasksAreHeldAGpuEachAcrossAServerKill) {
   const std::vector<std::int64_t> small =
       SmallTasksWaitingForFiles(agent, 6, go);
   std::map<int, std::vector<std::size_t>> on_gpu;  // GPU index -> smalls
-  for (std::size_t i = 0; i < small.size(); ++i) {
-    const json t = WaitStatus(small[i], "running");
-    ASSERT_EQ(t["status"], "running") << Logs(agent);
-    on_gpu[t["gpu_indices"][0].get<int>()].push_back(i);
-  }
+  ASSERT_NO_FATAL_FAILURE(WaitRunningByGpu(agent, small, on_gpu));
   ASSERT_EQ(on_gpu.size(), 2u);
   std::vector<std::int64_t> big;
   for (int i = 0; i < 2; ++i) {
