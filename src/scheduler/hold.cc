@@ -1,4 +1,4 @@
-// ChooseHold (hold.h).
+// ChooseHold and HoldBook (hold.h).
 #include "scheduler/hold.h"
 
 #include <algorithm>
@@ -86,6 +86,85 @@ std::vector<GpuId> ChooseHold(const ClusterView& view,
     }
   }
   return chosen;
+}
+
+const Hold* HoldBook::HoldOf(std::int64_t task_id) const {
+  for (const Hold& hold : holds_) {
+    if (hold.task_id == task_id) return &hold;
+  }
+  return nullptr;
+}
+
+int HoldBook::HeldGpuCount() const {
+  std::size_t n = 0;
+  for (const Hold& hold : holds_) n += hold.gpus.size();
+  return static_cast<int>(n);
+}
+
+void HoldBook::ExcludeOthers(std::int64_t task_id,
+                             PlacementRequest& request) const {
+  for (const Hold& hold : holds_) {
+    if (hold.task_id == task_id) continue;
+    request.excluded_gpus.insert(request.excluded_gpus.end(), hold.gpus.begin(),
+                                 hold.gpus.end());
+  }
+}
+
+void HoldBook::AddHeldGpus(std::set<GpuId>& out) const {
+  for (const Hold& hold : holds_) {
+    out.insert(hold.gpus.begin(), hold.gpus.end());
+  }
+}
+
+bool HoldBook::End(std::int64_t task_id) {
+  return std::erase_if(holds_, [task_id](const Hold& hold) {
+           return hold.task_id == task_id;
+         }) > 0;
+}
+
+void HoldBook::ForgetIf(const std::function<bool(std::int64_t)>& gone) {
+  std::erase_if(no_hold_, gone);
+}
+
+bool HoldBook::MayBegin(const HoldRules& rules, std::int64_t task_id,
+                        bool for_room, std::int64_t waited_ms) const {
+  return rules.hold_after_ms > 0 && for_room &&
+         waited_ms >= rules.hold_after_ms &&
+         static_cast<int>(holds_.size()) < rules.max_holds &&
+         HoldOf(task_id) == nullptr && !no_hold_.contains(task_id);
+}
+
+HoldChange HoldBook::AfterWaiting(const ClusterView& view,
+                                  const HoldRules& rules, std::int64_t task_id,
+                                  const PlacementRequest& request,
+                                  bool for_room, std::int64_t waited_ms,
+                                  std::int64_t now,
+                                  const std::set<GpuId>& excluded) {
+  if (const Hold* hold = HoldOf(task_id); hold != nullptr) {
+    bool drained = true;
+    bool can_take = true;
+    for (const GpuId g : hold->gpus) {
+      const bool here = view.HasGpu(g);
+      drained = drained && here && view.gpu(g).empty();
+      can_take = can_take && here && !view.CheckOnceEmpty(view.gpu(g), request);
+    }
+    if (!drained && can_take) return HoldChange::kNone;
+    End(task_id);
+    no_hold_.insert(task_id);
+    return drained ? HoldChange::kEndedDrained : HoldChange::kEndedChanged;
+  }
+  if (!MayBegin(rules, task_id, for_room, waited_ms)) return HoldChange::kNone;
+  PlacementRequest asked = request;
+  std::set<GpuId> out = excluded;
+  AddHeldGpus(out);
+  asked.excluded_gpus.insert(asked.excluded_gpus.end(), out.begin(), out.end());
+  std::vector<GpuId> gpus = ChooseHold(view, asked);
+  if (gpus.empty()) {
+    no_hold_.insert(task_id);
+    return HoldChange::kNone;
+  }
+  holds_.push_back(Hold{task_id, std::move(gpus), now});
+  return HoldChange::kBegan;
 }
 
 }  // namespace hf::scheduler

@@ -94,66 +94,24 @@ std::set<GpuId> Placement::PrepareTargets() {
   for (const auto& [key, gpu] : inventory_.gpus()) {
     if (inventory_.Fenced(key)) out.insert(gpu);
   }
-  for (const Hold& hold : holds_)
-    out.insert(hold.gpus.begin(), hold.gpus.end());
+  holds_.AddHeldGpus(out);
   return out;
 }
 
-const Placement::Hold* Placement::HoldOf(store::RowId task_id) const {
-  for (const Hold& hold : holds_) {
-    if (hold.task_id == task_id) return &hold;
-  }
-  return nullptr;
-}
-
-void Placement::EndHold(store::RowId task_id) {
-  std::erase_if(
-      holds_, [task_id](const Hold& hold) { return hold.task_id == task_id; });
-}
-
-int Placement::HeldGpuCount() const {
-  std::size_t n = 0;
-  for (const Hold& hold : holds_) n += hold.gpus.size();
-  return static_cast<int>(n);
-}
-
-void Placement::ApplyHold(store::RowId task_id,
-                          ledger::PlacementRequest& request) const {
-  for (const Hold& hold : holds_) {
-    if (hold.task_id == task_id) continue;
-    request.excluded_gpus.insert(request.excluded_gpus.end(), hold.gpus.begin(),
-                                 hold.gpus.end());
-  }
-}
-
-std::vector<GpuId> Placement::ChooseHold(ledger::PlacementRequest request) {
-  for (GpuId gpu : PrepareTargets()) request.excluded_gpus.push_back(gpu);
-  std::vector<GpuId> out;
+scheduler::HoldChange Placement::UpdateHold(
+    store::RowId task_id, const ledger::PlacementRequest& request,
+    const scheduler::HoldRules& rules, bool for_room, store::Millis waited_ms,
+    store::Millis now) {
+  // PrepareTargets only when a hold may begin: it reads every GPU.
+  const std::set<GpuId> excluded =
+      holds_.MayBegin(rules, task_id, for_room, waited_ms) ? PrepareTargets()
+                                                           : std::set<GpuId>{};
+  scheduler::HoldChange change = scheduler::HoldChange::kNone;
   ledger_.Read([&](const ledger::ClusterView& view) {
-    out = scheduler::ChooseHold(view, request);
+    change = holds_.AfterWaiting(view, rules, task_id, request, for_room,
+                                 waited_ms, now, excluded);
   });
-  return out;
-}
-
-bool Placement::HoldDrained(const Hold& hold) const {
-  bool drained = true;
-  ledger_.Read([&](const ledger::ClusterView& view) {
-    for (GpuId g : hold.gpus) {
-      drained = drained && view.HasGpu(g) && view.gpu(g).empty();
-    }
-  });
-  return drained;
-}
-
-bool Placement::HoldCanTake(const Hold& hold,
-                            const ledger::PlacementRequest& request) const {
-  bool can = true;
-  ledger_.Read([&](const ledger::ClusterView& view) {
-    for (GpuId g : hold.gpus) {
-      can = can && view.HasGpu(g) && !view.CheckOnceEmpty(view.gpu(g), request);
-    }
-  });
-  return can;
+  return change;
 }
 
 Placement::HeldAt Placement::WhereHeld(const Hold& hold) const {
@@ -186,7 +144,7 @@ std::string Placement::DescribeHold(const Hold& hold) const {
 
 std::string Placement::DescribeHolds() const {
   std::string out;
-  for (const Hold& hold : holds_) {
+  for (const Hold& hold : holds_.holds()) {
     if (!out.empty()) out += "; ";
     out += DescribeHold(hold);
   }

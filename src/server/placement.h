@@ -14,6 +14,7 @@
 // Inventory and LedgerTenancy it reads.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "common/clock.h"
 #include "ledger/ledger.h"
 #include "ledger/placement_policy.h"
+#include "scheduler/hold.h"
 #include "scheduler/policy/registry.h"
 #include "scheduler/qos.h"
 #include "server/inventory.h"
@@ -63,33 +65,39 @@ class Placement {
   // the GPUs held for a waiting task.
   std::set<GpuId> PrepareTargets();
 
-  // Holds (scheduler/hold.h): GPUs that take no task but `task_id`'s, so
+  // Holds (scheduler/hold.h): GPUs that take no task but the holder's, so
   // that they drain until it fits; at most one per task, in the order they
-  // began. The Scheduler sets and ends them (and bounds how many).
-  struct Hold {
-    store::RowId task_id = 0;
-    std::vector<GpuId> gpus;
-    store::Millis since = 0;
-  };
-  const std::vector<Hold>& holds() const { return holds_; }
+  // began. The Scheduler begins and ends them (UpdateHold, EndHold) and
+  // bounds how many.
+  using Hold = scheduler::Hold;
+  const std::vector<Hold>& holds() const { return holds_.holds(); }
   // Task `task_id`'s hold, or null.
-  const Hold* HoldOf(store::RowId task_id) const;
-  // REQUIRES: HoldOf(hold.task_id) == nullptr, and none of its GPUs held.
-  void SetHold(Hold hold) { holds_.push_back(std::move(hold)); }
-  void EndHold(store::RowId task_id);
+  const Hold* HoldOf(store::RowId task_id) const {
+    return holds_.HoldOf(task_id);
+  }
+  // Ends task `task_id`'s hold (bound, or no longer waiting); whether it
+  // had one.
+  bool EndHold(store::RowId task_id) { return holds_.End(task_id); }
   // The GPUs held, for all holds.
-  int HeldGpuCount() const;
+  int HeldGpuCount() const { return holds_.HeldGpuCount(); }
   // Leaves out of `request`, task `task_id`'s, the GPUs of every hold but
   // its own.
-  void ApplyHold(store::RowId task_id, ledger::PlacementRequest& request) const;
-  // The GPUs to hold for `request` (scheduler::ChooseHold), leaving out
-  // those PrepareTargets names (the GPUs of every hold among them).
-  std::vector<GpuId> ChooseHold(ledger::PlacementRequest request);
-  // Whether every GPU of `hold` holds nothing (drained).
-  bool HoldDrained(const Hold& hold) const;
-  // Whether every GPU of `hold` could still take `request` once empty.
-  bool HoldCanTake(const Hold& hold,
-                   const ledger::PlacementRequest& request) const;
+  void ApplyHold(store::RowId task_id,
+                 ledger::PlacementRequest& request) const {
+    holds_.ExcludeOthers(task_id, request);
+  }
+  // After task `task_id` failed to place (`request`, as asked without
+  // holds): scheduler::HoldBook::AfterWaiting on the ledger, a new hold
+  // leaving out what PrepareTargets names.
+  scheduler::HoldChange UpdateHold(store::RowId task_id,
+                                   const ledger::PlacementRequest& request,
+                                   const scheduler::HoldRules& rules,
+                                   bool for_room, store::Millis waited_ms,
+                                   store::Millis now);
+  // Forgets, for the tasks `gone` names, that they get no second hold.
+  void ForgetNoHold(const std::function<bool(store::RowId)>& gone) {
+    holds_.ForgetIf(gone);
+  }
   // Where the GPUs of `hold` are, as people name them: their node and their
   // indices there (GPUs gone from the ledger left out). What the pending
   // reasons and the stats show.
@@ -130,7 +138,7 @@ class Placement {
   scheduler::WorkloadObserver* const observer_;
   const ledger::PlacementPolicy* const policy_;
   store::RowId learned_through_ = 0;  // tasks up to this id are learned
-  std::vector<Hold> holds_;
+  scheduler::HoldBook holds_;
 };
 
 }  // namespace hf::server

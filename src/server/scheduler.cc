@@ -91,9 +91,11 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
   }
 
   HF_RETURN_IF_ERROR(EndHoldIfStale());
-  std::erase_if(no_hold_, [&](store::RowId id) {
-    return !pending_.Unknown({id}).empty();
-  });
+  {
+    MutexLock lock(ledger_->mu());
+    ledger_->placement().ForgetNoHold(
+        [&](store::RowId id) { return !pending_.Unknown({id}).empty(); });
+  }
 
   const std::uint64_t generation = queue_->generation();
   const store::Millis now = clock_->NowMillis();
@@ -182,7 +184,7 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
       // text changed and the stored one is kPendingReasonRefreshMs old:
       // the counts in it move with every capacity change, and would
       // otherwise rewrite every waiting task each time.
-      UpdateHold(task, request, result.message, now, holder, hold_ended);
+      UpdateHold(task, request, result.message, now, hold_ended);
       std::string reason = result.message;
       const std::string holds = placement.DescribeHolds();
       if (!holds.empty()) reason += "; " + holds;
@@ -347,44 +349,35 @@ Status Scheduler::EndHoldIfStale() {
 void Scheduler::UpdateHold(const TaskRow& task,
                            const ledger::PlacementRequest& request,
                            const std::string& message, store::Millis now,
-                           bool holder, bool& hold_ended) {
+                           bool& hold_ended) {
   Placement& placement = ledger_->placement();
-  if (holder) {
-    // Its GPUs drained, or can no longer take it: the hold does not help.
-    const Placement::Hold& hold = *placement.HoldOf(task.id);
-    const bool drained = placement.HoldDrained(hold);
-    if (drained || !placement.HoldCanTake(hold, request)) {
+  // Only a task waiting for room: more of it will not come otherwise.
+  const std::string_view why = PendingReasonClass(message);
+  const bool for_room = why == "memory" || why == "compute" ||
+                        why == "whole_gpus" || why == "no_fit";
+  const scheduler::HoldChange change = placement.UpdateHold(
+      task.id, request,
+      scheduler::HoldRules{options_.hold_after_ms, options_.max_holds},
+      for_room, now - task.created_at, now);
+  switch (change) {
+    case scheduler::HoldChange::kNone:
+      break;
+    case scheduler::HoldChange::kBegan:
+      spdlog::info("scheduler: task {} waited {} s for room: {}", task.id,
+                   (now - task.created_at) / 1000,
+                   placement.DescribeHold(*placement.HoldOf(task.id)));
+      break;
+    case scheduler::HoldChange::kEndedDrained:
+    case scheduler::HoldChange::kEndedChanged:
       spdlog::warn(
           "scheduler: hold for task {} ended: {} and it still does not fit "
           "there",
-          task.id, drained ? "its GPUs drained" : "its GPUs changed");
-      placement.EndHold(task.id);
-      no_hold_.insert(task.id);
+          task.id,
+          change == scheduler::HoldChange::kEndedDrained ? "its GPUs drained"
+                                                         : "its GPUs changed");
       hold_ended = true;
-    }
-    return;
+      break;
   }
-  if (static_cast<int>(placement.holds().size()) >= options_.max_holds ||
-      options_.hold_after_ms <= 0 ||
-      now - task.created_at < options_.hold_after_ms ||
-      no_hold_.contains(task.id)) {
-    return;
-  }
-  // Only a task waiting for room: more of it will not come otherwise.
-  const std::string_view why = PendingReasonClass(message);
-  if (why != "memory" && why != "compute" && why != "whole_gpus" &&
-      why != "no_fit") {
-    return;
-  }
-  std::vector<GpuId> gpus = placement.ChooseHold(request);
-  if (gpus.empty()) {
-    no_hold_.insert(task.id);
-    return;
-  }
-  placement.SetHold(Placement::Hold{task.id, std::move(gpus), now});
-  spdlog::info("scheduler: task {} waited {} s for room: {}", task.id,
-               (now - task.created_at) / 1000,
-               placement.DescribeHold(*placement.HoldOf(task.id)));
 }
 
 StatusOr<int> Scheduler::Pass(bool* more) {

@@ -17,7 +17,7 @@
 //
 // Holds (scheduler/hold.h): the first task found waiting for room for
 // `hold_after_ms` or longer, while fewer than `max_holds` tasks have one,
-// gets GPUs held for it (Placement::SetHold), where it fits once they
+// gets GPUs held for it (Placement::UpdateHold), where it fits once they
 // drain, among the GPUs no other hold has; no other task is placed there,
 // and its pending_reason says which GPUs and why (and so do the reasons of
 // the others while the holds last). A hold ends when its task is bound, or is
@@ -33,7 +33,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <set>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -108,12 +107,12 @@ class Scheduler {
   // cancelled, failed), as its stored row says.
   Status EndHoldIfStale() HF_REQUIRES(bind_mu_);
   // After task `task` (`request`, as asked without holds) failed to place
-  // with `message`: ends the hold that is its own (`holder`) where it did
-  // not help, setting `hold_ended`, or gives it one where it qualifies
-  // (above).
+  // with `message`: ends its own hold where it did not help, setting
+  // `hold_ended`, or gives it one where it qualifies (above;
+  // scheduler::HoldBook::AfterWaiting).
   void UpdateHold(const store::TaskRow& task,
                   const ledger::PlacementRequest& request,
-                  const std::string& message, store::Millis now, bool holder,
+                  const std::string& message, store::Millis now,
                   bool& hold_ended) HF_REQUIRES(bind_mu_, ledger_->mu());
 
   store::Store* const store_;
@@ -130,8 +129,6 @@ class Scheduler {
   // The tasks waiting to be bound, and when each is due to be tried again.
   // Its own lock, a leaf; the bind pass is its only writer.
   PendingTasks pending_;
-  // Tasks whose hold ended without them fitting: none gets another.
-  std::set<store::RowId> no_hold_ HF_GUARDED_BY(bind_mu_);
 };
 
 }  // namespace hf::server

@@ -7,7 +7,7 @@
 //          [--write-pods OUT.csv]
 //   hf-sim --replay --nodes NODES.csv --pods PODS.csv --policy NAME
 //          [--load 0.9] [--defrag simple|moves|consolidate] [--be-preemptible
-//          true]
+//          true] [--hold-after S] [--max-holds N]
 //          --json OUT.json
 //   hf-sim --policy list
 #include <CLI/CLI.hpp>
@@ -181,6 +181,14 @@ static int Main(int argc, char** argv) {
                  "replay: the defragmenter's eviction budget per 100 tasks")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--hold-after", replay_options.hold_after_s,
+                 "replay: seconds a task waits for room before GPUs are held "
+                 "for it, as the server's --hold-after (0 = no holds)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-holds", replay_options.max_holds,
+                 "replay: tasks with GPUs held at once, as the server's "
+                 "--max-holds")
+      ->check(CLI::Range(1, 100000));
   app.add_option("--sample-every", replay_options.sample_every_s,
                  "replay: seconds between samples (0 = 200 samples)")
       ->capture_default_str();

@@ -133,6 +133,39 @@ TEST_F(HfSimCliTest, ReplayNeedsTimesAndWritesItsJson) {
   EXPECT_TRUE(moved.contains("waiting_evictable_gpu_hours"));
 }
 
+TEST_F(HfSimCliTest, ReplayTakesTheServersHoldOptions) {
+  Write("timed.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,"
+        "creation_time,deletion_time\n"
+        "a,1000,1024,8,1000,,LS,0,100\n"
+        "b,1000,1024,8,1000,,BE,10,60\n");
+  const std::string replay = "--replay --nodes " + Path("nodes.csv") +
+                             " --pods " + Path("timed.csv") +
+                             " --policy hf-frag --json " + Path("h.json");
+  const Outcome out = RunHfSim(replay + " --hold-after 30 --max-holds 2");
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const auto doc = nlohmann::json::parse(Read("h.json"));
+  EXPECT_TRUE(doc.contains("holds"));
+  EXPECT_TRUE(doc.contains("holds_started"));
+  EXPECT_TRUE(doc.contains("wait_max_s"));
+  // b waits 90 s for a's GPUs; nothing ends before a does, and then b
+  // fits at once: no hold begins.
+  EXPECT_EQ(doc.at("wait_max_s"), 90);
+  EXPECT_EQ(doc.at("holds"), 0);
+  // Refused, naming the option: no holds below one, a negative wait, and
+  // holds together with a defragmenter.
+  const Outcome zero = RunHfSim(replay + " --max-holds 0");
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_NE(zero.output.find("--max-holds"), std::string::npos) << zero.output;
+  const Outcome negative = RunHfSim(replay + " --hold-after -5");
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.output.find("--hold-after"), std::string::npos)
+      << negative.output;
+  const Outcome both = RunHfSim(replay + " --hold-after 30 --defrag simple");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.output.find("defragmenter"), std::string::npos) << both.output;
+}
+
 TEST_F(HfSimCliTest, WritesTheJsonContractAndAPlot) {
   const Outcome out =
       RunHfSim("--nodes " + Path("nodes.csv") + " --pods " + Path("pods.csv") +

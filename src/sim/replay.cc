@@ -123,11 +123,13 @@ class Replayer final : public ReplayControl {
  public:
   Replayer(std::unique_ptr<ledger::Ledger> ledger,
            std::unique_ptr<ledger::PlacementPolicy> policy,
-           std::vector<ReplayTask> tasks, DefragHook* hook)
+           std::vector<ReplayTask> tasks, DefragHook* hook,
+           scheduler::HoldRules hold_rules)
       : ledger_(std::move(ledger)),
         policy_(std::move(policy)),
         tasks_(std::move(tasks)),
-        hook_(hook) {
+        hook_(hook),
+        hold_rules_(hold_rules) {
     ledger_->Read([&](const ledger::ClusterView& view) {
       on_gpu_.resize(view.gpu_slot_count());
       on_node_.resize(view.node_slot_count());
@@ -168,11 +170,15 @@ class Replayer final : public ReplayControl {
   bool Start(std::size_t id, const ledger::PlacementPolicy& policy) override {
     ReplayTask& t = tasks_[id];
     if (t.slice.has_value() || t.done || t.queued_since < 0) return false;
+    // Every path leaves the GPUs held for other tasks alone.
+    PlacementRequest asked = t.request;
+    holds_.ExcludeOthers(static_cast<std::int64_t>(id), asked);
     const auto begin = std::chrono::steady_clock::now();
-    const ledger::PlacementResult r = ledger_->Place(t.request, policy);
+    const ledger::PlacementResult r = ledger_->Place(asked, policy);
     placing_ += std::chrono::steady_clock::now() - begin;
     ++decisions_;
     if (!r.placed()) return false;
+    if (holds_.End(static_cast<std::int64_t>(id))) ++holds_started_;
     queue_.erase({t.arrival, id});
     t.waited += now_ - t.queued_since;
     t.queued_since = -1;
@@ -297,6 +303,9 @@ class Replayer final : public ReplayControl {
                                 : 0;
     out.wait_median_s = rank(0.5);
     out.wait_p99_s = rank(0.99);
+    out.wait_max_s = waits.empty() ? 0 : waits.back();
+    out.holds = holds_begun_;
+    out.holds_started = holds_started_;
     const double seconds = std::chrono::duration<double>(placing_).count();
     out.decisions_per_second =
         seconds > 0 ? static_cast<double>(decisions_) / seconds : 0;
@@ -395,23 +404,52 @@ class Replayer final : public ReplayControl {
   }
 
   // FIFO with backfill: after a departure or eviction every waiting task is
-  // tried in queue order; otherwise only the new arrivals can fit.
+  // tried in queue order; otherwise only the new arrivals can fit. With
+  // holds, each task that stays waiting is then shown to the HoldBook (a
+  // task passed over because a smaller request failed, or because nothing
+  // has room for it, waits for room all the same); a holder is always
+  // tried (it alone may use its GPUs). A hold that ended makes room: the
+  // queue is tried once more.
   void Pass(const std::vector<std::size_t>& arrivals) {
     Failures failed;
     std::optional<Bounds> bounds;
     ledger_->Read(
         [&](const ledger::ClusterView& view) { bounds.emplace(view); });
+    bool hold_ended = false;
     const auto attempt = [&](std::size_t id) {
       const PlacementRequest& r = tasks_[id].request;
-      if (!bounds->MayFit(r) || failed.Dominated(r)) return;
-      if (!Start(id, *policy_)) failed.Add(r);
+      const auto task = static_cast<std::int64_t>(id);
+      const bool holder = holds_.HoldOf(task) != nullptr;
+      if (holder || (bounds->MayFit(r) && !failed.Dominated(r))) {
+        if (Start(id, *policy_)) return;
+        if (!holder) failed.Add(r);
+      }
+      hold_ended = Waited(id) || hold_ended;
     };
-    if (freed_) {
-      freed_ = false;
+    const bool all = freed_;
+    freed_ = false;
+    for (const std::size_t id : all ? waiting() : arrivals) attempt(id);
+    if (hold_ended) {
+      failed = Failures{};
       for (const std::size_t id : waiting()) attempt(id);
-    } else {
-      for (const std::size_t id : arrivals) attempt(id);
     }
+  }
+
+  // Task `id` failed to start (or was passed over): HoldBook::AfterWaiting.
+  // Whether a hold ended.
+  bool Waited(std::size_t id) {
+    if (hold_rules_.hold_after_ms <= 0) return false;
+    const ReplayTask& t = tasks_[id];
+    scheduler::HoldChange change = scheduler::HoldChange::kNone;
+    ledger_->Read([&](const ledger::ClusterView& view) {
+      change = holds_.AfterWaiting(
+          view, hold_rules_, static_cast<std::int64_t>(id), t.request,
+          /*for_room=*/true, (now_ - t.queued_since) * 1000, now_ * 1000,
+          /*excluded=*/{});
+    });
+    if (change == scheduler::HoldChange::kBegan) ++holds_begun_;
+    return change == scheduler::HoldChange::kEndedDrained ||
+           change == scheduler::HoldChange::kEndedChanged;
   }
 
   ReplaySample Sample(std::int64_t time,
@@ -460,6 +498,10 @@ class Replayer final : public ReplayControl {
   std::map<std::string, std::int64_t> waiting_by_;  // by ShapeOf
   std::int64_t running_milli_ = 0;
   bool freed_ = false;
+  scheduler::HoldBook holds_;
+  const scheduler::HoldRules hold_rules_;
+  std::int64_t holds_begun_ = 0;
+  std::int64_t holds_started_ = 0;
   std::int64_t decisions_ = 0;
   std::chrono::steady_clock::duration placing_{};
 };
@@ -675,6 +717,18 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
     return Status::InvalidArgument(
         "the task list has no creation_time / deletion_time columns", "pods");
   }
+  if (options.hold_after_s < 0) {
+    return Status::InvalidArgument("must be 0 (no holds) or more seconds",
+                                   "hold_after_s");
+  }
+  if (options.max_holds < 1) {
+    return Status::InvalidArgument("must be at least 1", "max_holds");
+  }
+  if (options.hold_after_s > 0 && hook != nullptr) {
+    // A planner plans on snapshots that know nothing of holds.
+    return Status::InvalidArgument(
+        "holds are not modelled together with a defragmenter", "hold_after_s");
+  }
   auto built = BuildSimLedger(nodes, options.seed);
   if (!built.ok()) return built.status();
   const std::int64_t capacity = CapacityMilli(nodes);
@@ -772,8 +826,9 @@ StatusOr<ReplayResult> RunReplay(const std::vector<TraceNode>& nodes,
     }
     every = std::max<std::int64_t>(1, (end - first) / 200);
   }
-  Replayer replayer(std::move(built).value(), std::move(made).value(),
-                    std::move(tasks), hook);
+  Replayer replayer(
+      std::move(built).value(), std::move(made).value(), std::move(tasks), hook,
+      scheduler::HoldRules{options.hold_after_s * 1000, options.max_holds});
   ReplayResult result = replayer.Run(workload, capacity, every);
   result.policy = policy_name;
   result.defrag = hook == nullptr ? "" : std::string(hook->name());
@@ -803,6 +858,9 @@ std::string ReplayJson(const ReplayResult& r) {
   j["waiting_share_pct"] = r.waiting_share_pct;
   j["wait_median_s"] = r.wait_median_s;
   j["wait_p99_s"] = r.wait_p99_s;
+  j["wait_max_s"] = r.wait_max_s;
+  j["holds"] = r.holds;
+  j["holds_started"] = r.holds_started;
   j["decisions_per_second"] = r.decisions_per_second;
   nlohmann::json samples = nlohmann::json::array();
   for (const ReplaySample& s : r.samples) {
@@ -843,15 +901,17 @@ std::string ReplayTable(const ReplayResult& r, std::size_t rows) {
       line, sizeof line,
       "%s%s%s: %lld tasks, waiting GPU-time %.1f GPU-h (%.2f%% of "
       "requested; %.1f GPU-h while idle GPU covered it, %.1f of "
-      "them evictable), wait median %.0f s, p99 %.0f s, %lld never "
-      "started, %lld evictions (%.2f per 100 tasks, %lld "
-      "requeued)\n",
+      "them evictable), wait median %.0f s, p99 %.0f s, max %.0f s, %lld "
+      "never started, %lld evictions (%.2f per 100 tasks, %lld "
+      "requeued), %lld holds (%lld started on them)\n",
       r.policy.c_str(), r.defrag.empty() ? "" : " + defrag ", r.defrag.c_str(),
       static_cast<long long>(r.tasks), r.waiting_gpu_hours, r.waiting_share_pct,
       r.waiting_with_idle_gpu_hours, r.waiting_evictable_gpu_hours,
-      r.wait_median_s, r.wait_p99_s, static_cast<long long>(r.never_started),
+      r.wait_median_s, r.wait_p99_s, r.wait_max_s,
+      static_cast<long long>(r.never_started),
       static_cast<long long>(r.evictions), r.evictions_per_100,
-      static_cast<long long>(r.evictions_requeued));
+      static_cast<long long>(r.evictions_requeued),
+      static_cast<long long>(r.holds), static_cast<long long>(r.holds_started));
   out += line;
   return out;
 }

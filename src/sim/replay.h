@@ -15,6 +15,11 @@
 // never waited count as 0; a task still waiting at the end counts its wait
 // so far), evictions per 100 tasks.
 //
+// Holds (ReplayOptions::hold_after_s) are the server's (scheduler/hold.h):
+// a task that waited long enough for room gets GPUs that no other task may
+// take, by any path (the queue's passes and a DefragHook's Start alike),
+// until they drain and it starts.
+//
 // `load` compresses (or stretches) the arrival times, keeping durations, so
 // that the peak GPU demand (every task running from its arrival for its
 // duration, as if the cluster were unbounded) is `load` x the cluster's GPU
@@ -38,6 +43,7 @@
 #include "common/status.h"
 #include "ledger/ledger.h"
 #include "scheduler/fragmentation.h"
+#include "scheduler/hold.h"
 #include "scheduler/policy/learned.h"
 #include "sim/trace.h"
 
@@ -51,6 +57,13 @@ struct ReplayOptions {
   double coverage = 0.95;           // target workload of the fragmentation
   // hf-frag: nodes scored per decision (0: every node); the server's bound.
   std::size_t max_scored_nodes = scheduler::LearnedOptions{}.max_scored_nodes;
+  // Holds, as the server's scheduler keeps them (scheduler::HoldBook): a
+  // task that waited `hold_after_s` seconds of trace time (this stint in
+  // the queue) gets GPUs held for it, while fewer than `max_holds` tasks
+  // have one; no other task is placed there. 0: no holds (the published
+  // simulator's plain backfill).
+  std::int64_t hold_after_s = 0;
+  int max_holds = 1;
 };
 
 // One task of the replay.
@@ -256,6 +269,12 @@ struct ReplayResult {
   double waiting_share_pct = 0;  // waiting / (waiting + running) GPU-time
   double wait_median_s = 0;
   double wait_p99_s = 0;
+  double wait_max_s = 0;
+  // Holds (ReplayOptions::hold_after_s): how many began, and how many ended
+  // with their task started (the others drained or changed and did not
+  // help, or were in force at the end).
+  std::int64_t holds = 0;
+  std::int64_t holds_started = 0;
   double decisions_per_second = 0;
   std::vector<ReplaySample> samples;
 };

@@ -292,6 +292,67 @@ class OneMigGpu {
   scheduler::BestFitPolicy policy_;
 };
 
+// A whole-GPU task behind a stream of slices that keeps its only GPU busy:
+// small tasks of 300 milli arrive every 10 s and run 25 s (never more than
+// three at once, so the GPU is never empty while they come).
+std::vector<TracePod> StarvingStream() {
+  std::vector<TracePod> pods = {Pod("big", 1, 1000, 1000, 5, 15)};
+  for (int i = 0; i < 30; ++i) {
+    pods.push_back(
+        Pod("s" + std::to_string(i), 1, 300, 100, 10 * i, 10 * i + 25));
+  }
+  return pods;
+}
+
+TEST(ReplayTest, WithoutHoldsAWholeGpuTaskWaitsForTheStreamToEnd) {
+  auto r = RunReplay(OneGpu(), StarvingStream(), "hf-frag", {}, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->started, 31);
+  EXPECT_EQ(r->holds, 0);
+  // The last slice ends at 315; the big task arrived at 5.
+  EXPECT_EQ(r->wait_max_s, 310);
+}
+
+TEST(ReplayTest, AHoldDrainsTheGpuForTheTaskThatWaitedLongest) {
+  ReplayOptions o;
+  o.hold_after_s = 20;
+  auto r = RunReplay(OneGpu(), StarvingStream(), "hf-frag", o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->started, 31);
+  // At 25 (a slice ended; the big task has waited 20 s) the GPU is held;
+  // the slices that arrive at 30 and 40 wait, the two running end at 35
+  // and 45, and the big task starts at 45: 40 s. The slices held back
+  // wait less than that.
+  EXPECT_EQ(r->holds, 1);
+  EXPECT_EQ(r->holds_started, 1);
+  EXPECT_EQ(r->wait_max_s, 40);
+  // With the hold after longer than the stream lasts, none begins.
+  o.hold_after_s = 400;
+  r = RunReplay(OneGpu(), StarvingStream(), "hf-frag", o, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->holds, 0);
+  EXPECT_EQ(r->wait_max_s, 310);
+}
+
+TEST(ReplayTest, HoldOptionsAreChecked) {
+  ReplayOptions o;
+  o.hold_after_s = -1;
+  auto r = RunReplay(OneGpu(), StarvingStream(), "hf-frag", o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().field(), "hold_after_s");
+  o.hold_after_s = 20;
+  o.max_holds = 0;
+  r = RunReplay(OneGpu(), StarvingStream(), "hf-frag", o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().field(), "max_holds");
+  // A planner's snapshots know nothing of holds: not modelled together.
+  o.max_holds = 1;
+  SimpleDefragmenter defrag;
+  r = RunReplay(OneGpu(), StarvingStream(), "hf-frag", o, &defrag);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("defragmenter"), std::string::npos);
+}
+
 TEST(MigVariantTest, TheLedgerChargesTheSmallestProfileThatCovers) {
   const SimMig mig = A100Mig({"G3"}, {"T4"});
   // The request is the task's own, on the MIG models only.
