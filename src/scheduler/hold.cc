@@ -18,9 +18,18 @@ using ledger::RequestKind;
 
 namespace {
 
-// The order of hold candidates: the least memory in use, the fewest
+// The order of hold candidates: on a node whose free CPU and host memory
+// cover the task now, then the least memory in use, the fewest
 // allocations, the node's tie rank, the (first) GPU's id.
-using DrainKey = std::tuple<MemoryMib, int, std::uint64_t, std::uint64_t>;
+using DrainKey = std::tuple<bool, MemoryMib, int, std::uint64_t, std::uint64_t>;
+
+// Whether `node` lacks the CPU or host memory `request` needs now. A hold
+// keeps GPUs, not the node's CPU: on such a node the GPUs drain while
+// other tasks keep the CPU, and the hold would end without helping.
+bool NodeShort(const NodeRecord& node, const PlacementRequest& request) {
+  return request.cpu_milli > node.free_cpu_milli() ||
+         request.host_memory_mib > node.free_host_memory_mib();
+}
 
 }  // namespace
 
@@ -39,8 +48,9 @@ std::vector<GpuId> ChooseHold(const ClusterView& view,
       for (std::size_t i = 0; i < view.gpu_slot_count(); ++i) {
         const GpuRecord& g = view.gpu(GpuId(i));
         if (!g.live || view.CheckOnceEmpty(g, request)) continue;
-        const DrainKey key{g.used_memory_mib, g.allocation_count,
-                           view.node(g.node).tie_rank, g.id.value()};
+        const NodeRecord& node = view.node(g.node);
+        const DrainKey key{NodeShort(node, request), g.used_memory_mib,
+                           g.allocation_count, node.tie_rank, g.id.value()};
         if (!best || key < *best) {
           best = key;
           chosen = {g.id};
@@ -76,8 +86,8 @@ std::vector<GpuId> ChooseHold(const ClusterView& view,
       used += g->used_memory_mib;
       allocations += g->allocation_count;
     }
-    const DrainKey key{used, allocations, node.tie_rank,
-                       eligible.front()->id.value()};
+    const DrainKey key{NodeShort(node, request), used, allocations,
+                       node.tie_rank, eligible.front()->id.value()};
     if (!best || key < *best) {
       best = key;
       chosen.clear();

@@ -30,10 +30,11 @@ namespace hf::scheduler {
 // The GPUs to hold for `request`: for a slice one GPU, for whole GPUs
 // `gpu_count` GPUs of one node, where it would fit once every allocation
 // on them has ended (ClusterView::CheckOnceEmpty), the ones that drain
-// soonest by the ledger's measure: the least memory in use (summed over a
-// node's chosen GPUs), then the fewest allocations, then the node's tie
-// rank and the GPU id. Empty when no GPU could ever take it (or it is a
-// task without GPUs).
+// soonest by the ledger's measure: first on a node whose free CPU and host
+// memory cover the task now (a hold keeps GPUs, not the node's CPU), then
+// the least memory in use (summed over a node's chosen GPUs), then the
+// fewest allocations, then the node's tie rank and the GPU id. Empty when no
+// GPU could ever take it (or it is a task without GPUs).
 std::vector<GpuId> ChooseHold(const ledger::ClusterView& view,
                               const ledger::PlacementRequest& request);
 

@@ -100,6 +100,34 @@ TEST(ChooseHoldTest, WholeGpusAreHeldOnTheNodeWhoseChosenGpusDrainSoonest) {
   EXPECT_TRUE(Choose(c, PlacementRequest::WholeGpus(kSim, 5)).empty());
 }
 
+TEST(ChooseHoldTest, AGpuOnANodeWithoutTheTasksCpuNowComesLast) {
+  Cluster c;
+  const NodeId starved = c.Node(2, /*cpu=*/8000);
+  const NodeId roomy = c.Node(1, /*cpu=*/8000);
+  // The starved node's CPU is taken by a task on its other GPU; its empty
+  // GPU would drain at once, and the task still would not fit there.
+  c.OccupySlice(c.Gpu(starved, 1), 100, /*cpu=*/6000);
+  c.OccupySlice(c.Gpu(roomy, 0), 500, /*cpu=*/2000);
+  PlacementRequest cpu = Slice(40000);
+  cpu.cpu_milli = 4000;
+  EXPECT_EQ(Choose(c, cpu), std::vector<GpuId>{c.Gpu(roomy, 0)});
+  // Host memory counts the same way: a CPU-only task holds most of the
+  // roomy node's.
+  ledger::Allocation cpu_task;
+  cpu_task.id = SliceId(1);
+  cpu_task.tenant = kSim;
+  cpu_task.kind = ledger::RequestKind::kNodeOnly;
+  cpu_task.node = roomy;
+  cpu_task.host_memory_mib = (1 << 20) - 1024;
+  ASSERT_TRUE(c.ledger().Restore(cpu_task).ok());
+  PlacementRequest host = Slice(40000);
+  host.host_memory_mib = 2048;
+  EXPECT_EQ(Choose(c, host), std::vector<GpuId>{c.Gpu(starved, 0)});
+  // Where every node is short, the least memory in use as before.
+  cpu.cpu_milli = 7000;
+  EXPECT_EQ(Choose(c, cpu), std::vector<GpuId>{c.Gpu(starved, 0)});
+}
+
 // HoldBook::AfterWaiting on the cluster as it is now.
 HoldChange AfterWaiting(Cluster& c, HoldBook& book, const HoldRules& rules,
                         std::int64_t task, const PlacementRequest& request,

@@ -459,6 +459,15 @@ MUTATIONS = [
         simulation=False,
     ),
     dict(
+        name="hold-on-a-cpu-starved-node",
+        hole="16: a hold takes an empty GPU on a node whose CPU other tasks hold; it drains at once, the task still does not fit, and it never gets another hold",
+        file="src/scheduler/hold.cc",
+        old="""  return request.cpu_milli > node.free_cpu_milli() ||""",
+        new="""  return (false && request.cpu_milli > node.free_cpu_milli()) ||""",
+        tests=["hold_test/ChooseHoldTest.AGpuOnANodeWithoutTheTasksCpuNowComesLast"],
+        simulation=False,
+    ),
+    dict(
         name="runtime-not-filtered",
         hole="a task is bound to a node whose runtime cannot start it (an image-only task on a process node, a task with neither anywhere) and fails there",
         file="src/ledger/cluster_view.h",
