@@ -235,12 +235,41 @@ Agent::Agent(AgentOptions options, ServerClient* server, gpu::GpuDriver* driver,
                                      options_.hook_library}) {}
 
 void Agent::Stop() {
-  MutexLock lock(stop_mu_);
-  stop_ = true;
-  stop_cv_.NotifyAll();
+  {
+    MutexLock lock(stop_mu_);
+    stop_ = true;
+    stop_cv_.NotifyAll();
+  }
+  // A wait for work in flight ends now, not when the server answers.
+  if (work_waiter_ != nullptr) work_waiter_->Interrupt();
 }
 
 Status Agent::Run() {
+  std::thread waiter;
+  std::atomic<bool> waiter_exited{false};
+  if (work_waiter_ != nullptr) {
+    waiter = std::thread([this, &waiter_exited] {
+      WaitForWorkLoop();
+      waiter_exited = true;
+    });
+  }
+  const auto done = [&](Status s) {
+    if (waiter.joinable()) {
+      {
+        MutexLock lock(stop_mu_);
+        waiter_done_ = true;
+        stop_cv_.NotifyAll();
+      }
+      // An interrupt only ends a request in flight: until the waiter is
+      // out, one may just be starting.
+      while (!waiter_exited) {
+        work_waiter_->Interrupt();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      waiter.join();
+    }
+    return s;
+  };
   for (;;) {
     const auto start = std::chrono::steady_clock::now();
     Status s = RunOnce();
@@ -250,11 +279,63 @@ Status Agent::Run() {
       if (s.code() == StatusCode::kUnauthenticated ||
           s.code() == StatusCode::kPermissionDenied) {
         spdlog::error("giving up: {}", s.ToString());
-        return s;
+        return done(s);
       }
       spdlog::warn("cycle: {}", s.ToString());
     }
-    if (WaitForNextCycle(start)) return Status::Ok();
+    if (WaitForNextCycle(start)) return done(Status::Ok());
+  }
+}
+
+void Agent::WaitForWorkLoop() {
+  constexpr std::chrono::milliseconds kFirstBackoff(250);
+  std::chrono::milliseconds backoff = kFirstBackoff;
+  std::uint64_t seen = 0;
+  // Waits on stop_cv_ for `wait` or until the loop must end; false then.
+  const auto pause = [&](std::chrono::milliseconds wait) {
+    MutexLock lock(stop_mu_);
+    stop_cv_.WaitFor(stop_mu_, wait, [&] {
+      stop_mu_.AssertHeld();  // a predicate runs with the lock held
+      return stop_ || waiter_done_;
+    });
+    return !stop_ && !waiter_done_;
+  };
+  for (;;) {
+    {
+      // One wake at a time: wait until the cycle took the last one.
+      MutexLock lock(stop_mu_);
+      stop_cv_.Wait(stop_mu_, [&] {
+        stop_mu_.AssertHeld();
+        return stop_ || waiter_done_ || !work_ready_;
+      });
+      if (stop_ || waiter_done_) return;
+    }
+    auto reply = work_waiter_->WaitForWork(options_.node_id, seen, kWorkWaitS);
+    if (!reply.ok()) {
+      // Not registered yet, the server away, an older server without the
+      // route: the cycles on the interval go on; try again later, backing
+      // off up to the interval.
+      if (!pause(backoff)) return;
+      backoff = std::min(backoff * 2, std::max(options_.heartbeat_interval,
+                                               std::chrono::milliseconds(1)));
+      continue;
+    }
+    backoff = kFirstBackoff;
+    const std::uint64_t generation =
+        reply->value("generation", std::uint64_t{0});
+    const bool waited = reply->value("waited", false);
+    // The first reply wakes too: work may have come between the cycle's
+    // look at its assignments and this first wait.
+    const bool moved = generation != seen;
+    if (moved) {
+      MutexLock lock(stop_mu_);
+      work_ready_ = true;
+      stop_cv_.NotifyAll();
+    }
+    seen = generation;
+    // The server could not hold the wait (too many agents wait): back to
+    // the interval for a while.
+    if (!moved && !waited && !pause(options_.heartbeat_interval)) return;
   }
 }
 
@@ -272,9 +353,13 @@ bool Agent::WaitForNextCycle(std::chrono::steady_clock::time_point start) {
       MutexLock lock(stop_mu_);
       if (stop_cv_.WaitFor(stop_mu_, wait, [&] {
             stop_mu_.AssertHeld();  // a predicate runs with the lock held
-            return stop_;
+            return stop_ || work_ready_;
           })) {
-        return true;
+        if (stop_) return true;
+        // The server has work for this node: the next cycle, now.
+        work_ready_ = false;
+        stop_cv_.NotifyAll();
+        return false;
       }
     }
     if (poll && NoteEndedTasks()) return false;

@@ -125,8 +125,17 @@ class Agent {
 
   // Cycles every heartbeat interval until Stop. Returns the last error that
   // means "do not retry" (a revoked token, a node name another token owns).
+  // With a work waiter (SetWorkWaiter), a thread of its own keeps a wait
+  // for the node's work open on the server (GET .../work) and the next
+  // cycle runs as soon as the server has some.
   Status Run();
   void Stop();
+  // A second client of the same server (its own connection: a wait holds
+  // it up to kWorkWaitS seconds), used by Run's waiter thread only. Must
+  // outlive Run; null (the default): cycles on the interval alone.
+  void SetWorkWaiter(ServerClient* waiter) { work_waiter_ = waiter; }
+  // How long one wait for work is held on the server.
+  static constexpr int kWorkWaitS = 20;
 
   // The node report (register body) of the last probe.
   json last_report() const { return wire::ToJson(report_, true); }
@@ -184,6 +193,9 @@ class Agent {
   // or sooner when a task ended (exit_poll_interval). True when Stop was
   // called.
   bool WaitForNextCycle(std::chrono::steady_clock::time_point start);
+  // Run's waiter thread: waits for the node's work on the server and sets
+  // work_ready_ when it moved, until stop_ or waiter_done_.
+  void WaitForWorkLoop();
   // Notes the tasks this agent tracks as running that have ended (runtime
   // Poll, as ReportFinished does); whether there was one.
   bool NoteEndedTasks();
@@ -355,6 +367,11 @@ class Agent {
   Mutex stop_mu_;
   CondVar stop_cv_;
   bool stop_ HF_GUARDED_BY(stop_mu_) = false;
+  // The server has new work: the next cycle runs now (WaitForNextCycle
+  // clears it; the waiter waits for that before it waits again).
+  bool work_ready_ HF_GUARDED_BY(stop_mu_) = false;
+  bool waiter_done_ HF_GUARDED_BY(stop_mu_) = false;  // Run returned
+  ServerClient* work_waiter_ = nullptr;
 };
 
 }  // namespace hf::agent

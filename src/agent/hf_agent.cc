@@ -249,6 +249,8 @@ int Main(int argc, char** argv) {
     }
   }
   std::unique_ptr<hf::agent::ServerClient> server;
+  // Its own connection for the wait for work (Agent::SetWorkWaiter).
+  std::unique_ptr<hf::agent::ServerClient> work_waiter;
   if (!f.probe) {
     std::string token;
     if (!ReadToken(f.token_file, token)) {
@@ -257,6 +259,9 @@ int Main(int argc, char** argv) {
     auto client = hf::agent::ServerClient::Create(f.server, token);
     if (!client.ok()) return Fail(client.status().ToString());
     server = std::move(*client);
+    auto waiter = hf::agent::ServerClient::Create(f.server, token);
+    if (!waiter.ok()) return Fail(waiter.status().ToString());
+    work_waiter = std::move(*waiter);
   }
 
   sigset_t signals;
@@ -357,6 +362,7 @@ int Main(int argc, char** argv) {
     std::printf("%s\n", (*agent)->ProbeOnly().dump(2).c_str());
     return driver->ListGpus().ok() ? 0 : 1;
   }
+  (*agent)->SetWorkWaiter(work_waiter.get());
 
   std::unique_ptr<hf::metrics::MetricsListener> metrics_listener;
   if (!f.metrics_listen.empty()) {

@@ -112,6 +112,10 @@ HttpTransport::HttpTransport(
 
 HttpTransport::~HttpTransport() = default;
 
+void HttpTransport::Interrupt() {
+  for (const auto& client : clients_) client->stop();
+}
+
 StatusOr<WireReply> HttpTransport::RoundTrip(const WireRequest& request) {
   const std::string what = request.method + " " + request.path;
   const httplib::Headers headers = {
@@ -210,6 +214,14 @@ StatusOr<json> ServerClient::Heartbeat(const std::string& node,
 
 StatusOr<json> ServerClient::Assignments(const std::string& node) {
   return Send("GET", NodePath(node, "/assignments"), nullptr);
+}
+
+StatusOr<json> ServerClient::WaitForWork(const std::string& node,
+                                         std::uint64_t after, int wait_s) {
+  return Send("GET",
+              NodePath(node, "/work?after=" + std::to_string(after) +
+                                 "&wait_s=" + std::to_string(wait_s)),
+              nullptr);
 }
 
 StatusOr<json> ServerClient::ReportTaskStates(const std::string& node,

@@ -10,6 +10,7 @@
 // single-threaded); cheap to construct. Transports likewise.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -48,6 +49,10 @@ class Transport {
   // (the request may or may not have been carried out: the caller's retry
   // must be harmless, and every node endpoint is).
   virtual StatusOr<WireReply> RoundTrip(const WireRequest& request) = 0;
+  // Called from another thread: makes a RoundTrip in progress fail
+  // (Unavailable) now rather than when its reply or timeout comes. The
+  // default does nothing.
+  virtual void Interrupt() {}
 };
 
 // HTTP to one instance, or to several that fail over (the first that
@@ -67,12 +72,14 @@ class HttpTransport final : public Transport {
   ~HttpTransport() override;
 
   StatusOr<WireReply> RoundTrip(const WireRequest& request) override;
+  void Interrupt() override;
 
  private:
   HttpTransport(std::vector<std::unique_ptr<httplib::Client>> clients,
                 std::vector<std::string> urls);
-  // One client per instance, in the order given. Used from the agent's one
-  // loop thread only (httplib clients are not shared between threads).
+  // One client per instance, in the order given. Used from one thread only
+  // (httplib clients are not shared between threads), but for Interrupt's
+  // stop(), which httplib allows from another.
   std::vector<std::unique_ptr<httplib::Client>> clients_;
   std::vector<std::string> urls_;
   std::size_t current_ = 0;
@@ -101,6 +108,12 @@ class ServerClient {
   // Ships `data` at `offset`; returns the size the server now holds.
   StatusOr<std::int64_t> ShipLog(const std::string& node, std::int64_t task_id,
                                  std::int64_t offset, std::string_view data);
+  // GET /api/v1/nodes/{node}/work: the node's work generation once it
+  // differs from `after`, or after `wait_s` seconds.
+  StatusOr<json> WaitForWork(const std::string& node, std::uint64_t after,
+                             int wait_s);
+  // From another thread: fails the request in progress now (Transport).
+  void Interrupt() { transport_->Interrupt(); }
 
  private:
   StatusOr<json> Send(const std::string& method, const std::string& path,

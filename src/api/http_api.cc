@@ -652,7 +652,10 @@ Status ApiServer::Serve() {
   return Status::Ok();
 }
 
-void ApiServer::Stop() { http_.stop(); }
+void ApiServer::Stop() {
+  cp_->ReleaseWorkWaits();  // agents waiting for work do not hold the stop
+  http_.stop();
+}
 
 // ------------------------------------------------------------- LocalApi
 

@@ -173,6 +173,7 @@ ExpectedRoles() {
         {{"POST", "/api/v1/nodes/register"}, agents},
         {{"POST", "/api/v1/nodes/{node}/heartbeat"}, agents},
         {{"GET", "/api/v1/nodes/{node}/assignments"}, agents},
+        {{"GET", "/api/v1/nodes/{node}/work"}, agents},
         {{"POST", "/api/v1/nodes/{node}/task-states"}, agents},
         {{"POST", "/api/v1/nodes/{node}/slice-requests/claim"}, agents},
         {{"POST", "/api/v1/nodes/{node}/tasks/{id}/logs"}, agents},

@@ -1,3 +1,6 @@
+#include <chrono>
+#include <cstdint>
+
 #include "api/routes.h"
 #include "wire/node_wire.h"
 
@@ -7,6 +10,10 @@ using server::ControlPlane;
 using store::RowId;
 
 namespace {
+
+// The longest wait for work: below the agent's and a forwarding
+// follower's read timeouts (30 s).
+constexpr std::int64_t kMaxWorkWaitS = 20;
 
 // POST /api/v1/nodes/register
 StatusOr<Reply> RegisterNode(Ctx& c) {
@@ -63,6 +70,35 @@ StatusOr<Reply> GetAssignments(Ctx& c) {
              {"cancel", a->cancel},
              {"bound", a->bound},
              {"slices", std::move(slices)}});
+}
+
+// GET /api/v1/nodes/{node}/work?after=G&wait_s=S
+StatusOr<Reply> WaitForWork(Ctx& c) {
+  std::uint64_t after = 0;
+  if (auto v = Query(c.req, "after"); v && *v != "0") {
+    auto parsed = ParseId(*v, "after");
+    if (!parsed.ok()) {
+      return Status::InvalidArgument(
+          "must be a generation this server handed out (an integer of 0 or "
+          "more)",
+          "after");
+    }
+    after = static_cast<std::uint64_t>(*parsed);
+  }
+  std::int64_t wait_s = 0;
+  if (auto v = Query(c.req, "wait_s"); v && *v != "0") {
+    auto parsed = ParseId(*v, "wait_s");
+    if (!parsed.ok() || *parsed > kMaxWorkWaitS) {
+      return Status::InvalidArgument(
+          "must be 0 to " + std::to_string(kMaxWorkWaitS) + " seconds",
+          "wait_s");
+    }
+    wait_s = *parsed;
+  }
+  auto waited = c.cp.WaitForNodeWork(c.caller, c.params[0], after,
+                                     std::chrono::seconds(wait_s));
+  if (!waited.ok()) return waited.status();
+  return Ok({{"generation", waited->generation}, {"waited", waited->waited}});
 }
 
 // POST /api/v1/nodes/{node}/task-states
@@ -150,6 +186,8 @@ std::span<const Route> NodeRoutes() {
        {}, Heartbeat},
       {"GET", "/api/v1/nodes/{node}/assignments", kAgents, kLeader,
        {}, GetAssignments},
+      {"GET", "/api/v1/nodes/{node}/work", kAgents, kLeader,
+       {"after", "wait_s"}, WaitForWork},
       {"POST", "/api/v1/nodes/{node}/task-states", kAgents, kLeader,
        {}, ReportTaskStates},
       {"POST", "/api/v1/nodes/{node}/slice-requests/claim", kAgents, kLeader,

@@ -62,6 +62,14 @@ StatusOr<Assignments> ControlPlane::GetAssignments(const Caller& caller,
   return out;
 }
 
+StatusOr<NodeWork::Waited> ControlPlane::WaitForNodeWork(
+    const Caller& caller, const std::string& node, std::uint64_t after,
+    std::chrono::milliseconds timeout) {
+  auto row = NodeForAgent(caller, node);
+  if (!row.ok()) return row.status();
+  return node_work_.Wait(row->id, after, timeout);
+}
+
 StatusOr<int> ControlPlane::ReportTaskStates(
     const Caller& caller, const std::string& node,
     const std::vector<TaskStateReport>& states) {
@@ -69,10 +77,12 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   if (!row.ok()) return row.status();
   int accepted = 0;
   bool requeued = false;
+  std::vector<RowId> woken;  // targets of the moves that landed
   auto written = WriteReleases([&](Txn& txn,
                                    std::vector<RowId>& released) -> Status {
     accepted = 0;
     requeued = false;
+    woken.clear();
     for (std::size_t i = 0; i < states.size(); ++i) {
       const TaskStateReport& r = states[i];
       auto t = txn.GetTask(r.task_id);
@@ -129,6 +139,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
       }
       if (landed) {
         // `task` is bound to the move's target now (LandMoveInTxn).
+        if (task.node_id) woken.push_back(*task.node_id);
       } else if (rebind) {
         std::string why = "its slice ";
         why += std::to_string(task.slice_id.value_or(0));
@@ -148,6 +159,7 @@ StatusOr<int> ControlPlane::ReportTaskStates(
   });
   if (!written.ok()) return written.status();
   if (requeued) queue_.RequestResync();
+  for (const RowId target : woken) node_work_.Changed(target);
   return accepted;
 }
 

@@ -47,6 +47,7 @@
 #include "server/mig_channel.h"
 #include "server/names.h"
 #include "server/node_beats.h"
+#include "server/node_work.h"
 #include "server/nodes.h"
 #include "server/operator_slices.h"
 #include "server/page.h"
@@ -115,6 +116,10 @@ struct ControlPlaneOptions {
   bool defrag_auto = false;
   double defrag_auto_threshold = 0.5;
   std::int64_t defrag_auto_interval_ms = 60'000;
+  // Agents waiting for work (GET /api/v1/nodes/{node}/work) at once; each
+  // holds an HTTP worker, so keep it well below the server's workers. Past
+  // it a wait returns at once and the agent cycles on its interval.
+  int max_work_waiters = 64;
   // Tests: places with this policy instead of `policy` (which must still
   // name a registered one). Must outlive the ControlPlane.
   const ledger::PlacementPolicy* policy_for_testing = nullptr;
@@ -389,6 +394,15 @@ class ControlPlane : private LeaderWriter,
   }
   StatusOr<Assignments> GetAssignments(const Caller& caller,
                                        const std::string& node);
+  // Waits, up to `timeout`, until the server has new work for `node`
+  // (NodeWork): its generation differs from `after`. The caller must be
+  // the node's agent, as for its assignments.
+  StatusOr<NodeWork::Waited> WaitForNodeWork(const Caller& caller,
+                                             const std::string& node,
+                                             std::uint64_t after,
+                                             std::chrono::milliseconds timeout);
+  // Every wait for work returns at once, now and later (shutdown).
+  void ReleaseWorkWaits() { node_work_.Stop(); }
   StatusOr<int> ReportTaskStates(const Caller& caller, const std::string& node,
                                  const std::vector<TaskStateReport>& states);
   StatusOr<std::vector<store::SliceRequestRow>> ClaimSliceRequests(
@@ -507,6 +521,9 @@ class ControlPlane : private LeaderWriter,
     return nodes_.NodeForAgent(caller, node);
   }
 
+  // SchedulerHost, TaskHost, DefragHost: wakes the node's agent.
+  void NodeHasWork(RowId node) override { node_work_.Changed(node); }
+
   void GcLoop();
   // GcHost, and the task-state reports (agent_tasks.cc).
   StatusOr<bool> LandMoveInTxn(store::Txn& txn, store::TaskRow& task,
@@ -543,6 +560,9 @@ class ControlPlane : private LeaderWriter,
   // The hook usage reported per live slice (rendered without mu_). Its own
   // lock (order: mu_, then it).
   SliceUsage usage_;
+  // Per node, whether the server has new work for its agent since it
+  // last looked, and the agents waiting for it. Its own lock, a leaf.
+  NodeWork node_work_{options_.max_work_waiters};
 
   // Tenant, node and group names, and the card the ledger holds at each
   // (node, index): slices, commands and a slice's env (built inside store

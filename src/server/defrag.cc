@@ -435,9 +435,11 @@ Status Defrag::AdvancePlan(RowId id) {
            want->task.gpu_type == task.gpu_type;
   };
   bool used = false;
+  std::vector<RowId> woken;  // the move's source and target nodes
   ReaderLock gate(ledger_->write_gate());
   Status written = writer_->LeaderWrite([&](Txn& txn) -> Status {
     used = false;
+    woken.clear();
     auto loaded = LoadPlanInTxn(txn, id);
     if (!loaded.ok()) return loaded.status();
     json plan = std::move(*loaded);
@@ -570,6 +572,7 @@ Status Defrag::AdvancePlan(RowId id) {
             .dump()));
     m["state"] = "moving";
     m["target_slice_id"] = target.id;
+    woken = {source.node_id, node->id};
     plan["updated_at"] = now;
     return SavePlanInTxn(txn, plan);
   });
@@ -577,6 +580,9 @@ Status Defrag::AdvancePlan(RowId id) {
     MutexLock lock(ledger_->mu());
     (void)ledger_->ledger().Release(reservation.allocation->id);
     queue_->CapacityFreed();
+  }
+  if (written.ok() && used) {
+    for (const RowId node : woken) host_->NodeHasWork(node);
   }
   return written;
 }

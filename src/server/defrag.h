@@ -81,6 +81,9 @@ class DefragHost {
   // The env of `slice` bound to `task`; callable inside a write.
   virtual SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
                                     const store::TaskRow& task) = 0;
+  // Node `node` has new work (a move's task to stop, or its target's MIG
+  // create): wakes its agent's wait (NodeWork).
+  virtual void NodeHasWork(store::RowId /*node*/) {}
 };
 
 class Defrag {

@@ -353,6 +353,8 @@ int Main(int argc, char** argv) {
   options.gc_min_age_ms = static_cast<std::int64_t>(f.gc_min_age_s * 1000);
   options.hold_after_ms = static_cast<std::int64_t>(f.hold_after_s * 1000);
   options.max_holds = f.max_holds;
+  // Agents waiting for work hold a worker each: at most half of them.
+  options.max_work_waiters = f.http_threads / 2;
   options.mig_command_deadline_ms =
       static_cast<std::int64_t>(f.mig_command_deadline_s * 1000);
   options.node_lost_ms = static_cast<std::int64_t>(f.node_lost_after_s * 1000);

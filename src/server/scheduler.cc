@@ -278,6 +278,7 @@ StatusOr<int> Scheduler::BindPendingOnce(bool* more) {
     }
     if (d.kind == Decision::kPlaced) {
       ++bound;
+      host_->NodeHasWork(d.slice.node_id);
       telemetry_->SliceLive(d.slice);
       telemetry_->Bound(static_cast<double>(now - d.stored.created_at) / 1e3);
     }

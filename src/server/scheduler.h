@@ -56,6 +56,9 @@ class SchedulerHost {
   // The env of `slice` bound to `task`; callable under the ledger's lock.
   virtual SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
                                     const store::TaskRow& task) = 0;
+  // Node `node` has new work (a task bound to it): wakes its agent's wait
+  // (NodeWork). Called holding no lock.
+  virtual void NodeHasWork(store::RowId /*node*/) {}
 };
 
 struct SchedulerOptions {

@@ -251,6 +251,11 @@ StatusOr<TaskRow> Tasks::CancelTask(const Caller& caller, RowId id) {
         return Status::Ok();
       });
   if (!written.ok()) return written.status();
+  if (out.node_id && out.cancel_requested &&
+      (out.state == TaskState::kScheduled ||
+       out.state == TaskState::kRunning)) {
+    host_->NodeHasWork(*out.node_id);
+  }
   return out;
 }
 

@@ -88,6 +88,9 @@ class TaskHost {
                                        const std::string& actor,
                                        const std::string& reason,
                                        std::vector<store::RowId>& released) = 0;
+  // Node `node` has new work (a cancel of a task bound to it): wakes its
+  // agent's wait (NodeWork).
+  virtual void NodeHasWork(store::RowId /*node*/) {}
 };
 
 class Tasks {

@@ -529,6 +529,33 @@ TEST_F(AgentE2eTest, ATaskEndingBetweenHeartbeatsReleasesItsSliceAtOnce) {
   EXPECT_EQ(slice["state"], "released") << slice.dump();
 }
 
+// A task starts when it is bound and stops when it is cancelled, not at the
+// agent's next heartbeat: the agent keeps a wait for its node's work open
+// on the server (GET /api/v1/nodes/{node}/work). Here the heartbeat is 60 s,
+// so without it neither would happen within the test's 20 s.
+TEST_F(AgentE2eTest, ATaskStartsAndStopsAtOnceNotAtTheNextHeartbeat) {
+  AgentProcess& agent = NewAgent("woken", {A100()});
+  agent.options().heartbeat_interval_s = 60;
+  ASSERT_TRUE(StartAndRegister(agent));
+  for (int i = 0; i < 2; ++i) {
+    const std::int64_t id = CreateId({{"name", "woken-" + std::to_string(i)},
+                                      {"command", "sleep 120"},
+                                      {"gpu_memory_mb", 1024}});
+    json running = WaitStatus(id, "running", milliseconds(20'000));
+    ASSERT_EQ(running["status"], "running") << running.dump() << Logs(agent);
+    HttpReply c =
+        api_->http().Post("/api/v1/tasks/" + std::to_string(id) + "/cancel",
+                          json::object(), user_);
+    ASSERT_TRUE(HasStatus(c, 200));
+    json done = WaitTerminal(id, milliseconds(20'000));
+    EXPECT_EQ(done["status"], "cancelled") << done.dump() << Logs(agent);
+  }
+  // And the agent still stops at once when told to (its wait is cut short).
+  const auto before = std::chrono::steady_clock::now();
+  EXPECT_TRUE(agent.Stop()) << Logs(agent);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, milliseconds(10'000));
+}
+
 // The same across crashes: the task ends while the server is down, so the
 // early cycle cannot report it. The ended task is noted once, so the agent
 // does not run a cycle every poll while the server is away, and an agent

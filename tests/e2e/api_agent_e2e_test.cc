@@ -8,6 +8,7 @@
 // Validation tests share one server; every flow starts its own server, so
 // its GPUs are the only ones.
 #include <string>
+#include <thread>
 
 #include "tests/e2e/server_harness.h"
 
@@ -605,6 +606,75 @@ TEST_F(AgentFlowTest, AssignmentsAndTaskStates) {
   ASSERT_EQ(released.size(), 1u) << released.dump();
   EXPECT_EQ(released[0]["task_id"], ida);
   EXPECT_EQ(api_->ListAll("/api/v1/slices?state=all", user_).size(), 2u);
+}
+
+// GET /api/v1/nodes/{node}/work: a wait returns when a task is bound to
+// the node or one it runs is cancelled, not when another node gets work.
+// (Each wait holds up to 20 s: a change that did not move the generation
+// fails on the generation, not on time.)
+TEST_F(AgentFlowTest, AWaitForWorkEndsWhenATaskIsBoundOrCancelledThere) {
+  SimNode node(*api_, "n1", {SimGpu{.index = 0}});
+  SimNode other(*api_, "n2", {SimGpu{.index = 0, .memory_mb = 1024}});
+  ASSERT_TRUE(node.Register());
+  ASSERT_TRUE(other.Register());
+  const auto work = [&](const SimNode& n, std::uint64_t after, int wait_s) {
+    return server_->client().Get("/api/v1/nodes/" + n.name() +
+                                     "/work?after=" + std::to_string(after) +
+                                     "&wait_s=" + std::to_string(wait_s),
+                                 n.token());
+  };
+  HttpReply first = work(node, 0, 0);
+  ASSERT_TRUE(HasStatus(first, 200));
+  EXPECT_EQ(first.body["waited"], false);
+  const auto g0 = first.body["generation"].get<std::uint64_t>();
+  EXPECT_GE(g0, 1u);
+  // Nothing new: answered at once, the same generation.
+  HttpReply same = work(node, g0, 0);
+  EXPECT_EQ(same.body["generation"], g0) << same.raw;
+
+  // A wait held open while a task is bound to the node.
+  HttpReply bound_wait;
+  std::thread waiter([&] { bound_wait = work(node, g0, 20); });
+  const std::uint64_t other_before =
+      work(other, 0, 0).body["generation"].get<std::uint64_t>();
+  json t = Bound({{"name", "w"}, {"gpu_memory_mb", 4096}});
+  ASSERT_EQ(t["node_id"], "n1") << t.dump();
+  waiter.join();
+  ASSERT_TRUE(HasStatus(bound_wait, 200));
+  EXPECT_EQ(bound_wait.body["waited"], true);
+  const auto g1 = bound_wait.body["generation"].get<std::uint64_t>();
+  EXPECT_GT(g1, g0);
+  // The other node's generation did not move.
+  EXPECT_EQ(work(other, 0, 0).body["generation"], other_before);
+
+  // A wait held open while the task is cancelled.
+  HttpReply cancel_wait;
+  waiter = std::thread([&] { cancel_wait = work(node, g1, 20); });
+  const std::int64_t id = t["id"].get<std::int64_t>();
+  HttpReply c = api_->http().Post(
+      "/api/v1/tasks/" + std::to_string(id) + "/cancel", json::object(), user_);
+  ASSERT_TRUE(HasStatus(c, 200));
+  waiter.join();
+  ASSERT_TRUE(HasStatus(cancel_wait, 200));
+  EXPECT_GT(cancel_wait.body["generation"].get<std::uint64_t>(), g1);
+
+  // Who may wait, and what it may ask, is checked, as for the assignments:
+  // not a user's token, not for a node that does not exist; then a bad
+  // `after` or `wait_s`.
+  EXPECT_TRUE(IsApiError(server_->client().Get("/api/v1/nodes/n1/work", user_),
+                         403, "permission_denied"));
+  EXPECT_TRUE(IsApiError(
+      server_->client().Get("/api/v1/nodes/ghost/work", api_->admin()), 404,
+      "not_found"));
+  EXPECT_TRUE(IsInvalid(
+      server_->client().Get("/api/v1/nodes/n1/work?after=x", node.token()),
+      "after"));
+  EXPECT_TRUE(IsInvalid(
+      server_->client().Get("/api/v1/nodes/n1/work?wait_s=21", node.token()),
+      "wait_s"));
+  EXPECT_TRUE(IsInvalid(
+      server_->client().Get("/api/v1/nodes/n1/work?wait_s=-1", node.token()),
+      "wait_s"));
 }
 
 TEST_F(AgentFlowTest, TaskLogsShippedByTheAgentAreServedToTheTenant) {
