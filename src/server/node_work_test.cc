@@ -15,9 +15,13 @@ namespace {
 using std::chrono::milliseconds;
 constexpr milliseconds kLong(60'000);
 
-// Spins until `work` holds `n` waits (the waiting thread is inside Wait).
-void AwaitWaiters(const NodeWork& work, int n) {
-  while (work.waiters() != n) std::this_thread::yield();
+// Starts a wait for node 7's work after generation 1 on a thread of its
+// own, into `out`; returns once the wait is held.
+std::thread HeldWait(NodeWork& work, NodeWork::Waited& out) {
+  const int held = work.waiters() + 1;
+  std::thread waiter([&work, &out] { out = work.Wait(7, 1, kLong); });
+  while (work.waiters() != held) std::this_thread::yield();
+  return waiter;
 }
 
 TEST(NodeWorkTest, EachNodeHasAGenerationThatMovesWithItsWork) {
@@ -42,8 +46,7 @@ TEST(NodeWorkTest, EachNodeHasAGenerationThatMovesWithItsWork) {
 TEST(NodeWorkTest, AWaitEndsWhenItsNodeHasWorkNotAnother) {
   NodeWork work(4);
   NodeWork::Waited got;
-  std::thread waiter([&] { got = work.Wait(7, 1, kLong); });
-  AwaitWaiters(work, 1);
+  std::thread waiter = HeldWait(work, got);
   work.Changed(8);  // another node: the wait goes on
   std::this_thread::sleep_for(milliseconds(20));
   EXPECT_EQ(work.waiters(), 1);
@@ -57,8 +60,7 @@ TEST(NodeWorkTest, AWaitEndsWhenItsNodeHasWorkNotAnother) {
 TEST(NodeWorkTest, PastTheBoundAWaitReturnsAtOnce) {
   NodeWork work(1);
   NodeWork::Waited first;
-  std::thread waiter([&] { first = work.Wait(7, 1, kLong); });
-  AwaitWaiters(work, 1);
+  std::thread waiter = HeldWait(work, first);
   const NodeWork::Waited second = work.Wait(8, 1, kLong);
   EXPECT_FALSE(second.waited);
   EXPECT_EQ(second.generation, 1u);
@@ -72,8 +74,7 @@ TEST(NodeWorkTest, PastTheBoundAWaitReturnsAtOnce) {
 TEST(NodeWorkTest, StopEndsEveryWaitNowAndLater) {
   NodeWork work(4);
   NodeWork::Waited got;
-  std::thread waiter([&] { got = work.Wait(7, 1, kLong); });
-  AwaitWaiters(work, 1);
+  std::thread waiter = HeldWait(work, got);
   work.Stop();
   waiter.join();
   EXPECT_FALSE(got.waited);
