@@ -521,7 +521,8 @@ class ControlPlane : private LeaderWriter,
     return nodes_.NodeForAgent(caller, node);
   }
 
-  // SchedulerHost, TaskHost, DefragHost: wakes the node's agent.
+  // SchedulerHost, TaskHost, DefragHost, OperatorSlicesHost: wakes the
+  // node's agent.
   void NodeHasWork(RowId node) override { node_work_.Changed(node); }
 
   void GcLoop();

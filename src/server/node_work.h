@@ -1,12 +1,13 @@
 // NodeWork: a generation per node that moves when the server has new work
 // for the node's agent — a task bound to the node (a gold task's MIG
-// create command with it), a cancel of a task it runs, a defragmentation
-// move to or from it — and a wait for it to move (GET
-// /api/v1/nodes/{node}/work). An agent that waits there runs its next
-// cycle as soon as there is something to do, instead of at its next
-// heartbeat. Only a hint: an agent that never waits, or a change this
-// instance did not make (another instance's cancel), is picked up at the
-// next cycle as before.
+// create command with it), a cancel of a task it runs, an operator's
+// deletion of a bound task's slice, a defragmentation move to or from it
+// — and a wait for it to move (GET /api/v1/nodes/{node}/work). All of
+// these are the leader's writes, made where this NodeWork is. An agent
+// that waits there runs its next cycle as soon as there is something to
+// do, instead of at its next heartbeat. Only a hint: an agent that never
+// waits, and any other change (a MIG destroy after a task ended, a quota
+// change), are picked up at the next cycle as before.
 //
 // Waiters hold an HTTP worker each: at most `max_waiters` wait at once;
 // past that a wait returns at once, saying it did not wait.

@@ -190,6 +190,9 @@ StatusOr<SliceRow> OperatorSlices::Delete(const Caller& caller, RowId id,
         return releases_->ReleaseInTxn(txn, out, caller.Actor(), why, released);
       });
   if (!written.ok()) return written.status();
+  if (out.state == store::SliceState::kReleasing) {
+    host_->NodeHasWork(out.node_id);  // it stops the slice's task
+  }
   MutexLock lock(ledger_->mu());
   HF_RETURN_IF_ERROR(ledger_->inventory().Unfence(id, node, gpus));
   return out;

@@ -70,6 +70,9 @@ class OperatorSlicesHost {
   // The env of `slice` bound to `task`; callable inside a write.
   virtual SliceEnvInput SliceEnvFor(const store::SliceRow& slice,
                                     const store::TaskRow& task) = 0;
+  // Node `node` has new work (a task to stop whose slice was deleted):
+  // wakes its agent's wait (NodeWork).
+  virtual void NodeHasWork(store::RowId /*node*/) {}
 };
 
 class OperatorSlices {

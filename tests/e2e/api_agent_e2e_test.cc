@@ -609,7 +609,8 @@ TEST_F(AgentFlowTest, AssignmentsAndTaskStates) {
 }
 
 // GET /api/v1/nodes/{node}/work: a wait returns when a task is bound to
-// the node or one it runs is cancelled, not when another node gets work.
+// the node, one it runs is cancelled or a bound task's slice is deleted,
+// not when another node gets work.
 // (Each wait holds up to 20 s: a change that did not move the generation
 // fails on the generation, not on time.)
 TEST_F(AgentFlowTest, AWaitForWorkEndsWhenATaskIsBoundOrCancelledThere) {
@@ -656,7 +657,25 @@ TEST_F(AgentFlowTest, AWaitForWorkEndsWhenATaskIsBoundOrCancelledThere) {
   ASSERT_TRUE(HasStatus(c, 200));
   waiter.join();
   ASSERT_TRUE(HasStatus(cancel_wait, 200));
-  EXPECT_GT(cancel_wait.body["generation"].get<std::uint64_t>(), g1);
+  const auto g2 = cancel_wait.body["generation"].get<std::uint64_t>();
+  EXPECT_GT(g2, g1);
+
+  // A wait held open while an operator deletes a bound task's slice (the
+  // node must stop the task, which is then bound again).
+  HttpReply node_report = node.ReportState(id, "cancelled");
+  ASSERT_TRUE(HasStatus(node_report, 200));
+  json u = Bound({{"name", "u"}, {"gpu_memory_mb", 4096}});
+  const auto g3 = work(node, 0, 0).body["generation"].get<std::uint64_t>();
+  HttpReply delete_wait;
+  waiter = std::thread([&] { delete_wait = work(node, g3, 20); });
+  HttpReply d = api_->http().Delete(
+      "/api/v1/slices/" + std::to_string(u["slice_id"].get<std::int64_t>()),
+      api_->admin());
+  ASSERT_TRUE(HasStatus(d, 200)) << d.raw;
+  EXPECT_EQ(d.body["state"], "releasing") << d.raw;
+  waiter.join();
+  ASSERT_TRUE(HasStatus(delete_wait, 200));
+  EXPECT_GT(delete_wait.body["generation"].get<std::uint64_t>(), g3);
 
   // Who may wait, and what it may ask, is checked, as for the assignments:
   // not a user's token, not for a node that does not exist; then a bad

@@ -499,4 +499,13 @@ MUTATIONS = [
                "agent_e2e_test/AgentE2eTest.ATaskStartsAndStopsAtOnceNotAtTheNextHeartbeat"],
         simulation=False,
     ),
+    dict(
+        name="slice-delete-wakes-no-agent",
+        hole="a task whose slice an operator deleted runs on until its agent's next heartbeat: the server does not move the node's work generation",
+        file="src/server/operator_slices.cc",
+        old="""    host_->NodeHasWork(out.node_id);  // it stops the slice's task""",
+        new="""""",
+        tests=["api_agent_e2e_test/AgentFlowTest.AWaitForWorkEndsWhenATaskIsBoundOrCancelledThere"],
+        simulation=False,
+    ),
 ]
